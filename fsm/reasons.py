@@ -141,27 +141,40 @@ _C = ConditionType
 
 CATALOGUE: dict[Reason, ReasonInfo] = {
     Reason.CLASS_ADMITTED: ReasonInfo(
-        _C.CLASS_RESOLVED, _T, Who.NOBODY, "The named class exists, is Ready and admits the namespace."
+        _C.CLASS_RESOLVED,
+        _T,
+        Who.NOBODY,
+        "The named class exists, is Ready and admits the namespace.",
     ),
     Reason.CLASSLESS_DEFAULTS: ReasonInfo(
-        _C.CLASS_RESOLVED, _T, Who.NOBODY,
+        _C.CLASS_RESOLVED,
+        _T,
+        Who.NOBODY,
         "No class is named: the built-in classless defaults apply (External, Token, TLS).",
     ),
     Reason.CLASS_NOT_FOUND: ReasonInfo(
-        _C.CLASS_RESOLVED, _F, Who.USER,
+        _C.CLASS_RESOLVED,
+        _F,
+        Who.USER,
         "The named class does not exist; compare spec.inferenceServiceClassName with what the "
         "administrator installed (expected right after an upgrade renamed the shipped class).",
     ),
     Reason.CLASS_NOT_READY: ReasonInfo(
-        _C.CLASS_RESOLVED, _F, Who.ADMIN,
+        _C.CLASS_RESOLVED,
+        _F,
+        Who.ADMIN,
         "The named class exists but is not Ready; its own Ready condition says what is wrong.",
     ),
     Reason.NAMESPACE_NOT_ADMITTED: ReasonInfo(
-        _C.CLASS_RESOLVED, _F, Who.ADMIN,
+        _C.CLASS_RESOLVED,
+        _F,
+        Who.ADMIN,
         "The class's admissionPolicy does not list the order's namespace.",
     ),
     Reason.MODEL_RESOLVED: ReasonInfo(
-        _C.MODEL_RESOLVED, _T, Who.NOBODY,
+        _C.MODEL_RESOLVED,
+        _T,
+        Who.NOBODY,
         "The model ref resolved, its facts are known and the class's model policy admits it.",
     ),
     Reason.MODEL_NOT_FOUND: ReasonInfo(
@@ -171,70 +184,101 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _C.MODEL_RESOLVED, _F, Who.WAIT, "The catalog model exists but is not Ready yet."
     ),
     Reason.MODEL_ACCESS_DENIED: ReasonInfo(
-        _C.MODEL_RESOLVED, _F, Who.USER,
+        _C.MODEL_RESOLVED,
+        _F,
+        Who.USER,
         "The model is gated and the hub refused the token (or no token was given).",
     ),
     Reason.MODEL_SOURCE_UNREACHABLE: ReasonInfo(
-        _C.MODEL_RESOLVED, _F, Who.WAIT,
+        _C.MODEL_RESOLVED,
+        _F,
+        Who.WAIT,
         "The model hub or catalog did not answer in time; retried with backoff.",
     ),
     Reason.MODEL_METADATA_INVALID: ReasonInfo(
-        _C.MODEL_RESOLVED, _F, Who.ADMIN,
+        _C.MODEL_RESOLVED,
+        _F,
+        Who.ADMIN,
         "The source answered, but its metadata could not be read (malformed config or index).",
     ),
     Reason.AUTH_SECRET_NOT_FOUND: ReasonInfo(
-        _C.MODEL_RESOLVED, _F, Who.USER,
+        _C.MODEL_RESOLVED,
+        _F,
+        Who.USER,
         "spec.model.authSecretRef names a Secret that does not exist in the order's namespace.",
     ),
     Reason.AUTH_SECRET_KEY_MISSING: ReasonInfo(
-        _C.MODEL_RESOLVED, _F, Who.USER,
+        _C.MODEL_RESOLVED,
+        _F,
+        Who.USER,
         "The Secret named by spec.model.authSecretRef has no such key (default key: token).",
     ),
     Reason.CATALOG_DISABLED: ReasonInfo(
-        _C.MODEL_RESOLVED, _F, Who.ADMIN,
+        _C.MODEL_RESOLVED,
+        _F,
+        Who.ADMIN,
         "The order names an ai-models catalog model, but settings.catalog.mode is None.",
     ),
     Reason.ENDPOINT_TYPE_POLICY_CONFLICT: ReasonInfo(
-        _C.MODEL_RESOLVED, _F, Who.ADMIN,
+        _C.MODEL_RESOLVED,
+        _F,
+        Who.ADMIN,
         "The class allows no endpoint type the model offers; another class is needed.",
     ),
     Reason.FORMAT_NOT_ALLOWED: ReasonInfo(
-        _C.MODEL_RESOLVED, _F, Who.USER, "The class's modelPolicy.allowedFormats excludes the model's format."
+        _C.MODEL_RESOLVED,
+        _F,
+        Who.USER,
+        "The class's modelPolicy.allowedFormats excludes the model's format.",
     ),
     Reason.PARAMETER_COUNT_NOT_ALLOWED: ReasonInfo(
-        _C.MODEL_RESOLVED, _F, Who.USER,
+        _C.MODEL_RESOLVED,
+        _F,
+        Who.USER,
         "The model has more parameters than the class's modelPolicy.maxParameterCount.",
     ),
     Reason.PLAN_COMPUTED: ReasonInfo(
         _C.PLANNED, _T, Who.NOBODY, "A launch plan was chosen; status.resolved shows it."
     ),
     Reason.LAUNCH_PLAN_IN_FORCE: ReasonInfo(
-        _C.PLANNED, _T, Who.WAIT,
+        _C.PLANNED,
+        _T,
+        Who.WAIT,
         "Serving on the plan it holds; a recalculation failed (the message says why), which "
         "speaks of capacity beyond the order's own place.",
     ),
     Reason.NO_CAPACITY: ReasonInfo(
-        _C.PLANNED, _F, Who.WAIT,
+        _C.PLANNED,
+        _F,
+        Who.WAIT,
         "Devices large enough exist, but none is free (counting what lower-priority orders "
         "hold as reclaimable); waiting is the right answer.",
     ),
     Reason.NO_ACCELERATOR_WITH_ENOUGH_MEMORY: ReasonInfo(
-        _C.PLANNED, _F, Who.WAIT,
+        _C.PLANNED,
+        _F,
+        Who.WAIT,
         "No allowed device has enough memory for the model, even at maxAcceleratorCount.",
     ),
     Reason.QUANTIZATION_MISMATCH: ReasonInfo(
-        _C.PLANNED, _F, Who.ADMIN,
+        _C.PLANNED,
+        _F,
+        Who.ADMIN,
         "Recipes exist for this hardware, but none takes the model's quantization.",
     ),
     Reason.NO_COMPATIBLE_RUNTIME_AVAILABLE: ReasonInfo(
         _C.PLANNED, _F, Who.ADMIN, "No launch recipe fits this hardware and model format at all."
     ),
     Reason.RESOURCE_CLAIM_EXHAUSTED: ReasonInfo(
-        _C.PLANNED, _F, Who.ADMIN,
+        _C.PLANNED,
+        _F,
+        Who.ADMIN,
         "Every device class the order could try was tried and none held it: look for capacity.",
     ),
     Reason.PLACEMENT_UNDECIDABLE: ReasonInfo(
-        _C.PLANNED, _F, Who.ADMIN,
+        _C.PLANNED,
+        _F,
+        Who.ADMIN,
         "Nothing to try from the start: the class's device selection cannot be judged "
         "(missing device classes or a selector that cannot be evaluated).",
     ),
@@ -248,12 +292,17 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _C.WORKLOAD_READY, _F, Who.WAIT, "The workload is applied and rolling out."
     ),
     Reason.DEVICES_NOT_ALLOCATED: ReasonInfo(
-        _C.WORKLOAD_READY, _F, Who.WAIT,
+        _C.WORKLOAD_READY,
+        _F,
+        Who.WAIT,
         "The workload's pods wait for their device claims; past the grace period the device "
         "class is marked tried and the order replans.",
     ),
     Reason.WORKLOAD_APPLY_FAILED: ReasonInfo(
-        _C.WORKLOAD_READY, _F, Who.ADMIN, "The API server refused a workload object; the message quotes it."
+        _C.WORKLOAD_READY,
+        _F,
+        Who.ADMIN,
+        "The API server refused a workload object; the message quotes it.",
     ),
     Reason.ENDPOINT_SERVING: ReasonInfo(
         _C.READY, _T, Who.NOBODY, "The inference API answered the probe."
@@ -265,28 +314,42 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _C.READY, _F, Who.WAIT, "The probe fails before the first Ready; the order stays Pending."
     ),
     Reason.SERVICE_UNHEALTHY: ReasonInfo(
-        _C.READY, _F, Who.ADMIN,
+        _C.READY,
+        _F,
+        Who.ADMIN,
         "The inference API failed persistently after Ready; the order is Failed until it recovers.",
     ),
     Reason.SCALING_WITHIN_BOUNDS: ReasonInfo(
         _C.SCALING_HEALTHY, _T, Who.NOBODY, "Replicas can move between the class's bounds."
     ),
     Reason.CAPACITY_TAKEN_BY_PRIORITY: ReasonInfo(
-        _C.SCALING_HEALTHY, _F, Who.WAIT,
+        _C.SCALING_HEALTHY,
+        _F,
+        Who.WAIT,
         "A higher-priority order took replicas from this one; it serves at fewer replicas.",
     ),
     Reason.SCALE_UP_BLOCKED: ReasonInfo(
-        _C.SCALING_HEALTHY, _F, Who.WAIT,
+        _C.SCALING_HEALTHY,
+        _F,
+        Who.WAIT,
         "Serving but cannot grow: preemption has exhausted capacity. Behind Degraded.",
     ),
     Reason.NOT_SERVING: ReasonInfo(
         _C.SCALING_HEALTHY, _U, Who.NOBODY, "Growth is judged only once the order serves."
     ),
-    Reason.AWAITING_CLASS: ReasonInfo(None, _U, Who.NOBODY, "Not evaluated: waits for ClassResolved."),
-    Reason.AWAITING_MODEL: ReasonInfo(None, _U, Who.NOBODY, "Not evaluated: waits for ModelResolved."),
+    Reason.AWAITING_CLASS: ReasonInfo(
+        None, _U, Who.NOBODY, "Not evaluated: waits for ClassResolved."
+    ),
+    Reason.AWAITING_MODEL: ReasonInfo(
+        None, _U, Who.NOBODY, "Not evaluated: waits for ModelResolved."
+    ),
     Reason.AWAITING_PLAN: ReasonInfo(None, _U, Who.NOBODY, "Not evaluated: waits for Planned."),
-    Reason.AWAITING_WORKLOAD: ReasonInfo(None, _U, Who.NOBODY, "Not evaluated: waits for WorkloadReady."),
-    Reason.EVALUATING: ReasonInfo(None, _U, Who.WAIT, "The controller has not judged this condition yet."),
+    Reason.AWAITING_WORKLOAD: ReasonInfo(
+        None, _U, Who.NOBODY, "Not evaluated: waits for WorkloadReady."
+    ),
+    Reason.EVALUATING: ReasonInfo(
+        None, _U, Who.WAIT, "The controller has not judged this condition yet."
+    ),
 }
 
 
@@ -306,18 +369,23 @@ CLASS_CONDITION_CATALOGUE: dict[ClassReason, tuple[ConditionStatus, str]] = {
     ClassReason.VALID: (_T, "Every policy block is consistent; orders may use the class."),
     ClassReason.NO_ENDPOINT_TYPES: (_F, "modelPolicy.allowedEndpointTypes is missing or empty."),
     ClassReason.INVALID_PARAMETER_COUNT: (
-        _F, "modelPolicy.maxParameterCount is not a count such as 500M, 8B or 1.5T.",
+        _F,
+        "modelPolicy.maxParameterCount is not a count such as 500M, 8B or 1.5T.",
     ),
     ClassReason.INVALID_REPLICA_BOUNDS: (
-        _F, "scalingPolicy.minReplicas is above maxReplicas, or a bound is below its minimum.",
+        _F,
+        "scalingPolicy.minReplicas is above maxReplicas, or a bound is below its minimum.",
     ),
     ClassReason.PRIORITY_CLASS_NOT_FOUND: (
-        _F, "scalingPolicy.allowedPriorityClassNames names a PriorityClass that does not exist.",
+        _F,
+        "scalingPolicy.allowedPriorityClassNames names a PriorityClass that does not exist.",
     ),
     ClassReason.DEVICE_CLASS_NOT_FOUND: (
-        _F, "acceleratorPolicy.allowedDeviceClasses names a DeviceClass that does not exist.",
+        _F,
+        "acceleratorPolicy.allowedDeviceClasses names a DeviceClass that does not exist.",
     ),
     ClassReason.ISSUER_MISSING: (
-        _F, "exposurePolicy.https.mode is CertManager but no clusterIssuerName is set.",
+        _F,
+        "exposurePolicy.https.mode is CertManager but no clusterIssuerName is set.",
     ),
 }

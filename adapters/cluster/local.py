@@ -1,0 +1,299 @@
+"""A real local control plane: etcd, kube-apiserver and kube-controller-manager on 127.0.0.1.
+
+What `ai-inference cluster up/down` and the test suite's `cluster` fixture run. The
+binaries are built once from Debian's Kubernetes source (scripts/build-kubernetes.sh)
+and cached; every cluster gets free ports, its own data folder, its own PKI and tokens.
+The processes are started in their own session so they outlive the command that started
+them; `down` stops exactly the PIDs recorded in the folder's state file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from adapters.cluster import identities, pki
+from adapters.resources import resource_dir
+
+__all__ = [
+    "CONTROLLERS",
+    "ClusterError",
+    "ClusterState",
+    "binaries_dir",
+    "down",
+    "ensure_binaries",
+    "status",
+    "up",
+]
+
+# kube-controller-manager's controllers we need: Deployments make ReplicaSets and Pods,
+# the garbage collector deletes owned objects, namespaces get their ServiceAccounts.
+CONTROLLERS = (
+    "garbagecollector",
+    "namespace",
+    "deployment",
+    "replicaset",
+    "serviceaccount",
+    "serviceaccount-token",
+)
+STATE_FILE = "cluster.json"
+
+
+class ClusterError(RuntimeError):
+    """The local control plane could not be started or stopped; the message says why."""
+
+
+@dataclass
+class ClusterState:
+    folder: str
+    server: str
+    etcd_url: str
+    pids: dict[str, int] = field(default_factory=dict)
+    kubeconfigs: dict[str, str] = field(default_factory=dict)
+
+    def kubeconfig(self, identity: str) -> Path:
+        return Path(self.kubeconfigs[identity])
+
+
+def binaries_dir() -> Path:
+    cache = os.environ.get("AI_INFERENCE_CACHE", str(Path.home() / ".cache" / "ai-inference"))
+    return Path(cache) / "bin"
+
+
+def ensure_binaries() -> Path:
+    """Build (first time, ~12-15 min) or reuse the cached binaries; install etcd."""
+    bindir = binaries_dir()
+    have = all((bindir / b).is_file() for b in ("kube-apiserver", "kube-controller-manager"))
+    if not have or shutil.which("etcd") is None:
+        script = resource_dir("scripts") / "build-kubernetes.sh"
+        subprocess.run(["bash", str(script)], check=True)
+    return bindir
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _spawn(name: str, argv: list[str], logs: Path) -> int:
+    """Start `argv` detached (reparented to init) and return its PID.
+
+    A short-lived shell backgrounds the process and exits, so the daemon is not our child:
+    it outlives this command, and no Popen object is left to warn about it.
+    """
+    launcher = subprocess.run(
+        ["sh", "-c", '"$@" >>"$LOG" 2>&1 </dev/null & echo $!', "sh", *argv],
+        env={**os.environ, "LOG": str(logs / f"{name}.log")},
+        capture_output=True,
+        text=True,
+        check=True,
+        start_new_session=True,
+    )
+    return int(launcher.stdout.strip())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); it is not running.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait_ready(
+    url: str, token: str, *, ca: Path, pids: dict[str, int], logs: Path, timeout: float
+) -> None:
+    context = ssl.create_default_context(cafile=str(ca))
+    # Only ever our own https://127.0.0.1 URL.
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})  # noqa: S310
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        for name, pid in pids.items():
+            if not _alive(pid):
+                tail = (logs / f"{name}.log").read_text(errors="replace")[-2000:]
+                raise ClusterError(f"{name} exited during start-up; last log lines:\n{tail}")
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=2) as answer:  # noqa: S310
+                if answer.status == 200:
+                    return
+        except (urllib.error.URLError, OSError) as exc:
+            last = str(exc)
+        time.sleep(0.3)
+    raise ClusterError(f"API server not ready after {timeout:.0f}s ({last})")
+
+
+def _load(folder: Path) -> ClusterState | None:
+    path = folder / STATE_FILE
+    if not path.exists():
+        return None
+    return ClusterState(**json.loads(path.read_text(encoding="utf-8")))
+
+
+def status(folder: Path) -> ClusterState | None:
+    """The running cluster recorded in `folder`, or None when none runs there."""
+    state = _load(folder)
+    if state is None or not state.pids or not all(_alive(p) for p in state.pids.values()):
+        return None
+    return state
+
+
+def up(folder: Path, *, timeout: float = 90) -> ClusterState:
+    """Start the control plane in `folder` (reuse it when already running there)."""
+    folder = folder.resolve()
+    running = status(folder)
+    if running is not None:
+        return running
+    if _load(folder) is not None:
+        down(folder)  # a half-dead previous run: clean it before starting anew
+    bindir = ensure_binaries()
+    folder.mkdir(parents=True, exist_ok=True)
+    logs = folder / "logs"
+    logs.mkdir(exist_ok=True)
+    certs = pki.make_pki(folder / "pki")
+    tokens = identities.write_token_file(folder / "tokens.csv")
+
+    etcd_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
+    etcd_url = f"http://127.0.0.1:{etcd_port}"
+    server = f"https://127.0.0.1:{api_port}"
+    state = ClusterState(folder=str(folder), server=server, etcd_url=etcd_url)
+
+    state.pids["etcd"] = _spawn(
+        "etcd",
+        [
+            "etcd",
+            "--name",
+            "local",
+            "--data-dir",
+            str(folder / "etcd"),
+            "--listen-client-urls",
+            etcd_url,
+            "--advertise-client-urls",
+            etcd_url,
+            "--listen-peer-urls",
+            f"http://127.0.0.1:{peer_port}",
+            "--initial-advertise-peer-urls",
+            f"http://127.0.0.1:{peer_port}",
+            "--initial-cluster",
+            f"local=http://127.0.0.1:{peer_port}",
+            # The data is throw-away; fsync makes start-up and every write slow.
+            "--unsafe-no-fsync",
+            "--log-level",
+            "warn",
+        ],
+        logs,
+    )
+    _write_state(folder, state)
+    state.pids["kube-apiserver"] = _spawn(
+        "kube-apiserver",
+        [
+            str(bindir / "kube-apiserver"),
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={api_port}",
+            "--insecure-port=0",
+            f"--tls-cert-file={certs.serving_cert}",
+            f"--tls-private-key-file={certs.serving_key}",
+            f"--cert-dir={folder / 'apiserver-certs'}",
+            f"--token-auth-file={folder / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={certs.sa_pub}",
+            f"--service-account-signing-key-file={certs.sa_key}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--allow-privileged=false",
+            "--v=1",
+        ],
+        logs,
+    )
+    _write_state(folder, state)
+    for ident in identities.IDENTITIES:
+        path = folder / f"{ident.name}.kubeconfig"
+        identities.write_kubeconfig(
+            path, server=server, ca_cert=certs.ca_cert, user=ident.user, token=tokens[ident.name]
+        )
+        state.kubeconfigs[ident.name] = str(path)
+    _write_state(folder, state)
+    _wait_ready(
+        f"{server}/readyz",
+        tokens["admin"],
+        ca=certs.ca_cert,
+        pids=state.pids,
+        logs=logs,
+        timeout=timeout,
+    )
+
+    state.pids["kube-controller-manager"] = _spawn(
+        "kube-controller-manager",
+        [
+            str(bindir / "kube-controller-manager"),
+            f"--kubeconfig={state.kubeconfigs['admin']}",
+            f"--controllers={','.join(CONTROLLERS)}",
+            f"--service-account-private-key-file={certs.sa_key}",
+            f"--root-ca-file={certs.ca_cert}",
+            "--leader-elect=false",
+            "--port=0",
+            "--secure-port=0",
+            "--use-service-account-credentials=false",
+            "--v=1",
+        ],
+        logs,
+    )
+    _write_state(folder, state)
+    return state
+
+
+def _write_state(folder: Path, state: ClusterState) -> None:
+    path = folder / STATE_FILE
+    path.write_text(json.dumps(asdict(state), indent=2), encoding="utf-8")
+
+
+def _is_ours(pid: int, folder: Path) -> bool:
+    """Only stop a PID whose command line still names this cluster's folder or etcd."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return False
+    return str(folder) in cmdline
+
+
+def down(folder: Path, *, keep_data: bool = False, timeout: float = 15) -> list[str]:
+    """Stop the processes recorded in `folder` and remove its state; returns what was stopped."""
+    folder = folder.resolve()
+    state = _load(folder)
+    stopped: list[str] = []
+    if state is not None:
+        order = ["kube-controller-manager", "kube-apiserver", "etcd"]
+        for name in order:
+            pid = state.pids.get(name)
+            if pid is None or not _alive(pid) or not _is_ours(pid, folder):
+                continue
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+            stopped.append(name)
+    if not keep_data and folder.exists():
+        shutil.rmtree(folder)
+    return stopped
