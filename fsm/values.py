@@ -9,8 +9,9 @@ them (`model_dump(by_alias=True)`).
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from fsm.reasons import CATALOGUE, ConditionStatus, Reason
@@ -178,6 +179,22 @@ class HttpsPolicy(Frozen):
     cluster_issuer_name: str | None = None
     custom_certificate_secret_name: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flatten_platform_shape(cls, data: Any) -> Any:
+        # The class spec mirrors the platform's https block (`certManager.clusterIssuerName`,
+        # `customCertificate.secretName`, as in the seeds); keep the flat fields as the noun.
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        cert_manager = data.pop("certManager", None) or {}
+        custom = data.pop("customCertificate", None) or {}
+        if "clusterIssuerName" in cert_manager:
+            data.setdefault("clusterIssuerName", cert_manager["clusterIssuerName"])
+        if "secretName" in custom:
+            data.setdefault("customCertificateSecretName", custom["secretName"])
+        return data
+
 
 class ExposurePolicy(Frozen):
     type: ExposureType = ExposureType.CLUSTER_LOCAL
@@ -279,3 +296,6 @@ class Candidate(Frozen):
 class PlanOutcome(Outcome):
     plan: Plan | None = None
     candidates: tuple[Candidate, ...] = ()
+    # "namespace/name" of lower-priority ResourceClaims the plan's place needs freed
+    # (lowest priority first); the controller preempts their holders before applying.
+    reclaims: tuple[str, ...] = ()
