@@ -1,0 +1,76 @@
+"""Engines for the two supported databases, configured the way the recorder relies on.
+
+SQLite (the default, one file): WAL so readers never block the writer, foreign keys on,
+a busy timeout so concurrent writers wait instead of failing, and real transactions —
+pysqlite's own transaction handling is switched off (it neither begins a transaction
+before a SELECT or DDL nor lets us choose `BEGIN IMMEDIATE`), and every SQLAlchemy
+transaction emits its own BEGIN. A connection tagged `write=True` begins with
+`BEGIN IMMEDIATE`, taking the single write lock up front: an append or a migration then
+never has to upgrade a read lock, which SQLite can only answer with SQLITE_BUSY.
+
+PostgreSQL (production) through psycopg 3; `postgresql://` URLs are given that driver.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+
+__all__ = ["BUSY_TIMEOUT_MS", "WRITE", "create_engine", "normalise_url"]
+
+BUSY_TIMEOUT_MS = 10_000
+
+# Execution option that marks a connection whose transactions will write.
+WRITE = "ai_inference_write"
+
+
+def normalise_url(url: str | URL) -> URL:
+    """Parse a database URL; plain `postgresql://` means psycopg 3 (the one driver we ship)."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise ValueError(
+            f"unsupported database {parsed.get_backend_name()!r}: use sqlite or postgresql"
+        )
+    return parsed
+
+
+def create_engine(url: str | URL) -> Engine:
+    """An engine for `url` with the pragmas/options the event log needs."""
+    parsed = normalise_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        engine = sa.create_engine(parsed)
+        _configure_sqlite(engine)
+        return engine
+    # pre_ping: a controller outlives database restarts; a dead pooled connection is
+    # replaced instead of failing the next append.
+    return sa.create_engine(parsed, pool_pre_ping=True)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    memory = engine.url.database in (None, "", ":memory:")
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # None = the driver issues no BEGIN/COMMIT of its own; SQLAlchemy's begin does.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            if not memory:
+                cursor.execute("PRAGMA journal_mode=WAL")
+                # Durable at every checkpoint, and safe against corruption, in WAL mode.
+                cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        finally:
+            cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        if conn.get_execution_options().get(WRITE):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")

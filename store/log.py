@@ -1,0 +1,422 @@
+"""The event log: append with an expected version and a leader epoch, read, look streams up.
+
+The controller appends the events a decision produced before it acts on them, and folds
+what it reads back; the audit CLI reads, time-travels and compares projections. One
+`EventLog` is shared by every worker thread: each call takes its own pooled connection
+and transaction.
+
+Guarantees, and where they come from:
+
+- Concurrency is the schema's: `(stream_uid, version)` is unique, so of two writers that
+  read the same head only one commits; the other gets `StreamConflict`, raised from the
+  database's IntegrityError. A writer whose expected version lies beyond the head (which
+  would leave a gap) is refused before inserting.
+- Fencing: every append carries the writer's leader epoch. In the same transaction the
+  append raises the single fence row to its epoch if that is newer, then reads the row
+  under a share lock (`FOR SHARE`; SQLite's one write lock plays that part) and refuses
+  with `StaleEpoch` if a newer epoch was seen. A takeover's update waits for the share
+  locks of appends in flight, and an append that starts after the takeover commits sees
+  the new epoch: an old leader's append either commits before the new leader's first
+  write or not at all.
+- Time is the caller's: `recorded_at` and deletion times are parameters. The store never
+  reads a clock, so a controller with an injected clock, and every test, is deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+from uuid import uuid4
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine, Row
+
+from fsm.events import Event
+from store import codec, connecting, migrating, schema
+from store.errors import (
+    StaleEpoch,
+    StoreError,
+    StoreUnavailable,
+    StreamConflict,
+    StreamDeleted,
+    StreamNotFound,
+)
+from store.records import Projection, RecordedEvent, Snapshot, StreamInfo, StreamKey
+
+__all__ = ["EventLog", "open_log"]
+
+_MAX_EPOCH = 2**63 - 1
+
+
+def open_log(url: str) -> EventLog:
+    """Open the log at `url` (`sqlite:///path` or `postgresql+psycopg://…`), migrating it."""
+    engine = connecting.create_engine(url)
+    try:
+        migrating.upgrade(engine)
+    except BaseException:
+        engine.dispose()
+        raise
+    return EventLog(engine)
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """The one boundary where the database library's failures become the store's."""
+    try:
+        yield
+    except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError) as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    except sa.exc.IntegrityError as exc:
+        raise StoreError(f"integrity violation: {exc}") from exc
+
+
+class EventLog:
+    """Streams of events, one per order UID, over an already migrated database."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- writing ----------------------------------------------------------------------
+
+    def append(
+        self,
+        stream: StreamKey,
+        events: Sequence[Event],
+        expected_version: int,
+        epoch: int,
+        recorded_at: datetime,
+    ) -> int:
+        """Append `events` after version `expected_version` (0: create the stream).
+
+        Returns the stream's new version. Raises StreamConflict if the head is not
+        `expected_version`, StaleEpoch if a newer leader epoch was seen, StreamDeleted if
+        the order's stream was marked deleted.
+        """
+        if not events:
+            raise ValueError("nothing to append")
+        _check_key(stream)
+        if expected_version < 0:
+            raise ValueError(f"expected_version must be >= 0, got {expected_version}")
+        _check_epoch(epoch)
+        _check_instant(recorded_at)
+        rows = [
+            {
+                "stream_uid": stream.uid,
+                "version": expected_version + offset,
+                "event_id": uuid4(),
+                "type": enc.type_name,
+                "schema_version": enc.schema_version,
+                "recorded_at": recorded_at,
+                "leader_epoch": epoch,
+                "payload": enc.payload,
+            }
+            for offset, enc in enumerate((codec.encode(e) for e in events), start=1)
+        ]
+        with _translated():
+            try:
+                with self._writing() as conn:
+                    _fence(conn, epoch)
+                    if expected_version == 0:
+                        conn.execute(
+                            sa.insert(schema.streams).values(
+                                uid=stream.uid,
+                                namespace=stream.namespace,
+                                name=stream.name,
+                                created_at=recorded_at,
+                            )
+                        )
+                    else:
+                        _check_writable_head(conn, stream.uid, expected_version)
+                    conn.execute(sa.insert(schema.events), rows)
+            except sa.exc.IntegrityError as exc:
+                # The stream row or the version was taken by a writer that committed first.
+                head = self._head_or_none(stream.uid)
+                raise StreamConflict(stream.uid, expected_version, head) from exc
+        return expected_version + len(rows)
+
+    def claim_epoch(self, epoch: int) -> int:
+        """Raise the fence to `epoch` without appending (a new leader's first act).
+
+        From then on appends stamped with an older epoch are refused even on streams the
+        new leader has not written yet. Returns the fence's epoch; raises StaleEpoch if a
+        newer one was already seen.
+        """
+        _check_epoch(epoch)
+        with _translated(), self._writing() as conn:
+            return _fence(conn, epoch)
+
+    def epoch(self) -> int:
+        """The newest leader epoch the store has seen."""
+        with _translated(), self._engine.connect() as conn:
+            query = sa.select(schema.leader_fence.c.epoch).where(
+                schema.leader_fence.c.id == schema.FENCE_ROW
+            )
+            return int(conn.execute(query).scalar_one())
+
+    def mark_deleted(self, uid: str, at: datetime) -> None:
+        """Mark the order gone; its history stays readable. The first deletion time is kept."""
+        _check_instant(at)
+        with _translated(), self._writing() as conn:
+            marked = conn.execute(
+                sa.update(schema.streams)
+                .where(schema.streams.c.uid == uid, schema.streams.c.deleted_at.is_(None))
+                .values(deleted_at=at)
+            )
+            if marked.rowcount == 0 and not _exists(conn, uid):
+                raise StreamNotFound(uid)
+
+    def save_snapshot(self, uid: str, version: int, state: Mapping[str, Any]) -> bool:
+        """Keep `state` as the fold of events 1..`version`; an older snapshot never wins.
+
+        Returns False when a snapshot of a later version is already stored.
+        """
+        return self._keep_latest(schema.snapshots, "state", uid, version, state)
+
+    def record_projection(self, uid: str, version: int, status: Mapping[str, Any]) -> bool:
+        """Record the status just written to the API, computed at stream `version`.
+
+        Returns False when a projection of a later version is already recorded (a slower
+        writer must not roll the record back).
+        """
+        return self._keep_latest(schema.projections, "status", uid, version, status)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def read(
+        self,
+        stream_uid: str,
+        after_version: int = 0,
+        upto_version: int | None = None,
+        upto_time: datetime | None = None,
+    ) -> list[RecordedEvent]:
+        """Events of one stream with `after_version < version <= upto_version`, in order.
+
+        `upto_time` cuts the stream before its first event recorded after that instant,
+        so the answer is always a prefix of the stream: what the log held at that time.
+        Raises StreamNotFound for an unknown uid.
+        """
+        query = (
+            sa.select(schema.events)
+            .where(
+                schema.events.c.stream_uid == stream_uid, schema.events.c.version > after_version
+            )
+            .order_by(schema.events.c.version)
+        )
+        if upto_version is not None:
+            query = query.where(schema.events.c.version <= upto_version)
+        if upto_time is not None:
+            _check_instant(upto_time)
+            first_later = (
+                sa.select(sa.func.min(schema.events.c.version))
+                .where(
+                    schema.events.c.stream_uid == stream_uid,
+                    schema.events.c.recorded_at > upto_time,
+                )
+                .scalar_subquery()
+            )
+            query = query.where(
+                sa.or_(first_later.is_(None), schema.events.c.version < first_later)
+            )
+        with _translated(), self._engine.connect() as conn:
+            rows = conn.execute(query).all()
+            if not rows and not _exists(conn, stream_uid):
+                raise StreamNotFound(stream_uid)
+        return [_recorded(row) for row in rows]
+
+    def stream(self, uid: str) -> StreamInfo | None:
+        """The stream of one order UID, or None."""
+        found = self._infos(schema.streams.c.uid == uid)
+        return found[0] if found else None
+
+    def find_stream(self, namespace: str, name: str) -> StreamInfo | None:
+        """The newest stream recorded under namespace/name (deleted or not), or None."""
+        found = self._infos(
+            sa.and_(schema.streams.c.namespace == namespace, schema.streams.c.name == name),
+            newest_first=True,
+        )
+        return found[0] if found else None
+
+    def streams(self) -> list[StreamInfo]:
+        """Every stream, deleted ones included, oldest first."""
+        return self._infos(sa.true())
+
+    def load_snapshot(self, uid: str) -> Snapshot | None:
+        row = self._latest(schema.snapshots, "state", uid)
+        return None if row is None else Snapshot(row[0], row[1])
+
+    def projection(self, uid: str) -> Projection | None:
+        row = self._latest(schema.projections, "status", uid)
+        return None if row is None else Projection(row[0], row[1])
+
+    # -- helpers ----------------------------------------------------------------------
+
+    @contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        with self._engine.connect() as conn:
+            conn.execution_options(**{connecting.WRITE: True})
+            with conn.begin():
+                yield conn
+
+    def _head_or_none(self, uid: str) -> int | None:
+        try:
+            with self._engine.connect() as conn:
+                return _head(conn, uid)
+        except sa.exc.SQLAlchemyError:
+            return None
+
+    def _infos(
+        self, where: sa.ColumnElement[bool], *, newest_first: bool = False
+    ) -> list[StreamInfo]:
+        head = (
+            sa.select(sa.func.coalesce(sa.func.max(schema.events.c.version), 0))
+            .where(schema.events.c.stream_uid == schema.streams.c.uid)
+            .scalar_subquery()
+        )
+        order: list[sa.ColumnElement[Any]] = [schema.streams.c.created_at, schema.streams.c.uid]
+        if newest_first:
+            # Same name, same instant (a skewed clock): the live order is the one meant.
+            order = [
+                schema.streams.c.created_at.desc(),
+                sa.case((schema.streams.c.deleted_at.is_(None), 1), else_=0).desc(),
+                schema.streams.c.uid.desc(),
+            ]
+        query = sa.select(schema.streams, head.label("head")).where(where).order_by(*order)
+        with _translated(), self._engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [
+            StreamInfo(r.uid, r.namespace, r.name, r.created_at, r.deleted_at, int(r.head))
+            for r in rows
+        ]
+
+    def _keep_latest(
+        self, table: sa.Table, column: str, uid: str, version: int, value: Mapping[str, Any]
+    ) -> bool:
+        if version < 1:
+            raise ValueError(f"version must be >= 1, got {version}")
+        document = dict(value)
+        # Fail here, in the caller's terms, rather than deep inside the driver's bind step.
+        json.dumps(document, allow_nan=False)
+        dialect_insert = (
+            postgresql.insert if self._engine.dialect.name == "postgresql" else sqlite.insert
+        )
+        stmt = dialect_insert(table).values(
+            {"stream_uid": uid, "version": version, column: document}
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[table.c.stream_uid],
+            set_={"version": stmt.excluded.version, column: stmt.excluded[column]},
+            where=table.c.version <= stmt.excluded.version,
+        )
+        with _translated(), self._writing() as conn:
+            head = _head(conn, uid)
+            if head == 0 and not _exists(conn, uid):
+                raise StreamNotFound(uid)
+            if version > head:
+                raise ValueError(f"stream {uid} is at version {head}, not {version}")
+            return bool(conn.execute(stmt).rowcount)
+
+    def _latest(self, table: sa.Table, column: str, uid: str) -> tuple[int, dict[str, Any]] | None:
+        query = sa.select(table.c.version, table.c[column]).where(table.c.stream_uid == uid)
+        with _translated(), self._engine.connect() as conn:
+            row = conn.execute(query).first()
+        return None if row is None else (int(row[0]), dict(row[1]))
+
+
+def _check_epoch(epoch: int) -> None:
+    if not 0 <= epoch <= _MAX_EPOCH:
+        raise ValueError(f"leader epoch must be a non-negative 64-bit int, got {epoch}")
+
+
+def _check_key(stream: StreamKey) -> None:
+    # The columns' widths are Kubernetes' own limits; refuse here, not as a driver error.
+    uid, namespace, name = stream
+    if not 0 < len(uid) <= 64 or not 0 < len(namespace) <= 63 or not 0 < len(name) <= 253:
+        raise ValueError(f"not a Kubernetes object key: {stream!r}")
+
+
+def _check_instant(at: datetime) -> None:
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise ValueError(f"naive datetime {at!r}: give the log timezone-aware instants")
+
+
+def _fence(conn: Connection, epoch: int) -> int:
+    """Advance the fence to `epoch` if newer; refuse if it has seen a newer one."""
+    row = schema.leader_fence.c.id == schema.FENCE_ROW
+    conn.execute(
+        sa.update(schema.leader_fence)
+        .where(row, schema.leader_fence.c.epoch < epoch)
+        .values(epoch=epoch)
+    )
+    # FOR SHARE: a takeover's UPDATE now waits until this transaction ends.
+    seen = conn.execute(
+        sa.select(schema.leader_fence.c.epoch).where(row).with_for_update(read=True)
+    ).scalar_one()
+    if seen > epoch:
+        raise StaleEpoch(epoch, int(seen))
+    return epoch
+
+
+def _check_writable_head(conn: Connection, uid: str, expected: int) -> None:
+    """The version `expected` exists (no gap) and the stream takes events."""
+    found = conn.execute(
+        sa.select(schema.streams.c.deleted_at)
+        .join(
+            schema.events,
+            sa.and_(
+                schema.events.c.stream_uid == schema.streams.c.uid,
+                schema.events.c.version == expected,
+            ),
+        )
+        .where(schema.streams.c.uid == uid)
+    ).first()
+    if found is None:
+        raise StreamConflict(uid, expected, _head(conn, uid))
+    if found.deleted_at is not None:
+        raise StreamDeleted(uid)
+
+
+def _head(conn: Connection, uid: str) -> int:
+    query = sa.select(sa.func.coalesce(sa.func.max(schema.events.c.version), 0)).where(
+        schema.events.c.stream_uid == uid
+    )
+    return int(conn.execute(query).scalar_one())
+
+
+def _exists(conn: Connection, uid: str) -> bool:
+    return (
+        conn.execute(sa.select(schema.streams.c.uid).where(schema.streams.c.uid == uid)).first()
+        is not None
+    )
+
+
+def _recorded(row: Row[Any]) -> RecordedEvent:
+    return RecordedEvent(
+        position=int(row.position),
+        stream_uid=row.stream_uid,
+        version=int(row.version),
+        event_id=row.event_id,
+        type_name=row.type,
+        schema_version=int(row.schema_version),
+        recorded_at=row.recorded_at,
+        epoch=int(row.leader_epoch),
+        event=codec.decode(
+            row.type, row.schema_version, row.payload, uid=row.stream_uid, version=row.version
+        ),
+    )

@@ -1,0 +1,89 @@
+"""Bringing a database's schema to this code's head, programmatically, on every open.
+
+The schema exists only in the Alembic scripts of `migrations/`; nothing calls
+`metadata.create_all`. The folder is found by path, relative to this package: in a source
+checkout it is the repository's `migrations/`, in an installed wheel it is shipped as
+`adapters/_bundled/migrations` beside this package (a path lookup, not an import of
+`adapters`, which `store` must not know).
+
+Two controllers may start at once: on PostgreSQL the whole upgrade runs in one
+transaction under an advisory lock (its DDL is transactional), on SQLite under
+`BEGIN IMMEDIATE`; the second starter waits and then finds the schema at head.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
+from sqlalchemy.engine import Connection, Engine
+
+from store.connecting import WRITE
+from store.errors import SchemaError, StoreUnavailable
+
+__all__ = [
+    "alembic_config",
+    "current_revision",
+    "head_revision",
+    "migrations_folder",
+    "upgrade",
+]
+
+_PACKAGE = Path(__file__).resolve().parent
+_CANDIDATES = (
+    _PACKAGE.parent / "migrations",
+    _PACKAGE.parent / "adapters" / "_bundled" / "migrations",
+)
+
+# pg_advisory_xact_lock key shared by every process migrating this database ("aiinfmig").
+_LOCK_KEY = 0x6169_696E_666D_6967
+
+
+def migrations_folder() -> Path:
+    """The Alembic script folder of this installation (source checkout or wheel)."""
+    for folder in _CANDIDATES:
+        if (folder / "env.py").is_file():
+            return folder
+    tried = ", ".join(str(c) for c in _CANDIDATES)
+    raise SchemaError(f"no migrations folder found (tried {tried})")
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """An Alembic config for the shipped scripts; with `connection`, env.py migrates that."""
+    config = Config()
+    config.set_main_option("script_location", str(migrations_folder()))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:
+        raise SchemaError("the migrations folder has no revisions")
+    return head
+
+
+def current_revision(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def upgrade(engine: Engine) -> None:
+    """Run `alembic upgrade head` on `engine`'s database, atomically and once at a time."""
+    try:
+        with engine.connect() as conn:
+            conn.execution_options(**{WRITE: True})
+            with conn.begin():
+                if conn.dialect.name == "postgresql":
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+                command.upgrade(alembic_config(conn), "head")
+    except CommandError as exc:
+        # Typically a database migrated by a newer release than this one.
+        raise SchemaError(f"cannot migrate the event log: {exc}") from exc
+    except sa.exc.OperationalError as exc:
+        raise StoreUnavailable(f"cannot migrate the event log: {exc}") from exc
