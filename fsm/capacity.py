@@ -1,0 +1,519 @@
+"""The capacity snapshot: DRA objects as the API returns them, read into what the planner needs.
+
+The controller lists DeviceClasses, ResourceSlices and ResourceClaims (`resource.k8s.io/v1`)
+and hands them over as plain dicts; this module turns them into frozen values and answers
+the one question both the planner and the controller's preemption ask: *where does a place
+of this shape fit now, and which lower-priority claims would have to go for it?* The
+scheduler never preempts for devices (DRA.md), so this answer is the controller's to act on.
+
+Accounting is in share units: every device holds 100. A Dedicated claim takes all 100; a
+Shared claim takes its share percent, but only on a device that allows multiple
+allocations (Kubernetes' consumable-capacity model) — anywhere else any claim takes the
+whole device. Pools follow the scheduler: per (driver, pool) only the newest generation
+counts, and an incomplete pool or one with duplicate device names offers nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from fsm.quantity import QuantityError, parse_quantity
+from fsm.values import PlacementMode, SharingMode
+
+__all__ = [
+    "FULL_SHARE",
+    "ORDER_UID_LABEL",
+    "PLACEMENT_LABEL",
+    "SHARE_PERCENT_LABEL",
+    "SHARING_LABEL",
+    "Allocation",
+    "Device",
+    "DeviceClassInfo",
+    "Place",
+    "Snapshot",
+    "Version",
+    "find_place",
+    "parse_snapshot",
+    "usage_by_device",
+]
+
+PLACEMENT_LABEL = "ai.deckhouse.io/placement"
+SHARING_LABEL = "ai.deckhouse.io/sharing"
+SHARE_PERCENT_LABEL = "ai.deckhouse.io/share-percent"
+# Put on the ResourceClaimTemplate's `spec.metadata.labels`: Kubernetes copies it onto
+# every generated claim, which is how a claim is traced back to the order holding it.
+ORDER_UID_LABEL = "ai.deckhouse.io/inference-service-uid"
+
+FULL_SHARE = 100
+DEFAULT_SHARE_PERCENT = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """A DRA `version` attribute (semver text); CEL sees it as a semver value."""
+
+    text: str
+
+
+AttributeValue = str | int | bool | Version
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One device of a ResourceSlice. Attribute and capacity names are fully qualified."""
+
+    driver: str
+    pool: str
+    name: str
+    node: str  # the slice's nodeName, else the pool: a place never spans it
+    attributes: tuple[tuple[str, AttributeValue], ...] = ()
+    capacity: tuple[tuple[str, Fraction], ...] = ()
+    allow_multiple_allocations: bool = False
+
+    @property
+    def id(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.name}"
+
+    def attribute(self, name: str) -> AttributeValue | None:
+        """An attribute by its qualified name, or by a bare name in the driver's domain."""
+        qualified = name if "/" in name else f"{self.driver}/{name}"
+        return dict(self.attributes).get(qualified)
+
+    @property
+    def product_name(self) -> str:
+        value = self.attribute("productName")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def device_type(self) -> str:
+        value = self.attribute("type")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def memory_bytes(self) -> Fraction | None:
+        caps = dict(self.capacity)
+        if f"{self.driver}/memory" in caps:
+            return caps[f"{self.driver}/memory"]
+        # A driver may publish memory under another domain; take the first, by name.
+        others = sorted(key for key in caps if key.rsplit("/", 1)[-1] == "memory")
+        return caps[others[0]] if others else None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClassInfo:
+    """A DeviceClass: its selectors and what its labels say of placement and sharing."""
+
+    name: str
+    generation: int = 0
+    selectors: tuple[str, ...] = ()
+    placement: PlacementMode | None = None  # None: from the devices it selects
+    sharing: SharingMode = SharingMode.DEDICATED
+    share_percent: int | None = None  # set iff sharing is Shared
+    label_error: str | None = None  # labels that cannot be read make the class unjudgeable
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """An allocated ResourceClaim: which devices it takes, at what share, for whom."""
+
+    namespace: str
+    name: str
+    devices: tuple[str, ...]
+    share_percent: int = FULL_SHARE
+    holder: str | None = None  # the order's UID, from ORDER_UID_LABEL
+    priority: int | None = None  # the holder's priority value; None: never reclaimable
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What the planner saw. Sorted throughout, so the same cluster yields the same value."""
+
+    device_classes: tuple[DeviceClassInfo, ...] = ()
+    devices: tuple[Device, ...] = ()
+    allocations: tuple[Allocation, ...] = ()
+    priority_classes: tuple[tuple[str, int], ...] = ()
+    default_priority: int = 0  # the globalDefault PriorityClass's value, else 0
+    problems: tuple[str, ...] = ()  # pools or objects skipped, and why
+
+    def device_class(self, name: str) -> DeviceClassInfo | None:
+        return next((dc for dc in self.device_classes if dc.name == name), None)
+
+    def priority_value(self, priority_class_name: str | None) -> int | None:
+        """A PriorityClass's value; the cluster default for None; None if it is missing."""
+        if priority_class_name is None:
+            return self.default_priority
+        return dict(self.priority_classes).get(priority_class_name)
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Devices for each replica (one tuple per replica) and the claims to free first."""
+
+    replicas: tuple[tuple[str, ...], ...]
+    reclaims: tuple[str, ...] = ()
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(device for replica in self.replicas for device in replica)
+
+
+# --- parsing ----------------------------------------------------------------------
+
+
+def parse_snapshot(
+    device_classes: Iterable[Mapping[str, Any]] = (),
+    resource_slices: Iterable[Mapping[str, Any]] = (),
+    resource_claims: Iterable[Mapping[str, Any]] = (),
+    *,
+    priority_classes: Iterable[Mapping[str, Any]] = (),
+    holder_priorities: Mapping[str, int] | None = None,
+) -> Snapshot:
+    """Read the API's objects (dicts shaped as `resource.k8s.io/v1` returns them).
+
+    `holder_priorities` maps an order UID to its priority value; a claim whose holder is
+    not in it (another workload, or an order of unknown priority) is never reclaimable.
+    """
+    problems: list[str] = []
+    classes = sorted((_device_class(obj) for obj in device_classes), key=lambda dc: dc.name)
+    devices = _devices(resource_slices, problems)
+    by_id = {device.id: device for device in devices}
+    allocations = [
+        alloc
+        for obj in resource_claims
+        if (alloc := _allocation(obj, holder_priorities or {})) is not None
+    ]
+    for alloc in allocations:
+        unknown = [device for device in alloc.devices if device not in by_id]
+        if unknown:
+            problems.append(f"claim {alloc.key} holds unpublished device(s) {', '.join(unknown)}")
+    prios: dict[str, int] = {}
+    default = 0
+    for obj in priority_classes:
+        name = str(obj.get("metadata", {}).get("name", ""))
+        value = int(obj.get("value", 0))
+        prios[name] = value
+        if obj.get("globalDefault"):
+            default = value
+    return Snapshot(
+        device_classes=tuple(classes),
+        devices=tuple(sorted(devices, key=lambda d: d.id)),
+        allocations=tuple(sorted(allocations, key=lambda a: a.key)),
+        priority_classes=tuple(sorted(prios.items())),
+        default_priority=default,
+        problems=tuple(problems),
+    )
+
+
+def _device_class(obj: Mapping[str, Any]) -> DeviceClassInfo:
+    meta = obj.get("metadata") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    selectors = tuple(
+        str((sel.get("cel") or {}).get("expression", ""))
+        for sel in (obj.get("spec") or {}).get("selectors") or ()
+    )
+    name = str(meta.get("name", ""))
+    generation = int(meta.get("generation") or 0)
+    errors: list[str] = []
+    placement: PlacementMode | None = None
+    if PLACEMENT_LABEL in labels:
+        try:
+            placement = PlacementMode(labels[PLACEMENT_LABEL])
+        except ValueError:
+            errors.append(
+                f"{PLACEMENT_LABEL}={labels[PLACEMENT_LABEL]!r} is not WholeDevice|Partition"
+            )
+    sharing = SharingMode.DEDICATED
+    if SHARING_LABEL in labels:
+        try:
+            sharing = SharingMode(labels[SHARING_LABEL])
+        except ValueError:
+            errors.append(f"{SHARING_LABEL}={labels[SHARING_LABEL]!r} is not Dedicated|Shared")
+    share: int | None = None
+    if sharing is SharingMode.SHARED:
+        raw = labels.get(SHARE_PERCENT_LABEL, str(DEFAULT_SHARE_PERCENT))
+        if raw.isdigit() and 1 <= int(raw) <= FULL_SHARE:
+            share = int(raw)
+        else:
+            errors.append(f"{SHARE_PERCENT_LABEL}={raw!r} is not a whole percent in 1..100")
+    return DeviceClassInfo(
+        name=name,
+        generation=generation,
+        selectors=selectors,
+        placement=placement,
+        sharing=sharing,
+        share_percent=share,
+        label_error="; ".join(errors) or None,
+    )
+
+
+def _devices(slices: Iterable[Mapping[str, Any]], problems: list[str]) -> list[Device]:
+    pools: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for obj in slices:
+        spec = obj.get("spec") or {}
+        pools.setdefault(
+            (str(spec.get("driver", "")), str((spec.get("pool") or {}).get("name", ""))), []
+        ).append(obj)
+    devices: list[Device] = []
+    for (driver, pool), members in sorted(pools.items()):
+        newest = max(int(m["spec"]["pool"].get("generation", 0)) for m in members)
+        current = [m for m in members if int(m["spec"]["pool"].get("generation", 0)) == newest]
+        expected = {int(m["spec"]["pool"].get("resourceSliceCount", 1)) for m in current}
+        if expected != {len(current)}:
+            problems.append(
+                f"pool {driver}/{pool} generation {newest} is incomplete: "
+                f"{len(current)} of {sorted(expected)} slice(s)"
+            )
+            continue
+        pool_devices = [
+            _device(driver, pool, m["spec"], dev)
+            for m in current
+            for dev in m["spec"].get("devices") or ()
+        ]
+        names = [d.name for d in pool_devices]
+        if len(names) != len(set(names)):
+            problems.append(f"pool {driver}/{pool} is invalid: duplicate device names")
+            continue
+        devices.extend(pool_devices)
+    return devices
+
+
+def _device(driver: str, pool: str, spec: Mapping[str, Any], dev: Mapping[str, Any]) -> Device:
+    body = dev.get("basic") or dev  # v1beta1 nested devices under `basic`; v1 does not
+    attributes: list[tuple[str, AttributeValue]] = []
+    for key, typed in (body.get("attributes") or {}).items():
+        qualified = key if "/" in key else f"{driver}/{key}"
+        if "version" in typed:
+            attributes.append((qualified, Version(str(typed["version"]))))
+        elif "bool" in typed:
+            attributes.append((qualified, bool(typed["bool"])))
+        elif "int" in typed:
+            attributes.append((qualified, int(typed["int"])))
+        elif "string" in typed:
+            attributes.append((qualified, str(typed["string"])))
+    capacity: list[tuple[str, Fraction]] = []
+    for key, cap in (body.get("capacity") or {}).items():
+        qualified = key if "/" in key else f"{driver}/{key}"
+        try:
+            capacity.append((qualified, parse_quantity(cap.get("value", 0))))
+        except QuantityError:
+            continue  # an unreadable capacity is as good as unpublished
+    node = spec.get("nodeName") or f"{driver}/{pool}"
+    return Device(
+        driver=driver,
+        pool=pool,
+        name=str(dev["name"]),
+        node=str(node),
+        attributes=tuple(sorted(attributes)),
+        capacity=tuple(sorted(capacity)),
+        allow_multiple_allocations=bool(body.get("allowMultipleAllocations", False)),
+    )
+
+
+def _allocation(obj: Mapping[str, Any], priorities: Mapping[str, int]) -> Allocation | None:
+    results = (((obj.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+        "results"
+    ) or ()
+    if not results:
+        return None  # pending claims hold nothing
+    meta = obj.get("metadata") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    holder = labels.get(ORDER_UID_LABEL)
+    return Allocation(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        devices=tuple(f"{r['driver']}/{r['pool']}/{r['device']}" for r in results),
+        share_percent=_claim_share(obj, labels),
+        holder=holder,
+        priority=priorities.get(holder) if holder is not None else None,
+    )
+
+
+def _claim_share(obj: Mapping[str, Any], labels: Mapping[str, str]) -> int:
+    raw = labels.get(SHARE_PERCENT_LABEL, "")
+    if raw.isdigit() and 1 <= int(raw) <= FULL_SHARE:
+        return int(raw)
+    for config in ((obj.get("spec") or {}).get("devices") or {}).get("config") or ():
+        sharing = ((config.get("opaque") or {}).get("parameters") or {}).get("sharing") or {}
+        percent = (sharing.get("mpsConfig") or {}).get("defaultActiveThreadPercentage")
+        if (
+            sharing.get("strategy") == "MPS"
+            and isinstance(percent, int)
+            and 1 <= percent <= FULL_SHARE
+        ):
+            return percent
+    return FULL_SHARE
+
+
+# --- accounting -------------------------------------------------------------------
+
+
+@dataclass
+class _Use:
+    """Share units in use on one device, and the claims (with their units) using them."""
+
+    used: int = 0
+    claims: list[tuple[Allocation, int]] = field(default_factory=list)
+
+    def copy(self) -> _Use:
+        return _Use(self.used, list(self.claims))
+
+
+def usage_by_device(
+    snapshot: Snapshot,
+    *,
+    own_uid: str | None = None,
+    held: Sequence[str] = (),
+    held_share: int = FULL_SHARE,
+) -> dict[str, int]:
+    """Share units in use per device id, the order's own place included."""
+    return {key: use.used for key, use in _usage(snapshot, own_uid, held, held_share).items()}
+
+
+def _units(device: Device, share_percent: int) -> int:
+    return share_percent if device.allow_multiple_allocations else FULL_SHARE
+
+
+def _usage(
+    snapshot: Snapshot, own_uid: str | None, held: Sequence[str], held_share: int
+) -> dict[str, _Use]:
+    by_id = {device.id: device for device in snapshot.devices}
+    usage = {device_id: _Use() for device_id in by_id}
+    own_devices: set[str] = set()
+    for alloc in snapshot.allocations:
+        for device_id in alloc.devices:
+            if device_id not in usage:
+                continue
+            units = _units(by_id[device_id], alloc.share_percent)
+            usage[device_id].used += units
+            usage[device_id].claims.append((alloc, units))
+            if own_uid is not None and alloc.holder == own_uid:
+                own_devices.add(device_id)
+    # The held place counts as taken even before its claims show up in the snapshot.
+    for device_id in held:
+        if device_id in usage and device_id not in own_devices:
+            usage[device_id].used += _units(by_id[device_id], held_share)
+    return usage
+
+
+def _release(usage: dict[str, _Use], victim: Allocation) -> None:
+    """Free a claim everywhere it holds devices."""
+    for device_id in victim.devices:
+        use = usage.get(device_id)
+        if use is None:
+            continue
+        for entry in [e for e in use.claims if e[0] is victim]:
+            use.claims.remove(entry)
+            use.used -= entry[1]
+
+
+def find_place(
+    snapshot: Snapshot,
+    devices: Sequence[Device],
+    *,
+    count: int,
+    share_percent: int = FULL_SHARE,
+    replicas: int = 1,
+    priority: int | None = None,
+    own_uid: str | None = None,
+    held: Sequence[str] = (),
+    held_share: int = FULL_SHARE,
+) -> Place | None:
+    """A place for `replicas` replicas of `count` distinct devices on one node each.
+
+    Free share units are used first. Where none are left, claims of lower priority than
+    `priority` are freed, lowest priority first (a claim spanning several devices frees
+    all of them). The order's own claims (`own_uid`) and its `held` devices are never
+    offered and never reclaimed. None: no place, not even by reclaiming.
+    """
+    usage = _usage(snapshot, own_uid, held, held_share)
+    by_node: dict[str, list[Device]] = {}
+    for device in sorted({d.id: d for d in devices if d.id in usage}.values(), key=lambda d: d.id):
+        by_node.setdefault(device.node, []).append(device)
+    placed: list[tuple[str, ...]] = []
+    reclaimed: dict[str, Allocation] = {}
+    for _ in range(replicas):
+        best: tuple[tuple[int, int, int], str, dict[str, _Use], list[str], list[Allocation]] | None
+        best = None
+        for node, node_devices in sorted(by_node.items()):
+            trial = _take(
+                usage, node_devices, count, share_percent, priority=priority, own_uid=own_uid
+            )
+            if trial is None:
+                continue
+            after, chosen, freed = trial
+            cost = (int(bool(freed)), max((a.priority or 0 for a in freed), default=0), len(freed))
+            if best is None or (cost, node) < (best[0], best[1]):
+                best = (cost, node, after, chosen, freed)
+        if best is None:
+            return None
+        usage.update(best[2])
+        for victim in best[4]:
+            _release(usage, victim)  # off the node too: a claim is freed everywhere
+        placed.append(tuple(best[3]))
+        reclaimed.update((victim.key, victim) for victim in best[4])
+    order = sorted(reclaimed.values(), key=lambda a: (a.priority or 0, a.key))
+    return Place(replicas=tuple(placed), reclaims=tuple(a.key for a in order))
+
+
+def _take(
+    usage: dict[str, _Use],
+    node_devices: Sequence[Device],
+    count: int,
+    share_percent: int,
+    *,
+    priority: int | None,
+    own_uid: str | None,
+) -> tuple[dict[str, _Use], list[str], list[Allocation]] | None:
+    """Greedy on a copy of the usage: free devices first, then the cheapest reclaim."""
+    trial = {device.id: usage[device.id].copy() for device in node_devices}
+    chosen: list[str] = []
+    freed: list[Allocation] = []
+    for _ in range(count):
+        options: list[tuple[tuple[int, int, int], str, list[Allocation]]] = []
+        for device in node_devices:
+            if device.id in chosen:
+                continue
+            need = _units(device, share_percent)
+            use = trial[device.id]
+            free = FULL_SHARE - use.used
+            if free >= need:
+                options.append(((0, 0, 0), device.id, []))
+                continue
+            if priority is None:
+                continue
+            victims = sorted(
+                (
+                    (alloc, units)
+                    for alloc, units in use.claims
+                    if alloc.priority is not None
+                    and alloc.priority < priority
+                    and (own_uid is None or alloc.holder != own_uid)
+                ),
+                key=lambda entry: (entry[0].priority or 0, entry[0].key),
+            )
+            picked: list[Allocation] = []
+            for alloc, units in victims:
+                if free >= need:
+                    break
+                picked.append(alloc)
+                free += units
+            if free >= need:
+                top = max(a.priority or 0 for a in picked)
+                options.append(((1, top, len(picked)), device.id, picked))
+        if not options:
+            return None
+        _, device_id, picked = min(options, key=lambda o: (o[0], o[1]))
+        for victim in picked:
+            _release(trial, victim)
+            freed.append(victim)
+        device = next(d for d in node_devices if d.id == device_id)
+        trial[device_id].used += _units(device, share_percent)
+        chosen.append(device_id)
+    return trial, chosen, freed
