@@ -1,0 +1,23 @@
+"""Model sources: what the HuggingFace hub and the ai-models catalog say about a model.
+
+The controller calls `HubResolver.resolve` (HuggingFace refs) or `facts_from_catalog` /
+`CatalogReader.read` (ai-models refs, after `catalog_gate`), and gets a `ModelLookup`:
+`ModelFound(facts)` or `ModelUnavailable(reason, message)`.
+"""
+
+from adapters.models.catalog import CatalogReader, catalog_gate, catalog_target, facts_from_catalog
+from adapters.models.huggingface import HubResolver, HubSettings, is_repo_id
+from adapters.models.lookup import ModelFound, ModelLookup, ModelUnavailable
+
+__all__ = [
+    "CatalogReader",
+    "HubResolver",
+    "HubSettings",
+    "ModelFound",
+    "ModelLookup",
+    "ModelUnavailable",
+    "catalog_gate",
+    "catalog_target",
+    "facts_from_catalog",
+    "is_repo_id",
+]

@@ -227,7 +227,7 @@ class StandInHub:
             fixture = load_fixture(fixture or FIXTURE)
         self.fixture = fixture
         self.delay = 0.0
-        self._broken: set[str] = set()
+        self._broken: dict[str, str] = {}  # repo id -> "all" | "files"
         self._requests: list[HubRequest] = []
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -236,20 +236,26 @@ class StandInHub:
         bound_host, bound_port = self._server.server_address[:2]
         self.url = f"http://{bound_host!s}:{bound_port}"
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="standin-hub", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},  # close() returns within one poll
+            name="standin-hub",
+            daemon=True,
         )
         self._thread.start()
 
     # --- knobs -------------------------------------------------------------------------
 
-    def break_json(self, repo_id: str) -> None:
-        """Answer garbage instead of JSON for this model's metadata and JSON files."""
+    def break_json(self, repo_id: str, *, files_only: bool = False) -> None:
+        """Answer garbage instead of JSON for this model's info and JSON files.
+
+        `files_only`: the info stays valid and only files such as config.json break.
+        """
         with self._lock:
-            self._broken.add(repo_id)
+            self._broken[repo_id] = "files" if files_only else "all"
 
     def mend(self, repo_id: str) -> None:
         with self._lock:
-            self._broken.discard(repo_id)
+            self._broken.pop(repo_id, None)
 
     @property
     def requests(self) -> tuple[HubRequest, ...]:
@@ -292,7 +298,7 @@ class StandInHub:
         path = unquote(split.path)
         with self._lock:
             self._requests.append(HubRequest(method, path, token is not None))
-            broken = set(self._broken)
+            broken = dict(self._broken)
         if self.delay > 0 and self._closing.wait(self.delay):
             return _error(503, None, "the stand-in hub is shutting down")
         account = None
@@ -317,7 +323,7 @@ class StandInHub:
         return model
 
     def _api(
-        self, rest: str, query: dict[str, list[str]], account: str | None, broken: set[str]
+        self, rest: str, query: dict[str, list[str]], account: str | None, broken: dict[str, str]
     ) -> _Answer:
         repo_id, _, revision = rest.partition("/revision/")
         model = self._repo(repo_id, account)
@@ -325,7 +331,7 @@ class StandInHub:
             return model
         if revision and revision not in ("main", model.sha):
             return _error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
-        if repo_id in broken:
+        if broken.get(repo_id) == "all":
             return _Answer(200, _GARBAGE, {"Content-Type": "application/json"})
         flag = {k: v[-1].lower() in ("1", "true") for k, v in query.items()}
         body = model.api_answer(
@@ -335,7 +341,9 @@ class StandInHub:
         )
         return _Answer(200, json.dumps(body).encode(), {"Content-Type": "application/json"})
 
-    def _resolve(self, method: str, path: str, account: str | None, broken: set[str]) -> _Answer:
+    def _resolve(
+        self, method: str, path: str, account: str | None, broken: dict[str, str]
+    ) -> _Answer:
         head, _, tail = path.lstrip("/").partition("/resolve/")
         revision, _, filename = tail.partition("/")
         model = self._repo(head, account)

@@ -1,0 +1,437 @@
+"""Resolve a HuggingFace model ref (`org/name`) into ModelFacts, from a configurable hub.
+
+The controller calls `HubResolver.resolve` while validating an order whose model source
+is HuggingFace; the answer becomes the ModelResolved observation. It reads, through
+`huggingface_hub`: the model's info (task tag, tags, files and sizes, safetensors counts,
+gated flag, commit sha), `config.json` at that commit (architecture, dtype,
+quantization), and the chat template (tool-calling hint). The rules that turn those into
+facts live in `hub_facts` and docs/model-sources.md.
+
+What callers can rely on:
+- every failure is one of four distinct reasons: ModelAccessDenied (gated or refused
+  token), ModelNotFound (no such repo or revision), ModelSourceUnreachable (hub down,
+  slow, 429/5xx) and ModelMetadataInvalid (an answer that cannot be read);
+- one resolution never takes longer than `total_timeout`, one request than
+  `request_timeout`; the library does no retries of its own on these calls;
+- answers are cached per (name, revision, token fingerprint) for `cache_ttl` (failures
+  that will not fix themselves for `failure_cache_ttl`; unreachable is never cached);
+- the token is sent only to the configured endpoint, never logged, never in a message
+  or a cache key; huggingface_hub neither reads a token from the machine nor sends
+  telemetry (set explicitly below, whatever the environment says).
+
+Exceptions of huggingface_hub and httpx2 are translated once, in `_Resolution.errors`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import httpx2
+import pydantic
+from huggingface_hub import (
+    HfApi,
+    constants,
+    get_hf_file_metadata,
+    get_session,
+    hf_hub_url,
+    hf_raise_for_status,
+)
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    OfflineModeIsEnabled,
+    RemoteEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.hf_api import ModelInfo
+
+# Public (documented) API; the package's lazy re-export hides it from type checkers.
+from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
+
+from adapters.models import hub_facts
+from adapters.models.caching import TtlCache, token_fingerprint
+from adapters.models.lookup import ModelFound, ModelLookup, ModelUnavailable
+from fsm.reasons import Reason
+from fsm.values import ModelFacts, ModelFormat, ModelSource
+
+__all__ = ["HubResolver", "HubSettings", "harden_huggingface_hub", "is_repo_id"]
+
+log = logging.getLogger(__name__)
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
+_LIBRARY = "ai-inference"
+try:
+    _VERSION = metadata.version(_LIBRARY)
+except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+    _VERSION = "0"
+
+
+def harden_huggingface_hub() -> None:
+    """Set the library's switches explicitly instead of inheriting the machine's.
+
+    No implicit token (never ~/.cache/huggingface/token nor HF_TOKEN: only the order's),
+    no telemetry, no update checks, no request dumps.
+    """
+    constants.HF_HUB_DISABLE_IMPLICIT_TOKEN = True
+    constants.HF_HUB_DISABLE_TELEMETRY = True
+    constants.HF_HUB_DISABLE_UPDATE_CHECK = True
+    constants.HF_DEBUG = False
+
+
+harden_huggingface_hub()
+
+
+def is_repo_id(name: str) -> bool:
+    """`org/name` as the hub spells repo ids (the CRD's pattern says the same)."""
+    return bool(_REPO_ID.match(name)) and ".." not in name and "--" not in name
+
+
+@dataclass(frozen=True, slots=True)
+class HubSettings:
+    """Where the hub is and how patient to be with it (from the controller's config)."""
+
+    endpoint: str  # e.g. https://huggingface.co; no default here on purpose
+    request_timeout: float = 5.0
+    total_timeout: float = 15.0
+    cache_ttl: float = 300.0
+    failure_cache_ttl: float = 30.0
+    max_file_bytes: int = 8 << 20
+
+    def __post_init__(self) -> None:
+        if not self.endpoint.startswith(("http://", "https://")):
+            raise ValueError(f"hub endpoint must be an http(s) URL, got {self.endpoint!r}")
+        object.__setattr__(self, "endpoint", self.endpoint.rstrip("/"))
+        if self.request_timeout <= 0 or self.total_timeout <= 0:
+            raise ValueError("hub timeouts must be positive")
+
+
+class _Failed(Exception):
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(reason, message)
+        self.reason = reason
+        self.message = message
+
+
+class HubResolver:
+    """Resolves HuggingFace refs; one per controller, shared by every worker thread."""
+
+    def __init__(self, settings: HubSettings, *, clock: Callable[[], float] = time.monotonic):
+        self.settings = settings
+        self._clock = clock
+        self._api = HfApi(
+            endpoint=settings.endpoint, token=False, library_name=_LIBRARY, library_version=_VERSION
+        )
+        self._cache: TtlCache[tuple[str, str, str], ModelLookup] = TtlCache(clock)
+
+    def resolve(
+        self, name: str, *, token: str | None = None, revision: str = "main"
+    ) -> ModelLookup:
+        """The facts of `name` at `revision`, read with `token` (None: anonymous)."""
+        token = (token or "").strip() or None  # Secrets made with `echo` end in a newline
+        if not is_repo_id(name):
+            return ModelUnavailable(
+                Reason.MODEL_NOT_FOUND,
+                f"{name!r} is not a HuggingFace model id: expected 'org/name', "
+                "for example 'Qwen/Qwen2.5-7B-Instruct'.",
+            )
+        key = (name, revision, token_fingerprint(token))
+        cached = self._cache.get(key)
+        if cached is not None:
+            log.debug("hub answer for %s@%s served from cache", name, revision)
+            return cached
+        resolution = _Resolution(self, name, revision, token)
+        result: ModelLookup
+        try:
+            result = ModelFound(resolution.facts())
+        except _Failed as failed:
+            message = failed.message.replace(token, "[redacted]") if token else failed.message
+            result = ModelUnavailable(failed.reason, message)
+        if isinstance(result, ModelFound):
+            self._cache.put(key, result, self.settings.cache_ttl)
+            log.info("resolved %s@%s at %s", name, revision, result.facts.revision)
+        else:
+            if not result.transient:
+                self._cache.put(key, result, self.settings.failure_cache_ttl)
+            log.info("could not resolve %s@%s: %s", name, revision, result.reason)
+        return result
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+
+class _Resolution:
+    """One resolution: its deadline, its token, and every call it makes to the hub."""
+
+    def __init__(self, resolver: HubResolver, name: str, revision: str, token: str | None):
+        self.api = resolver._api
+        self.settings = resolver.settings
+        self.clock = resolver._clock
+        self.name = name
+        self.revision = revision
+        self.token = token
+        self.sha = revision
+        self.deadline = self.clock() + self.settings.total_timeout
+        self.cut_short = False  # the last request had less than request_timeout left
+        self.hub = f"the hub ({self.settings.endpoint})"
+        self.the_hub = f"The hub ({self.settings.endpoint})"  # at a sentence's start
+
+    # --- the facts ----------------------------------------------------------------------
+
+    def facts(self) -> ModelFacts:
+        info = self.model_info()
+        if not info.sha:
+            raise _Failed(
+                Reason.MODEL_METADATA_INVALID,
+                f"{self.the_hub} described {self.name!r} without a commit sha.",
+            )
+        self.sha = info.sha
+        siblings = info.siblings or []
+        names = [s.rfilename for s in siblings]
+        sizes = {s.rfilename: s.size for s in siblings}
+        fmt = hub_facts.model_format(names)
+        weights = hub_facts.weight_files(fmt, names)
+        gguf: dict[str, Any] = info.gguf if isinstance(info.gguf, dict) else {}
+        config: dict[str, Any] | None = None
+        if fmt is ModelFormat.GGUF:
+            if info.gated and weights:
+                self.head(weights[0])  # the metadata is public; the files tell who may read
+        else:
+            config = self.fetch_json("config.json")  # for a gated repo: the access check
+            if config is None:
+                raise _Failed(
+                    Reason.MODEL_METADATA_INVALID,
+                    f"Model {self.name!r} has no config.json at {self.sha[:12]}, so its "
+                    "architecture and quantization are unknown.",
+                )
+        try:
+            quant = hub_facts.quantization(config, fmt)
+        except hub_facts.UnknownQuantization as unknown:
+            raise _Failed(
+                Reason.MODEL_METADATA_INVALID,
+                f"Model {self.name!r} uses {unknown}, which no launch recipe of the platform "
+                "takes (known: AWQ, GPTQ, FP8, BitsAndBytes, GGUF).",
+            ) from unknown
+        by_dtype = info.safetensors.parameters if info.safetensors else None
+        architectures = (config or {}).get("architectures")
+        weight_sizes = [sizes.get(w) for w in weights]
+        try:
+            return ModelFacts(
+                source=ModelSource.HUGGING_FACE,
+                name=self.name,
+                endpoint_types=hub_facts.endpoint_types(
+                    info.pipeline_tag, info.tags or [], self.name
+                ),
+                format=fmt,
+                quantization=quant,
+                parameter_count=(
+                    gguf.get("total")
+                    if fmt is ModelFormat.GGUF
+                    else hub_facts.parameter_count(by_dtype, quant, config)
+                ),
+                weights_bytes=(
+                    sum(s for s in weight_sizes if s is not None)
+                    if weight_sizes and None not in weight_sizes
+                    else None
+                ),
+                dtype=hub_facts.torch_dtype(config),
+                architecture=(
+                    architectures[0]
+                    if isinstance(architectures, list) and architectures
+                    else gguf.get("architecture")
+                ),
+                context_window_tokens=hub_facts.context_window(config)
+                or gguf.get("context_length"),
+                gated=bool(info.gated),
+                supports_tool_calling=hub_facts.chat_template_mentions_tools(
+                    self.chat_template(info, names, gguf)
+                ),
+                revision=self.sha,
+            )
+        except (pydantic.ValidationError, TypeError) as invalid:
+            raise _Failed(
+                Reason.MODEL_METADATA_INVALID,
+                f"{self.the_hub} described {self.name!r} with values of the wrong type.",
+            ) from invalid
+
+    def chat_template(self, info: ModelInfo, names: list[str], gguf: dict[str, Any]) -> object:
+        summary = info.config.get("tokenizer_config") if isinstance(info.config, dict) else None
+        if isinstance(summary, dict) and summary.get("chat_template") is not None:
+            return summary["chat_template"]
+        if gguf.get("chat_template") is not None:
+            return gguf["chat_template"]
+        if "chat_template.jinja" in names:
+            raw = self.fetch("chat_template.jinja")
+            return raw.decode("utf-8", errors="replace") if raw is not None else None
+        if "tokenizer_config.json" in names:
+            return (self.fetch_json("tokenizer_config.json") or {}).get("chat_template")
+        return None
+
+    # --- calls to the hub ---------------------------------------------------------------
+
+    def budget(self) -> float:
+        remaining = self.deadline - self.clock()
+        if remaining <= 0:
+            raise _Failed(
+                Reason.MODEL_SOURCE_UNREACHABLE,
+                f"{self.the_hub} did not finish answering about {self.name!r} within "
+                f"{self.settings.total_timeout:g}s; retrying later.",
+            )
+        self.cut_short = remaining < self.settings.request_timeout
+        return min(self.settings.request_timeout, remaining)
+
+    def send_token(self) -> str | bool:
+        return self.token if self.token else False  # False: send none, read none
+
+    def model_info(self) -> ModelInfo:
+        with self.errors("the model's info"):
+            return self.api.model_info(
+                self.name,
+                revision=None if self.revision == "main" else self.revision,
+                files_metadata=True,
+                timeout=self.budget(),
+                token=self.send_token(),
+            )
+
+    def head(self, filename: str) -> None:
+        url = hf_hub_url(self.name, filename, revision=self.sha, endpoint=self.settings.endpoint)
+        with self.errors(filename):
+            get_hf_file_metadata(
+                url,
+                token=self.send_token(),
+                timeout=self.budget(),
+                library_name=_LIBRARY,
+                library_version=_VERSION,
+                endpoint=self.settings.endpoint,
+            )
+
+    def fetch(self, filename: str) -> bytes | None:
+        """A small file's bytes at the resolved commit, None when the repo lacks it."""
+        url = hf_hub_url(self.name, filename, revision=self.sha, endpoint=self.settings.endpoint)
+        headers = build_hf_headers(
+            token=self.send_token(), library_name=_LIBRARY, library_version=_VERSION
+        )
+        limit = self.settings.max_file_bytes
+        try:
+            with (
+                self.errors(filename),
+                get_session().stream(
+                    "GET", url, headers=headers, timeout=self.budget()
+                ) as response,
+            ):
+                if response.status_code >= 400:
+                    response.read()
+                    hf_raise_for_status(response)
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > limit:
+                        raise _Failed(
+                            Reason.MODEL_METADATA_INVALID,
+                            f"{filename} of {self.name!r} is larger than {limit} bytes.",
+                        )
+                    self.budget()  # a hub that trickles bytes still meets the deadline
+                return bytes(body)
+        except RemoteEntryNotFoundError:
+            return None
+
+    def fetch_json(self, filename: str) -> dict[str, Any] | None:
+        raw = self.fetch(filename)
+        if raw is None:
+            return None
+        with self.errors(filename):
+            loaded = json.loads(raw)
+        if not isinstance(loaded, dict):
+            raise _Failed(
+                Reason.MODEL_METADATA_INVALID, f"{filename} of {self.name!r} is not a JSON object."
+            )
+        return loaded
+
+    @contextmanager
+    def errors(self, what: str) -> Iterator[None]:
+        """Translate the libraries' exceptions into the four outcomes, once, here."""
+        try:
+            yield
+        except GatedRepoError as gated:  # before RepositoryNotFoundError: it is a subclass
+            raise _Failed(Reason.MODEL_ACCESS_DENIED, self.gated_message(gated)) from gated
+        except RevisionNotFoundError as missing:
+            raise _Failed(
+                Reason.MODEL_NOT_FOUND,
+                f"Model {self.name!r} has no revision {self.revision!r} at {self.hub}.",
+            ) from missing
+        except RepositoryNotFoundError as missing:
+            seen_by = "the given token cannot see it" if self.token else "it is private"
+            raise _Failed(
+                Reason.MODEL_NOT_FOUND,
+                f"Model {self.name!r} does not exist at {self.hub}, or {seen_by}: "
+                "check spec.model.ref.name.",
+            ) from missing
+        except RemoteEntryNotFoundError:
+            raise  # a missing file: the caller decides what that means
+        except HfHubHTTPError as refused:
+            raise self.http_failure(what, refused) from refused
+        except httpx2.TimeoutException as slow:
+            bound = (
+                f"the {self.settings.total_timeout:g}s allowed for one resolution"
+                if self.cut_short
+                else f"{self.settings.request_timeout:g}s"
+            )
+            raise _Failed(
+                Reason.MODEL_SOURCE_UNREACHABLE,
+                f"{self.the_hub} did not answer within {bound} while reading {what} of "
+                f"{self.name!r}; retrying later.",
+            ) from slow
+        except (httpx2.TransportError, OfflineModeIsEnabled) as down:
+            raise _Failed(
+                Reason.MODEL_SOURCE_UNREACHABLE,
+                f"{self.the_hub} could not be reached ({type(down).__name__}: {str(down)[:120]}); "
+                "retrying later.",
+            ) from down
+        except (ValueError, TypeError, KeyError, AttributeError) as garbage:
+            raise _Failed(
+                Reason.MODEL_METADATA_INVALID,
+                f"{self.the_hub} answered {what} of {self.name!r} with data that is not valid "
+                "model metadata.",
+            ) from garbage
+
+    def gated_message(self, gated: GatedRepoError) -> str:
+        if not self.token:
+            return (
+                f"Model {self.name!r} is gated: put a HuggingFace token of an account that has "
+                "been granted access into a Secret and name it in spec.model.authSecretRef."
+            )
+        status = gated.response.status_code if gated.response is not None else None
+        if status == 401:
+            return f"{self.the_hub} rejected the token given for gated model {self.name!r}."
+        return (
+            f"Model {self.name!r} is gated and the account of the given token has not been "
+            "granted access: request access at the hub with that account."
+        )
+
+    def http_failure(self, what: str, refused: HfHubHTTPError) -> _Failed:
+        status = refused.response.status_code if refused.response is not None else 0
+        if status in (401, 403):
+            given = (
+                "rejected the given token (is it valid and unexpired?)"
+                if self.token
+                else "refused anonymous access"
+            )
+            return _Failed(Reason.MODEL_ACCESS_DENIED, f"{self.the_hub} {given} for {self.name!r}.")
+        if status == 429 or status >= 500:
+            return _Failed(
+                Reason.MODEL_SOURCE_UNREACHABLE,
+                f"{self.the_hub} answered HTTP {status} while reading {what} of {self.name!r}; "
+                "retrying later.",
+            )
+        return _Failed(
+            Reason.MODEL_METADATA_INVALID,
+            f"{self.the_hub} refused to serve {what} of {self.name!r} (HTTP {status}).",
+        )
