@@ -1,0 +1,359 @@
+"""The HuggingFace resolver against the stand-in hub: outcomes, bounds, cache, secrecy."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import socket
+import time
+from typing import Any
+
+import pytest
+
+from adapters.models.caching import token_fingerprint
+from adapters.models.huggingface import HubResolver, HubSettings
+from adapters.models.lookup import ModelFound, ModelUnavailable
+from adapters.simulator.hub import HubFile, HubFixture, StandInHub
+from fsm.reasons import Reason
+from fsm.values import EndpointType, ModelFormat, Quantization
+
+GATED = "meta-llama/Llama-3.1-8B"
+PUBLIC = "Qwen/Qwen2.5-7B-Instruct"
+
+
+def unavailable(result: object) -> ModelUnavailable:
+    assert isinstance(result, ModelUnavailable), result
+    return result
+
+
+def found(result: object) -> ModelFound:
+    assert isinstance(result, ModelFound), result
+    return result
+
+
+# --- what the fixture's models resolve to ------------------------------------------------
+
+# (id, endpoint types, format, quantization, parameter count, weight bytes, tool calling)
+EXPECTED = [
+    ("Qwen/Qwen2.5-32B-Instruct-AWQ", (EndpointType.CHAT,), ModelFormat.SAFETENSORS,
+     Quantization.AWQ, 32_763_876_352, 19_328_895_152, True),
+    ("Qwen/Qwen2.5-7B-Instruct", (EndpointType.CHAT,), ModelFormat.SAFETENSORS,
+     Quantization.NONE, 7_615_616_512, 15_231_271_888, True),
+    ("Qwen/Qwen2.5-0.5B-Instruct", (EndpointType.CHAT,), ModelFormat.SAFETENSORS,
+     Quantization.NONE, 494_032_768, 988_097_824, True),
+    ("Qwen/Qwen2.5-7B-Instruct-GGUF", (EndpointType.CHAT,), ModelFormat.GGUF,
+     Quantization.GGUF, 7_615_616_512, 4_683_073_792, True),
+    ("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4", (EndpointType.CHAT,), ModelFormat.SAFETENSORS,
+     Quantization.GPTQ, None, 5_575_312_176, True),
+    ("neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8", (EndpointType.CHAT,), ModelFormat.SAFETENSORS,
+     Quantization.FP8, 8_030_261_696, 9_081_260_112, True),
+    ("BAAI/bge-m3", (EndpointType.EMBEDDINGS,), ModelFormat.SAFETENSORS,
+     Quantization.NONE, 567_754_752, 2_271_064_456, False),
+    ("intfloat/e5-large-v2", (EndpointType.EMBEDDINGS,), ModelFormat.SAFETENSORS,
+     Quantization.NONE, 335_141_888, 1_340_616_616, False),
+    ("BAAI/bge-reranker-v2-m3", (EndpointType.RERANK,), ModelFormat.SAFETENSORS,
+     Quantization.NONE, 567_755_777, 2_271_071_852, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "types", "fmt", "quant", "params", "size", "tools"),
+    EXPECTED,
+    ids=[row[0] for row in EXPECTED],
+)
+def test_public_models_resolve_to_their_published_facts(
+    resolver: HubResolver,
+    hub: StandInHub,
+    name: str,
+    types: tuple[EndpointType, ...],
+    fmt: ModelFormat,
+    quant: Quantization,
+    params: int | None,
+    size: int,
+    tools: bool,
+) -> None:
+    facts = found(resolver.resolve(name)).facts
+    assert (facts.endpoint_types, facts.format, facts.quantization) == (types, fmt, quant)
+    assert facts.weights_bytes == size
+    if params is None:  # GPTQ's act-order index makes the unpacked count approximate
+        assert facts.parameter_count == pytest.approx(7_615_616_512, rel=0.005)
+    else:
+        assert facts.parameter_count == params
+    assert facts.supports_tool_calling is tools
+    assert facts.revision == hub.fixture.models[name].sha
+    assert facts.gated is False
+
+
+def test_config_fields_are_read_at_the_resolved_commit(
+    resolver: HubResolver, hub: StandInHub
+) -> None:
+    facts = found(resolver.resolve("Qwen/Qwen2.5-32B-Instruct-AWQ")).facts
+    assert (facts.architecture, facts.dtype, facts.context_window_tokens) == (
+        "Qwen2ForCausalLM", "float16", 32768,
+    )  # fmt: skip
+    sha = hub.fixture.models["Qwen/Qwen2.5-32B-Instruct-AWQ"].sha
+    assert f"/Qwen/Qwen2.5-32B-Instruct-AWQ/resolve/{sha}/config.json" in [
+        r.path for r in hub.requests
+    ]
+
+
+# --- gated models ------------------------------------------------------------------------
+
+
+def test_gated_model_with_a_granted_token_resolves(
+    resolver: HubResolver, tokens: dict[str, str]
+) -> None:
+    facts = found(resolver.resolve(GATED, token=tokens["alice"])).facts
+    assert facts.gated is True
+    assert facts.parameter_count == 8_030_261_248
+    assert facts.endpoint_types == (EndpointType.CHAT,)
+    assert facts.supports_tool_calling is False  # a base model ships no chat template
+
+
+def test_token_from_a_secret_with_a_trailing_newline_still_works(
+    resolver: HubResolver, tokens: dict[str, str]
+) -> None:
+    assert found(resolver.resolve(GATED, token=tokens["alice"] + "\n")).facts.gated
+
+
+@pytest.mark.parametrize(
+    ("who", "says"),
+    [
+        (None, "is gated: put a HuggingFace token"),
+        ("bob", "has not been granted access"),
+        ("hf_not_a_token_the_hub_knows", "rejected the given token"),
+    ],
+    ids=["no-token", "valid-token-not-granted", "invalid-token"],
+)
+def test_gated_model_without_the_right_token_is_access_denied(
+    resolver: HubResolver, tokens: dict[str, str], who: str | None, says: str
+) -> None:
+    token = tokens.get(who, who) if who else None
+    failure = unavailable(resolver.resolve(GATED, token=token))
+    assert failure.reason is Reason.MODEL_ACCESS_DENIED
+    assert says in failure.message
+    assert not failure.transient
+    if token:
+        assert token not in failure.message and token not in repr(failure)
+
+
+def test_no_token_is_read_from_the_machine(
+    resolver: HubResolver, hub: StandInHub, tokens: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", tokens["alice"])
+    failure = unavailable(resolver.resolve(GATED))
+    assert failure.reason is Reason.MODEL_ACCESS_DENIED
+    assert hub.requests and not any(r.authenticated for r in hub.requests)
+
+
+def test_the_token_never_reaches_the_logs(
+    resolver: HubResolver, tokens: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG):
+        resolver.resolve(GATED, token=tokens["alice"])
+        resolver.resolve(GATED, token=tokens["bob"])
+        resolver.resolve("nobody/nothing", token=tokens["bob"])
+    assert caplog.records  # the resolver does log what it did
+    for token in (tokens["alice"], tokens["bob"]):
+        assert token not in caplog.text
+
+
+# --- the other failures ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("token_of", [None, "bob"], ids=["anonymous", "authenticated"])
+def test_missing_repo_is_not_found(
+    resolver: HubResolver, tokens: dict[str, str], token_of: str | None
+) -> None:
+    failure = unavailable(
+        resolver.resolve("Qwen/Qwen9-Imaginary", token=tokens[token_of] if token_of else None)
+    )
+    assert failure.reason is Reason.MODEL_NOT_FOUND
+    assert "Qwen/Qwen9-Imaginary" in failure.message
+
+
+def test_missing_revision_is_not_found(resolver: HubResolver) -> None:
+    failure = unavailable(resolver.resolve(PUBLIC, revision="0" * 40))
+    assert failure.reason is Reason.MODEL_NOT_FOUND
+    assert "revision" in failure.message
+
+
+@pytest.mark.parametrize("name", ["no-slash", "a/b/c", "org/../etc", ""], ids=repr)
+def test_a_name_that_is_no_repo_id_is_not_found_without_asking(
+    resolver: HubResolver, hub: StandInHub, name: str
+) -> None:
+    assert unavailable(resolver.resolve(name)).reason is Reason.MODEL_NOT_FOUND
+    assert hub.requests == ()
+
+
+@pytest.mark.parametrize("files_only", [False, True], ids=["model-info", "config-json"])
+def test_garbage_json_is_metadata_invalid(
+    resolver: HubResolver, hub: StandInHub, files_only: bool
+) -> None:
+    hub.break_json(PUBLIC, files_only=files_only)
+    failure = unavailable(resolver.resolve(PUBLIC))
+    assert failure.reason is Reason.MODEL_METADATA_INVALID
+    assert not failure.transient
+
+
+def test_slow_hub_times_out_within_the_request_bound(hub: StandInHub) -> None:
+    hub.delay = 3.0
+    resolver = HubResolver(HubSettings(endpoint=hub.url, request_timeout=0.3, total_timeout=5))
+    started = time.monotonic()
+    failure = unavailable(resolver.resolve(PUBLIC))
+    assert time.monotonic() - started < 1.5
+    assert failure.reason is Reason.MODEL_SOURCE_UNREACHABLE
+    assert "did not answer within 0.3s" in failure.message
+    assert failure.transient
+
+
+def test_a_resolution_never_outlasts_the_total_bound(hub: StandInHub) -> None:
+    # Each answer alone is in time; together they are not.
+    hub.delay = 0.3
+    resolver = HubResolver(HubSettings(endpoint=hub.url, request_timeout=1.0, total_timeout=0.45))
+    started = time.monotonic()
+    failure = unavailable(resolver.resolve(PUBLIC))
+    assert time.monotonic() - started < 1.0
+    assert failure.reason is Reason.MODEL_SOURCE_UNREACHABLE
+    assert "the 0.45s allowed for one resolution" in failure.message
+
+
+def test_hub_down_is_unreachable() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    resolver = HubResolver(HubSettings(endpoint=f"http://127.0.0.1:{port}", request_timeout=1))
+    failure = unavailable(resolver.resolve(PUBLIC))
+    assert failure.reason is Reason.MODEL_SOURCE_UNREACHABLE
+    assert "could not be reached" in failure.message
+
+
+def test_settings_refuse_an_endpoint_that_is_no_url() -> None:
+    with pytest.raises(ValueError, match="http"):
+        HubSettings(endpoint="huggingface.co")
+
+
+# --- the cache ---------------------------------------------------------------------------
+
+
+def cached_resolver(hub: StandInHub, clock: Any) -> HubResolver:
+    settings = HubSettings(endpoint=hub.url, cache_ttl=60, failure_cache_ttl=10)
+    return HubResolver(settings, clock=clock)
+
+
+def test_a_repeated_question_is_answered_without_http(hub: StandInHub, clock: Any) -> None:
+    resolver = cached_resolver(hub, clock)
+    first = resolver.resolve(PUBLIC)
+    asked = len(hub.requests)
+    assert asked > 0
+    assert resolver.resolve(PUBLIC) == first
+    assert len(hub.requests) == asked
+
+
+def test_answers_expire_after_the_ttl(hub: StandInHub, clock: Any) -> None:
+    resolver = cached_resolver(hub, clock)
+    resolver.resolve(PUBLIC)
+    asked = len(hub.requests)
+    clock.now += 61
+    resolver.resolve(PUBLIC)
+    assert len(hub.requests) > asked
+
+
+def test_a_different_token_is_a_different_cache_entry(
+    hub: StandInHub, clock: Any, tokens: dict[str, str]
+) -> None:
+    resolver = cached_resolver(hub, clock)
+    assert isinstance(resolver.resolve(GATED, token=tokens["alice"]), ModelFound)
+    asked = len(hub.requests)
+    # bob must not inherit alice's answer: he is asked about afresh, and refused
+    assert unavailable(resolver.resolve(GATED, token=tokens["bob"])).reason is (
+        Reason.MODEL_ACCESS_DENIED
+    )
+    assert len(hub.requests) > asked
+    assert unavailable(resolver.resolve(GATED)).reason is Reason.MODEL_ACCESS_DENIED
+
+
+def test_lasting_failures_are_cached_briefly(hub: StandInHub, clock: Any) -> None:
+    resolver = cached_resolver(hub, clock)
+    resolver.resolve("nobody/nothing")
+    resolver.resolve("nobody/nothing")
+    assert len(hub.requests) == 1
+    clock.now += 11
+    resolver.resolve("nobody/nothing")
+    assert len(hub.requests) == 2
+
+
+def test_an_unreachable_hub_is_never_cached(hub: StandInHub, clock: Any) -> None:
+    resolver = HubResolver(
+        HubSettings(endpoint=hub.url, request_timeout=0.2, total_timeout=1),
+        clock=clock,
+    )
+    hub.delay = 1.0
+    assert unavailable(resolver.resolve(PUBLIC)).transient
+    hub.delay = 0.0
+    assert isinstance(resolver.resolve(PUBLIC), ModelFound)
+
+
+def test_token_fingerprints_hide_the_token_and_tell_tokens_apart(
+    tokens: dict[str, str],
+) -> None:
+    alice, bob = token_fingerprint(tokens["alice"]), token_fingerprint(tokens["bob"])
+    assert alice == token_fingerprint(tokens["alice"])
+    assert alice != bob
+    assert tokens["alice"] not in alice and token_fingerprint(None) == "anonymous"
+
+
+# --- repos shaped unusually (a hub built from altered fixture entries) --------------------
+
+
+def altered_hub(hub: StandInHub, name: str, **changes: Any) -> StandInHub:
+    models = dict(hub.fixture.models)
+    models[name] = dataclasses.replace(models[name], **changes)
+    return StandInHub(HubFixture(models=models, tokens=hub.fixture.tokens))
+
+
+def with_config(hub: StandInHub, name: str, **config: Any) -> dict[str, HubFile]:
+    files = dict(hub.fixture.models[name].files)
+    content = json.dumps(config).encode()
+    files["config.json"] = HubFile("config.json", len(content), content)
+    return files
+
+
+def test_a_gated_gguf_repo_checks_access_on_the_weights_it_would_serve(
+    hub: StandInHub, tokens: dict[str, str]
+) -> None:
+    name = "Qwen/Qwen2.5-7B-Instruct-GGUF"
+    with altered_hub(hub, name, gated="auto", granted=frozenset({"alice"})) as gated:
+        resolver = HubResolver(HubSettings(endpoint=gated.url))
+        assert unavailable(resolver.resolve(name)).reason is Reason.MODEL_ACCESS_DENIED
+        assert found(resolver.resolve(name, token=tokens["alice"])).facts.gated
+        heads = [r.path for r in gated.requests if r.method == "HEAD"]
+        assert heads and all("q4_k_m-00001-of-00002.gguf" in p for p in heads)
+
+
+@pytest.mark.parametrize(
+    ("files", "says"),
+    [
+        ("no-config", "has no config.json"),
+        ("unknown-quantization", "quantization method 'hqq'"),
+        ("config-not-an-object", "not a JSON object"),
+    ],
+)
+def test_repos_whose_config_cannot_be_used_are_metadata_invalid(
+    hub: StandInHub, files: str, says: str
+) -> None:
+    name = "Qwen/Qwen2.5-0.5B-Instruct"
+    if files == "no-config":
+        changed = {k: v for k, v in hub.fixture.models[name].files.items() if k != "config.json"}
+    elif files == "unknown-quantization":
+        changed = with_config(
+            hub, name, architectures=["X"], quantization_config={"quant_method": "hqq"}
+        )
+    else:
+        changed = dict(hub.fixture.models[name].files)
+        changed["config.json"] = HubFile("config.json", 2, b"[]")
+    with altered_hub(hub, name, files=changed) as odd:
+        failure = unavailable(HubResolver(HubSettings(endpoint=odd.url)).resolve(name))
+    assert failure.reason is Reason.MODEL_METADATA_INVALID
+    assert says in failure.message
