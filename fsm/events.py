@@ -13,24 +13,57 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
+
+from fsm.reasons import CATALOGUE, ConditionStatus, ConditionType, Reason
+from fsm.values import (
+    Candidate,
+    EffectivePolicy,
+    EndpointType,
+    ExposureType,
+    ModelFacts,
+    ModelRef,
+    Plan,
+)
 
 __all__ = [
+    "AuthSecretIssued",
+    "CapacityTaken",
+    "ClassFailed",
+    "ClassResolved",
+    "DeviceClassTried",
+    "EndpointPublished",
     "Event",
+    "ModelFailed",
+    "ModelResolved",
+    "OrderDeleted",
+    "OrderEvent",
+    "PlanComputed",
+    "PlanFailed",
+    "ProbeFailed",
+    "ProbeSucceeded",
+    "ScalingBlocked",
+    "ScalingRecovered",
+    "SpecObserved",
     "UnknownEventType",
+    "WorkloadApplied",
+    "WorkloadApplyFailed",
+    "WorkloadObserved",
     "event",
     "event_class",
     "from_payload",
     "registered_types",
     "to_payload",
     "upcast",
+    "upcast_spec_observed_v1_v2",
     "upcaster",
 ]
 
 Payload = dict[str, Any]
 E = TypeVar("E", bound="Event")
+_TRUE, _FALSE = ConditionStatus.TRUE, ConditionStatus.FALSE
 
 
 class UnknownEventType(LookupError):
@@ -118,3 +151,202 @@ def to_payload(evt: Event) -> Payload:
 
 def from_payload(type_name: str, version: int, payload: Payload) -> Event:
     return event_class(type_name).model_validate(upcast(type_name, version, payload))
+
+
+# --- the concrete events of an order's stream -------------------------------------------
+#
+# One class per fact, past tense. A field holding a reason is checked against the
+# catalogue, so a stream can never carry, say, a Planned reason on a ClassFailed event.
+
+
+def _reason_of(condition: ConditionType, status: ConditionStatus) -> Callable[[Reason], Reason]:
+    def check(reason: Reason) -> Reason:
+        info = CATALOGUE[reason]
+        if info.condition is not condition or info.status is not status:
+            raise ValueError(f"{reason} is not a {status} reason of {condition}")
+        return reason
+
+    return check
+
+
+_ClassTrue = Annotated[Reason, AfterValidator(_reason_of(ConditionType.CLASS_RESOLVED, _TRUE))]
+_ClassFalse = Annotated[Reason, AfterValidator(_reason_of(ConditionType.CLASS_RESOLVED, _FALSE))]
+_ModelTrue = Annotated[Reason, AfterValidator(_reason_of(ConditionType.MODEL_RESOLVED, _TRUE))]
+_ModelFalse = Annotated[Reason, AfterValidator(_reason_of(ConditionType.MODEL_RESOLVED, _FALSE))]
+_PlanFalse = Annotated[Reason, AfterValidator(_reason_of(ConditionType.PLANNED, _FALSE))]
+
+
+@event("SpecObserved", version=2)
+class SpecObserved(Event):
+    """The order's spec as the controller saw it at `generation` (v2: `class_name`)."""
+
+    generation: int
+    model_ref: ModelRef
+    class_name: str | None = None  # None: classless mode
+    name: str = ""  # the order's metadata.name: names the objects it owns
+    namespace: str = ""
+
+
+@upcaster("SpecObserved", 1)
+def upcast_spec_observed_v1_v2(payload: Payload) -> Payload:
+    """v1 named the class after the CRD field; v2 calls it what the core calls it."""
+    payload["class_name"] = payload.pop("inference_service_class_name", None)
+    return payload
+
+
+@event("ClassResolved")
+class ClassResolved(Event):
+    """The named class (or the classless defaults) admitted the order: its policy applies."""
+
+    class_name: str | None
+    policy: EffectivePolicy
+    reason: _ClassTrue = Reason.CLASS_ADMITTED
+    message: str = ""
+
+
+@event("ClassFailed")
+class ClassFailed(Event):
+    class_name: str | None
+    reason: _ClassFalse
+    message: str = ""
+
+
+@event("ModelResolved")
+class ModelResolved(Event):
+    """The model ref resolved; `facts` are what every later decision about it used."""
+
+    facts: ModelFacts
+    endpoint_type: EndpointType | None = None  # None in classless mode
+    reason: _ModelTrue = Reason.MODEL_RESOLVED
+    message: str = ""
+
+
+@event("ModelFailed")
+class ModelFailed(Event):
+    reason: _ModelFalse
+    message: str = ""
+    facts: ModelFacts | None = None  # when the facts were read and policy refused them
+
+
+@event("PlanComputed")
+class PlanComputed(Event):
+    """The planner chose `plan`; `candidates` are the options it weighed."""
+
+    plan: Plan
+    candidates: tuple[Candidate, ...] = ()
+    excluded_device_classes: tuple[str, ...] = ()  # tried classes the planner was told to skip
+    # "namespace/name" of lower-priority claims the place needs freed, freed before applying
+    reclaims: tuple[str, ...] = ()
+    message: str = ""
+
+
+@event("PlanFailed")
+class PlanFailed(Event):
+    """No plan: `candidates` say why each option lost."""
+
+    reason: _PlanFalse
+    message: str = ""
+    candidates: tuple[Candidate, ...] = ()
+    excluded_device_classes: tuple[str, ...] = ()
+
+
+@event("WorkloadApplied")
+class WorkloadApplied(Event):
+    """The workload objects were applied with `plan`: from now on the order holds it."""
+
+    plan: Plan
+
+
+@event("WorkloadApplyFailed")
+class WorkloadApplyFailed(Event):
+    message: str
+
+
+@event("WorkloadObserved")
+class WorkloadObserved(Event):
+    desired_replicas: int = 0
+    ready_replicas: int = 0
+    available_replicas: int = 0
+    unallocated_since: datetime | None = None  # pods wait for device claims since then
+
+
+@event("EndpointPublished")
+class EndpointPublished(Event):
+    url: str
+    type: ExposureType
+
+
+@event("AuthSecretIssued")
+class AuthSecretIssued(Event):
+    """The order's token Secret exists. Its name only: a token never enters the log."""
+
+    name: str
+
+
+@event("ProbeSucceeded")
+class ProbeSucceeded(Event):
+    status_code: int | None = None
+
+
+@event("ProbeFailed")
+class ProbeFailed(Event):
+    status_code: int | None = None
+    error: str = ""
+
+
+@event("ScalingBlocked")
+class ScalingBlocked(Event):
+    """The order serves but cannot grow: preemption has exhausted capacity."""
+
+    message: str = ""
+
+
+@event("CapacityTaken")
+class CapacityTaken(Event):
+    """A higher-priority order took replicas from this one."""
+
+    taken_by: str
+    priority_class_name: str | None = None
+    replicas: int = 0
+    message: str = ""
+
+
+@event("ScalingRecovered")
+class ScalingRecovered(Event):
+    message: str = ""
+
+
+@event("DeviceClassTried")
+class DeviceClassTried(Event):
+    """The workload's claims stayed unallocated past the grace period on this device class."""
+
+    device_class: str
+    message: str = ""
+
+
+@event("OrderDeleted")
+class OrderDeleted(Event):
+    """The order is gone; its stream is closed."""
+
+
+OrderEvent = (
+    SpecObserved
+    | ClassResolved
+    | ClassFailed
+    | ModelResolved
+    | ModelFailed
+    | PlanComputed
+    | PlanFailed
+    | WorkloadApplied
+    | WorkloadApplyFailed
+    | WorkloadObserved
+    | EndpointPublished
+    | AuthSecretIssued
+    | ProbeSucceeded
+    | ProbeFailed
+    | ScalingBlocked
+    | CapacityTaken
+    | ScalingRecovered
+    | DeviceClassTried
+    | OrderDeleted
+)

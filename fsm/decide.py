@@ -1,0 +1,334 @@
+"""decide(state, observation) -> [events]: which facts an observation adds to the log.
+
+The controller is level-triggered: every pass re-observes the world, so most
+observations repeat what the stream already says. The log records changes, not
+heartbeats — an observation that changes nothing yields `[]`, and deciding again on the
+same observation after its events were folded yields `[]` too (a property the tests
+check). Probes are told apart by their time: a probe result no later than the last one
+recorded is the same probe, or a stale one.
+
+Also the pure questions the controller asks before it calls the planner:
+`needs_plan`, and what the planner must leave out (`excluded_device_classes`,
+`held_devices`).
+"""
+
+from __future__ import annotations
+
+from fsm import events as ev
+from fsm import observations as ob
+from fsm.fold import plan_basis
+from fsm.reasons import Reason
+from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, PROBE_FAILURE_THRESHOLD, OrderState
+from fsm.values import ClassOutcome, ModelOutcome, PlanOutcome
+
+__all__ = ["decide", "excluded_device_classes", "held_devices", "needs_plan"]
+
+
+def _resolved(state: OrderState) -> bool:
+    """Class and model resolved for the spec generation the order is at."""
+    k, m = state.klass, state.model
+    return (
+        k is not None
+        and k.policy is not None
+        and k.generation == state.generation
+        and m is not None
+        and m.facts is not None
+        and m.reason is Reason.MODEL_RESOLVED
+        and m.generation == state.generation
+    )
+
+
+def needs_plan(state: OrderState) -> bool:
+    """Should the controller run the planner for this order now?
+
+    Yes when class and model are resolved for the current spec and: no plan was tried
+    yet; the spec, the policy or the model facts changed since the last attempt; a
+    device class was marked tried since; or the last attempt failed (capacity may have
+    appeared — an unchanged verdict is then not recorded).
+    """
+    if state.deleted or not _resolved(state):
+        return False
+    a = state.attempt
+    if a is None or not a.ok or a.basis != plan_basis(state):
+        return True
+    return any(dc not in a.excluded_device_classes for dc in state.tried_device_classes)
+
+
+def excluded_device_classes(state: OrderState) -> tuple[str, ...]:
+    """Device classes the planner must not offer: tried, and none held the order."""
+    return state.tried_device_classes
+
+
+def held_devices(state: OrderState) -> tuple[str, ...]:
+    """The place the order holds (SPEC §3.1): not offered to anyone, its replan included."""
+    return state.plan_in_force.devices if state.plan_in_force is not None else ()
+
+
+def _spec(s: OrderState, o: ob.SpecSeen) -> list[ev.Event]:
+    if s.spec_seen and o.generation < s.generation:
+        return []  # an older copy of the object than one already seen
+    if (
+        s.spec_seen
+        and o.generation == s.generation
+        and (o.model_ref, o.class_name, o.name, o.namespace)
+        == (s.model_ref, s.class_name, s.name, s.namespace)
+    ):
+        return []
+    return [
+        ev.SpecObserved(
+            observed_at=o.at,
+            generation=o.generation,
+            model_ref=o.model_ref,
+            class_name=o.class_name,
+            name=o.name,
+            namespace=o.namespace,
+        )
+    ]
+
+
+def _class(s: OrderState, o: ob.ClassJudged) -> list[ev.Event]:
+    if not s.spec_seen:
+        return []
+    out: ClassOutcome = o.outcome
+    k = s.klass
+    policy = out.policy if out.ok else None
+    if (
+        k is not None
+        and k.generation == s.generation
+        and (k.class_name, k.reason, k.message, k.policy)
+        == (s.class_name, out.reason, out.message, policy)
+    ):
+        return []
+    if out.ok:
+        if out.policy is None:
+            raise ValueError(f"class outcome {out.reason} carries no policy")
+        return [
+            ev.ClassResolved(
+                observed_at=o.at,
+                class_name=s.class_name,
+                policy=out.policy,
+                reason=out.reason,
+                message=out.message,
+            )
+        ]
+    return [
+        ev.ClassFailed(
+            observed_at=o.at, class_name=s.class_name, reason=out.reason, message=out.message
+        )
+    ]
+
+
+def _model(s: OrderState, o: ob.ModelJudged) -> list[ev.Event]:
+    if not s.spec_seen:
+        return []
+    out: ModelOutcome = o.outcome
+    m = s.model
+    endpoint_type = out.endpoint_type if out.ok else None
+    if (
+        m is not None
+        and m.generation == s.generation
+        and (m.reason, m.message, m.facts, m.endpoint_type)
+        == (out.reason, out.message, out.facts, endpoint_type)
+    ):
+        return []
+    if out.ok:
+        if out.facts is None:
+            raise ValueError(f"model outcome {out.reason} carries no facts")
+        return [
+            ev.ModelResolved(
+                observed_at=o.at,
+                facts=out.facts,
+                endpoint_type=out.endpoint_type,
+                reason=out.reason,
+                message=out.message,
+            )
+        ]
+    return [
+        ev.ModelFailed(observed_at=o.at, reason=out.reason, message=out.message, facts=out.facts)
+    ]
+
+
+def _plan(s: OrderState, o: ob.PlanJudged) -> list[ev.Event]:
+    if not needs_plan(s):
+        return []  # a plan in good standing is not recalculated because the world moved
+    out: PlanOutcome = o.outcome
+    excluded = excluded_device_classes(s)
+    a = s.attempt
+    same_question = (
+        a is not None and a.basis == plan_basis(s) and a.excluded_device_classes == excluded
+    )
+    if (
+        same_question
+        and a is not None
+        and not a.ok
+        and (a.reason, a.message) == (out.reason, out.message)
+    ):
+        return []  # the retry of a failed plan says what the last one said
+    if out.ok:
+        if out.plan is None or out.reason is not Reason.PLAN_COMPUTED:
+            raise ValueError(f"plan outcome {out.reason} is ok but carries no plan")
+        return [
+            ev.PlanComputed(
+                observed_at=o.at,
+                plan=out.plan,
+                candidates=out.candidates,
+                excluded_device_classes=excluded,
+                reclaims=out.reclaims,
+                message=out.message,
+            )
+        ]
+    return [
+        ev.PlanFailed(
+            observed_at=o.at,
+            reason=out.reason,
+            message=out.message,
+            candidates=out.candidates,
+            excluded_device_classes=excluded,
+        )
+    ]
+
+
+def _applied(s: OrderState, o: ob.ApplySucceeded) -> list[ev.Event]:
+    if (
+        s.plan_in_force == o.plan
+        and s.apply_error is None
+        and (o.plan != s.plan or s.applied_revision == s.plan_revision)
+    ):
+        return []
+    return [ev.WorkloadApplied(observed_at=o.at, plan=o.plan)]
+
+
+def _apply_failed(s: OrderState, o: ob.ApplyFailed) -> list[ev.Event]:
+    if s.apply_error == o.message:
+        return []
+    return [ev.WorkloadApplyFailed(observed_at=o.at, message=o.message)]
+
+
+def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:
+    out: list[ev.Event] = []
+    w = s.workload
+    if w is None or (
+        w.desired_replicas,
+        w.ready_replicas,
+        w.available_replicas,
+        w.unallocated_since,
+    ) != (o.desired, o.ready, o.available, o.unallocated_since):
+        out.append(
+            ev.WorkloadObserved(
+                observed_at=o.at,
+                desired_replicas=o.desired,
+                ready_replicas=o.ready,
+                available_replicas=o.available,
+                unallocated_since=o.unallocated_since,
+            )
+        )
+    plan = s.plan_in_force
+    if (
+        plan is not None
+        and o.available == 0
+        and o.unallocated_since is not None
+        and (o.at - o.unallocated_since).total_seconds() >= DEVICE_ALLOCATION_GRACE_SECONDS
+        and plan.device_class not in s.tried_device_classes
+    ):
+        waited = int((o.at - o.unallocated_since).total_seconds())
+        message = f"Device claims on {plan.device_class} stayed unallocated for {waited}s."
+        out.append(
+            ev.DeviceClassTried(observed_at=o.at, device_class=plan.device_class, message=message)
+        )
+    return out
+
+
+def _endpoint(s: OrderState, o: ob.EndpointSeen) -> list[ev.Event]:
+    e = s.endpoint
+    if e is not None and (e.url, e.type) == (o.url, o.type):
+        return []
+    return [ev.EndpointPublished(observed_at=o.at, url=o.url, type=o.type)]
+
+
+def _auth_secret(s: OrderState, o: ob.AuthSecretSeen) -> list[ev.Event]:
+    if s.auth_secret_name == o.name:
+        return []
+    return [ev.AuthSecretIssued(observed_at=o.at, name=o.name)]
+
+
+def _probe(s: OrderState, o: ob.ProbeResult) -> list[ev.Event]:
+    if s.last_probe_at is not None and o.at <= s.last_probe_at:
+        return []  # this probe, or an older one, is already in the log
+    if o.ok:
+        if s.probe_ok and s.probe_failures == 0:
+            return []
+        return [ev.ProbeSucceeded(observed_at=o.at, status_code=o.status_code)]
+    repeated = s.probe_ok is False and _probe_error(o) == s.probe_error
+    # Before the first Ready the streak means nothing, and past the threshold the order
+    # is Failed already: only a new error is news. In between every failure counts.
+    counting = s.ever_ready and s.probe_failures < PROBE_FAILURE_THRESHOLD
+    if repeated and not counting:
+        return []
+    return [ev.ProbeFailed(observed_at=o.at, status_code=o.status_code, error=o.error)]
+
+
+def _probe_error(o: ob.ProbeResult) -> str:
+    # Mirrors the fold's rendering of a failure, so "the same error" compares like for like.
+    return o.error if o.status_code is None else f"HTTP {o.status_code}: {o.error}".rstrip(": ")
+
+
+def _scaling(s: OrderState, o: ob.ScalingSeen) -> list[ev.Event]:
+    sc = s.scaling
+    if o.reason is Reason.SCALING_WITHIN_BOUNDS:
+        return [] if sc is None else [ev.ScalingRecovered(observed_at=o.at, message=o.message)]
+    if o.reason is Reason.SCALE_UP_BLOCKED:
+        if sc is not None and (sc.reason, sc.message) == (o.reason, o.message):
+            return []
+        return [ev.ScalingBlocked(observed_at=o.at, message=o.message)]
+    if o.reason is Reason.CAPACITY_TAKEN_BY_PRIORITY:
+        if o.taken_by is None:
+            raise ValueError("CapacityTakenByPriority needs the order that took the capacity")
+        if sc is not None and (sc.reason, sc.taken_by, sc.priority_class_name, sc.replicas) == (
+            o.reason,
+            o.taken_by,
+            o.priority_class_name,
+            o.replicas,
+        ):
+            return []
+        return [
+            ev.CapacityTaken(
+                observed_at=o.at,
+                taken_by=o.taken_by,
+                priority_class_name=o.priority_class_name,
+                replicas=o.replicas,
+                message=o.message,
+            )
+        ]
+    raise ValueError(f"{o.reason} is not a ScalingHealthy verdict")
+
+
+def decide(state: OrderState, observation: ob.Observation) -> list[ev.Event]:
+    """The events `observation` adds to the order's stream (often none)."""
+    if state.deleted:
+        return []
+    match observation:
+        case ob.SpecSeen():
+            return _spec(state, observation)
+        case ob.ClassJudged():
+            return _class(state, observation)
+        case ob.ModelJudged():
+            return _model(state, observation)
+        case ob.PlanJudged():
+            return _plan(state, observation)
+        case ob.ApplySucceeded():
+            return _applied(state, observation)
+        case ob.ApplyFailed():
+            return _apply_failed(state, observation)
+        case ob.WorkloadSeen():
+            return _workload(state, observation)
+        case ob.EndpointSeen():
+            return _endpoint(state, observation)
+        case ob.AuthSecretSeen():
+            return _auth_secret(state, observation)
+        case ob.ProbeResult():
+            return _probe(state, observation)
+        case ob.ScalingSeen():
+            return _scaling(state, observation)
+        case ob.Deleted():
+            return [ev.OrderDeleted(observed_at=observation.at)]
+    raise TypeError(f"unknown observation {type(observation).__name__}")

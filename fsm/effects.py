@@ -1,0 +1,188 @@
+"""effects(state) -> [Command]: what the controller should do now, as data.
+
+The core never acts. After folding a pass's events the controller asks `effects` for the
+commands that bring the world in line with the state, and executes them idempotently
+(server-side apply, status written only when it differs from the last write). Because a
+command is a function of the state alone, a crash between appending an event and acting
+on it is repaired by the next pass: the same state yields the same commands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fsm.decide import excluded_device_classes, held_devices, needs_plan
+from fsm.reasons import ConditionStatus, ConditionType, Phase, Reason
+from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, PROBE_FAILURE_THRESHOLD, OrderState
+from fsm.status import render_status
+from fsm.values import Authentication, EffectivePolicy, EndpointType, ModelFacts, ModelRef, Plan
+
+__all__ = [
+    "ApplyWorkload",
+    "Command",
+    "EnsureAuthSecret",
+    "ProbeTimings",
+    "PublishStatus",
+    "Recheck",
+    "RequestPlan",
+    "ScheduleProbe",
+    "auth_secret_name",
+    "effects",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeTimings:
+    """How often to probe; from the module settings (the fold does not depend on them)."""
+
+    pending_seconds: float = 10.0  # before the first Ready: the user is waiting
+    ready_seconds: float = 30.0  # a healthy order: a light periodic check
+    failing_seconds: float = 5.0  # after a failure: confirm or clear it quickly
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestPlan:
+    """Run the planner for this order and hand its outcome back as `PlanJudged`."""
+
+    excluded_device_classes: tuple[str, ...]
+    held_devices: tuple[str, ...]  # the order's own place: not to be offered again
+    plan_in_force: Plan | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApplyWorkload:
+    """Server-side apply every object of the order's workload for `plan`."""
+
+    plan: Plan
+    model_ref: ModelRef
+    facts: ModelFacts
+    endpoint_type: EndpointType | None
+    policy: EffectivePolicy
+    auth_secret_name: str | None  # the token Secret the runtime checks requests against
+    generation: int
+    reclaims: tuple[str, ...] = ()  # free these lower-priority claims first (DRA.md)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnsureAuthSecret:
+    """Create the order's token Secret (random token, key `token`) unless it exists."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleProbe:
+    after_seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recheck:
+    """Look at the order again after a delay even if nothing it watches changes."""
+
+    after_seconds: float
+    why: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublishStatus:
+    """Write `status` to the status subresource if it differs from the last write."""
+
+    status: Mapping[str, Any]
+
+
+Command = RequestPlan | ApplyWorkload | EnsureAuthSecret | ScheduleProbe | Recheck | PublishStatus
+
+
+def auth_secret_name(state: OrderState) -> str:
+    """The order's own token Secret: `{order}-auth` (SPEC §3 step 6)."""
+    return f"{state.name}-auth"
+
+
+def _status_of(state: OrderState, type_: ConditionType) -> ConditionStatus | None:
+    cond = state.condition(type_)
+    return cond.status if cond is not None else None
+
+
+def _needs_token(state: OrderState) -> bool:
+    policy = state.policy
+    return policy is not None and policy.exposure.authentication is Authentication.TOKEN
+
+
+def _apply(state: OrderState) -> ApplyWorkload | None:
+    plan, policy, model = state.plan, state.policy, state.model
+    if plan is None or policy is None or model is None or model.facts is None:
+        return None
+    if state.model_ref is None:
+        return None
+    if state.applied_revision == state.plan_revision and state.apply_error is None:
+        return None
+    if _needs_token(state) and state.auth_secret_name is None:
+        return None  # the runtime must not start without the token it checks
+    return ApplyWorkload(
+        plan=plan,
+        model_ref=state.model_ref,
+        facts=model.facts,
+        endpoint_type=model.endpoint_type,
+        policy=policy,
+        auth_secret_name=state.auth_secret_name if _needs_token(state) else None,
+        generation=state.generation,
+        reclaims=state.attempt.reclaims if state.attempt is not None and state.attempt.ok else (),
+    )
+
+
+def _probe_after(state: OrderState, timings: ProbeTimings) -> float | None:
+    if (
+        state.endpoint is None
+        or _status_of(state, ConditionType.WORKLOAD_READY) is not ConditionStatus.TRUE
+    ):
+        return None
+    if state.probe_ok is False and state.probe_failures < PROBE_FAILURE_THRESHOLD:
+        return timings.failing_seconds
+    if state.phase in (Phase.READY, Phase.DEGRADED, Phase.FAILED):
+        return timings.ready_seconds
+    return timings.pending_seconds
+
+
+def _allocation_recheck(state: OrderState) -> Recheck | None:
+    cond = state.condition(ConditionType.WORKLOAD_READY)
+    w = state.workload
+    if cond is None or cond.reason is not Reason.DEVICES_NOT_ALLOCATED or w is None:
+        return None
+    if w.unallocated_since is None or state.last_event_at is None:
+        return None
+    waited = (state.last_event_at - w.unallocated_since).total_seconds()
+    return Recheck(
+        after_seconds=max(DEVICE_ALLOCATION_GRACE_SECONDS - waited, 1.0),
+        why="device claims unallocated: mark the device class tried when the grace period ends",
+    )
+
+
+def effects(state: OrderState, timings: ProbeTimings | None = None) -> list[Command]:
+    """The commands that bring the world in line with `state`, in execution order."""
+    if state.deleted or not state.spec_seen:
+        return []  # deleted: owner references let the garbage collector clean up
+    timings = timings or ProbeTimings()
+    commands: list[Command] = []
+    if _needs_token(state) and state.name and state.auth_secret_name != auth_secret_name(state):
+        commands.append(EnsureAuthSecret(name=auth_secret_name(state)))
+    if needs_plan(state):
+        commands.append(
+            RequestPlan(
+                excluded_device_classes=excluded_device_classes(state),
+                held_devices=held_devices(state),
+                plan_in_force=state.plan_in_force,
+            )
+        )
+    apply = _apply(state)
+    if apply is not None:
+        commands.append(apply)
+    after = _probe_after(state, timings)
+    if after is not None:
+        commands.append(ScheduleProbe(after_seconds=after))
+    recheck = _allocation_recheck(state)
+    if recheck is not None:
+        commands.append(recheck)
+    commands.append(PublishStatus(status=render_status(state)))
+    return commands

@@ -1,0 +1,328 @@
+"""The fold: `evolve(state, event) -> state` and `fold(events) -> state`.
+
+Replaying a stream and running live are the same function, so the status, the replan
+count, LaunchPlanInForce and the probe streak are all folds of the log and nothing is
+stored beside it. `evolve` records the event's facts, judges the six conditions
+(`fsm.status.judge`), stamps them Kubernetes-style (lastTransitionTime moves only when
+a condition's status changes) and lets the machine settle on the order's new state.
+
+Pure: the only time it knows is the events' `observed_at`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from fsm import events as ev
+from fsm import machine
+from fsm.reasons import Phase, Reason
+from fsm.state import (
+    ClassJudgement,
+    Condition,
+    Endpoint,
+    ModelJudgement,
+    OrderState,
+    PlanAttempt,
+    PlanBasis,
+    Scaling,
+    Workload,
+)
+from fsm.status import Verdict, judge
+
+__all__ = ["evolve", "fold", "plan_basis"]
+
+Updates = dict[str, Any]
+
+
+def plan_basis(state: OrderState) -> PlanBasis:
+    """What a plan computed now would be computed from."""
+    return PlanBasis(
+        generation=state.generation,
+        class_name=state.class_name,
+        policy=state.policy,
+        model_ref=state.model_ref,
+        facts=state.model.facts if state.model is not None else None,
+        endpoint_type=state.model.endpoint_type if state.model is not None else None,
+    )
+
+
+def _spec(s: OrderState, e: ev.SpecObserved) -> Updates:
+    updates: Updates = {
+        "spec_seen": True,
+        "generation": e.generation,
+        "model_ref": e.model_ref,
+        "class_name": e.class_name,
+        "name": e.name or s.name,
+        "namespace": e.namespace or s.namespace,
+    }
+    if s.spec_seen and e.generation != s.generation:
+        # An edited order is a new search: device classes that did not hold the old one
+        # may hold this one.
+        updates["tried_device_classes"] = ()
+    return updates
+
+
+def _class_resolved(s: OrderState, e: ev.ClassResolved) -> Updates:
+    return {
+        "klass": ClassJudgement(
+            class_name=e.class_name,
+            reason=e.reason,
+            message=e.message,
+            policy=e.policy,
+            generation=s.generation,
+        )
+    }
+
+
+def _class_failed(s: OrderState, e: ev.ClassFailed) -> Updates:
+    judgement = ClassJudgement(
+        class_name=e.class_name,
+        reason=e.reason,
+        message=e.message,
+        policy=None,
+        generation=s.generation,
+    )
+    return {"klass": judgement}
+
+
+def _model_resolved(s: OrderState, e: ev.ModelResolved) -> Updates:
+    judgement = ModelJudgement(
+        reason=e.reason,
+        message=e.message,
+        facts=e.facts,
+        endpoint_type=e.endpoint_type,
+        generation=s.generation,
+    )
+    return {"model": judgement}
+
+
+def _model_failed(s: OrderState, e: ev.ModelFailed) -> Updates:
+    judgement = ModelJudgement(
+        reason=e.reason,
+        message=e.message,
+        facts=e.facts,
+        endpoint_type=None,
+        generation=s.generation,
+    )
+    return {"model": judgement}
+
+
+def _attempt(
+    s: OrderState, e: ev.PlanComputed | ev.PlanFailed, ok: bool, reason: Reason
+) -> PlanAttempt:
+    return PlanAttempt(
+        ok=ok,
+        reason=reason,
+        message=e.message,
+        candidates=e.candidates,
+        excluded_device_classes=e.excluded_device_classes,
+        reclaims=e.reclaims if isinstance(e, ev.PlanComputed) else (),
+        basis=plan_basis(s),
+        generation=s.generation,
+        at=e.observed_at,
+    )
+
+
+def _plan_computed(s: OrderState, e: ev.PlanComputed) -> Updates:
+    return {
+        "plan_attempts": s.plan_attempts + 1,
+        "attempt": _attempt(s, e, True, Reason.PLAN_COMPUTED),
+        "plan": e.plan,
+        "plan_revision": s.plan_revision + 1,
+    }
+
+
+def _plan_failed(s: OrderState, e: ev.PlanFailed) -> Updates:
+    updates: Updates = {
+        "plan_attempts": s.plan_attempts + 1,
+        "attempt": _attempt(s, e, False, e.reason),
+        # The order keeps the plan it holds (SPEC §3.1); without one it has no plan.
+        "plan": s.plan_in_force,
+    }
+    if s.plan_in_force is not None:
+        updates["plan_revision"] = s.applied_revision  # nothing new to apply
+    return updates
+
+
+def _applied(s: OrderState, e: ev.WorkloadApplied) -> Updates:
+    current = e.plan == s.plan
+    return {
+        "plan_in_force": e.plan,
+        "apply_error": None,
+        "applied_revision": s.plan_revision if current else s.applied_revision,
+    }
+
+
+def _apply_failed(s: OrderState, e: ev.WorkloadApplyFailed) -> Updates:
+    return {"apply_error": e.message}
+
+
+def _workload(s: OrderState, e: ev.WorkloadObserved) -> Updates:
+    workload = Workload(
+        desired_replicas=e.desired_replicas,
+        ready_replicas=e.ready_replicas,
+        available_replicas=e.available_replicas,
+        unallocated_since=e.unallocated_since,
+    )
+    return {"workload": workload}
+
+
+def _endpoint(s: OrderState, e: ev.EndpointPublished) -> Updates:
+    return {"endpoint": Endpoint(url=e.url, type=e.type)}
+
+
+def _auth_secret(s: OrderState, e: ev.AuthSecretIssued) -> Updates:
+    return {"auth_secret_name": e.name}
+
+
+def _probe_ok(s: OrderState, e: ev.ProbeSucceeded) -> Updates:
+    return {
+        "probe_ok": True,
+        "probe_failures": 0,
+        "probe_error": "",
+        "last_probe_at": e.observed_at,
+    }
+
+
+def _probe_failed(s: OrderState, e: ev.ProbeFailed) -> Updates:
+    error = e.error if e.status_code is None else f"HTTP {e.status_code}: {e.error}".rstrip(": ")
+    return {
+        "probe_ok": False,
+        "probe_failures": s.probe_failures + 1,
+        "probe_error": error,
+        "last_probe_at": e.observed_at,
+    }
+
+
+def _scaling_blocked(s: OrderState, e: ev.ScalingBlocked) -> Updates:
+    return {"scaling": Scaling(reason=Reason.SCALE_UP_BLOCKED, message=e.message)}
+
+
+def _capacity_taken(s: OrderState, e: ev.CapacityTaken) -> Updates:
+    message = e.message or f"{e.replicas} replica(s) taken by {e.taken_by}."
+    scaling = Scaling(
+        reason=Reason.CAPACITY_TAKEN_BY_PRIORITY,
+        message=message,
+        taken_by=e.taken_by,
+        priority_class_name=e.priority_class_name,
+        replicas=e.replicas,
+    )
+    return {"scaling": scaling}
+
+
+def _scaling_recovered(s: OrderState, e: ev.ScalingRecovered) -> Updates:
+    return {"scaling": None}
+
+
+def _device_class_tried(s: OrderState, e: ev.DeviceClassTried) -> Updates:
+    updates: Updates = {}
+    if e.device_class not in s.tried_device_classes:
+        updates["tried_device_classes"] = (*s.tried_device_classes, e.device_class)
+    if s.plan_in_force is not None and s.plan_in_force.device_class == e.device_class:
+        # Its claims were never allocated: the order holds no place on that plan.
+        updates["plan_in_force"] = None
+    return updates
+
+
+def _deleted(s: OrderState, e: ev.OrderDeleted) -> Updates:
+    return {"deleted": True}
+
+
+_HANDLERS: dict[type[ev.Event], Callable[[OrderState, Any], Updates]] = {
+    ev.SpecObserved: _spec,
+    ev.ClassResolved: _class_resolved,
+    ev.ClassFailed: _class_failed,
+    ev.ModelResolved: _model_resolved,
+    ev.ModelFailed: _model_failed,
+    ev.PlanComputed: _plan_computed,
+    ev.PlanFailed: _plan_failed,
+    ev.WorkloadApplied: _applied,
+    ev.WorkloadApplyFailed: _apply_failed,
+    ev.WorkloadObserved: _workload,
+    ev.EndpointPublished: _endpoint,
+    ev.AuthSecretIssued: _auth_secret,
+    ev.ProbeSucceeded: _probe_ok,
+    ev.ProbeFailed: _probe_failed,
+    ev.ScalingBlocked: _scaling_blocked,
+    ev.CapacityTaken: _capacity_taken,
+    ev.ScalingRecovered: _scaling_recovered,
+    ev.DeviceClassTried: _device_class_tried,
+    ev.OrderDeleted: _deleted,
+}
+
+
+def _stamp(
+    previous: tuple[Condition, ...], verdicts: Sequence[Verdict], at: datetime
+) -> tuple[Condition, ...]:
+    if not previous:
+        previous_by_index: Sequence[Condition | None] = [None] * len(verdicts)
+    else:
+        previous_by_index = previous
+    out: list[Condition] = []
+    for old, v in zip(previous_by_index, verdicts, strict=True):
+        if (
+            old is not None
+            and old.status is v.status
+            and old.reason is v.reason
+            and old.message == v.message
+            and old.observed_generation == v.observed_generation
+        ):
+            out.append(old)  # unchanged: keep the very object, snapshots stay small
+            continue
+        moved = old is None or old.status is not v.status
+        # Built without re-validation: every field comes from already-valid values.
+        out.append(
+            Condition.model_construct(
+                type=v.type,
+                status=v.status,
+                reason=v.reason,
+                message=v.message,
+                last_transition_time=at if moved or old is None else old.last_transition_time,
+                observed_generation=v.observed_generation,
+            )
+        )
+    return tuple(out)
+
+
+_SERVING = (Phase.READY, Phase.DEGRADED)
+
+
+def evolve(state: OrderState, event: ev.Event) -> OrderState:
+    """The state after `event`. Events after OrderDeleted are counted and otherwise ignored."""
+    if state.deleted:
+        return state.model_copy(update={"version": state.version + 1})
+    try:
+        handler = _HANDLERS[type(event)]
+    except KeyError:
+        raise TypeError(f"the order fold does not know {type(event).__name__}") from None
+    updates = handler(state, event)
+    updates["version"] = state.version + 1
+    updates["last_event_at"] = event.observed_at
+    facts = state.model_copy(update=updates)
+
+    verdicts = judge(facts)
+    if isinstance(event, ev.OrderDeleted):
+        leaf, phase = machine.delete(state.machine_state), state.phase
+    else:
+        leaf = machine.settle(state.machine_state, verdicts)
+        phase = machine.phase_of(leaf) or state.phase
+    moved = leaf.value != state.machine_state or state.state_since is None
+    return facts.model_copy(
+        update={
+            "conditions": _stamp(state.conditions, verdicts, event.observed_at),
+            "machine_state": leaf.value,
+            "phase": phase,
+            "state_since": event.observed_at if moved else state.state_since,
+            "ever_ready": facts.ever_ready or phase in _SERVING,
+        }
+    )
+
+
+def fold(events: Iterable[ev.Event], start: OrderState | None = None) -> OrderState:
+    """Fold a stream (or, from a snapshot `start`, the rest of it)."""
+    state = OrderState() if start is None else start
+    for event in events:
+        state = evolve(state, event)
+    return state

@@ -1,0 +1,162 @@
+"""Observations: what the controller saw in one pass, handed to `decide` as typed values.
+
+The controller reads the world (its watch caches, a probe's answer, the policy and
+planner verdicts it computed from them) and wraps each reading in one of these. They are
+not stored: `decide` turns those that change something into events, which are. Every
+observation carries `at`, the moment it was made — the core has no clock of its own, so
+any decision that depends on time (a grace period, the order of probes) reads it here.
+
+The verdicts of `fsm.policy` and `fsm.planner` arrive inside `ClassJudged`,
+`ModelJudged` and `PlanJudged`: the core records outcomes, it does not compute them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from fsm.reasons import Reason
+from fsm.values import ClassOutcome, ExposureType, ModelOutcome, ModelRef, Plan, PlanOutcome
+
+__all__ = [
+    "ApplyFailed",
+    "ApplySucceeded",
+    "AuthSecretSeen",
+    "ClassJudged",
+    "Deleted",
+    "EndpointSeen",
+    "ModelJudged",
+    "Observation",
+    "PlanJudged",
+    "ProbeResult",
+    "ScalingSeen",
+    "SpecSeen",
+    "WorkloadSeen",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpecSeen:
+    """The order object from the cache: its generation and the two things it orders."""
+
+    at: datetime
+    generation: int
+    model_ref: ModelRef
+    class_name: str | None = None
+    name: str = ""
+    namespace: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClassJudged:
+    """`fsm.policy`'s verdict on the order's class (or on classless mode)."""
+
+    at: datetime
+    outcome: ClassOutcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelJudged:
+    """The model source's answer, checked against the class's model policy."""
+
+    at: datetime
+    outcome: ModelOutcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanJudged:
+    """`fsm.planner`'s verdict, computed because `decide.needs_plan` said so."""
+
+    at: datetime
+    outcome: PlanOutcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApplySucceeded:
+    """The workload objects were server-side applied with `plan`."""
+
+    at: datetime
+    plan: Plan
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApplyFailed:
+    """The API server refused a workload object; `message` quotes it."""
+
+    at: datetime
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadSeen:
+    """The runtime Deployment and its pods' device claims, from the cache."""
+
+    at: datetime
+    desired: int
+    ready: int
+    available: int
+    unallocated_since: datetime | None = None  # earliest pod still waiting for its claim
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndpointSeen:
+    at: datetime
+    url: str
+    type: ExposureType
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthSecretSeen:
+    """The order's own token Secret exists under `name` (its value is never read here)."""
+
+    at: datetime
+    name: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeResult:
+    """One HTTP probe of the inference API (`/v1/models`)."""
+
+    at: datetime
+    ok: bool
+    status_code: int | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScalingSeen:
+    """The growth verdict of the capacity arbiter for this order.
+
+    `reason` is one of ScalingWithinBounds, ScaleUpBlocked, CapacityTakenByPriority;
+    the last one names the order that took the capacity in `taken_by`.
+    """
+
+    at: datetime
+    reason: Reason
+    message: str = ""
+    taken_by: str | None = None
+    priority_class_name: str | None = None
+    replicas: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deleted:
+    """The order is gone from the API (or carries a deletionTimestamp)."""
+
+    at: datetime
+
+
+Observation = (
+    SpecSeen
+    | ClassJudged
+    | ModelJudged
+    | PlanJudged
+    | ApplySucceeded
+    | ApplyFailed
+    | WorkloadSeen
+    | EndpointSeen
+    | AuthSecretSeen
+    | ProbeResult
+    | ScalingSeen
+    | Deleted
+)

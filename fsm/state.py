@@ -1,0 +1,195 @@
+"""OrderState: everything the fold knows about one order, and nothing else.
+
+`fsm.fold.evolve` builds it from events; `fsm.status` renders the Kubernetes status
+from it; `fsm.decide` and `fsm.effects` read it to choose events and commands. The
+store snapshots it with `model_dump(mode="json")` and restores it with
+`OrderState.model_validate`, which must give back an equal value: so every field is a
+JSON-friendly frozen value (tuples, not sets; tz-aware datetimes; str enums).
+
+It is kept small because a controller holds thousands: the facts each condition is
+judged from, the six rendered conditions, the machine's state name, and the counters
+that are folds (replans, the probe failure streak).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from fsm.reasons import ConditionStatus, ConditionType, Phase, Reason
+from fsm.values import (
+    Candidate,
+    EffectivePolicy,
+    EndpointType,
+    ExposureType,
+    ModelFacts,
+    ModelRef,
+    Plan,
+)
+
+__all__ = [
+    "DEVICE_ALLOCATION_GRACE_SECONDS",
+    "INITIAL_MACHINE_STATE",
+    "PROBE_FAILURE_THRESHOLD",
+    "ClassJudgement",
+    "Condition",
+    "Endpoint",
+    "ModelJudgement",
+    "OrderState",
+    "PlanAttempt",
+    "PlanBasis",
+    "Scaling",
+    "Workload",
+]
+
+# After the first Ready, this many consecutive failed probes make the order Failed
+# (ServiceUnhealthy). One or two failures are a blip — a restarting pod, a slow answer —
+# and the order stays Ready. It is a constant, not a setting, because the fold uses it:
+# replaying a stream must give the same status whatever the controller is configured with.
+PROBE_FAILURE_THRESHOLD = 3
+
+# Pods whose device claims stay unallocated this long mark the plan's device class as
+# tried, and the order replans without it. Long enough for the scheduler to place a pod
+# on a busy cluster, short enough that a user does not wait minutes for a hopeless class.
+DEVICE_ALLOCATION_GRACE_SECONDS = 120
+
+INITIAL_MACHINE_STATE = "Pending_Class"
+
+
+class _Value(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Condition(_Value):
+    """One metav1.Condition as the fold last rendered it."""
+
+    type: ConditionType
+    status: ConditionStatus
+    reason: Reason
+    message: str
+    last_transition_time: datetime
+    observed_generation: int
+
+
+class ClassJudgement(_Value):
+    class_name: str | None
+    reason: Reason
+    message: str
+    policy: EffectivePolicy | None  # set iff the class resolved
+    generation: int  # the spec generation it was judged for
+
+
+class ModelJudgement(_Value):
+    reason: Reason
+    message: str
+    facts: ModelFacts | None
+    endpoint_type: EndpointType | None
+    generation: int
+
+
+class PlanBasis(_Value):
+    """What a plan was computed from: when any of it changes, the order replans."""
+
+    generation: int
+    class_name: str | None
+    policy: EffectivePolicy | None
+    model_ref: ModelRef | None
+    facts: ModelFacts | None
+    endpoint_type: EndpointType | None
+
+
+class PlanAttempt(_Value):
+    """The latest planner verdict the order recorded."""
+
+    ok: bool
+    reason: Reason
+    message: str
+    candidates: tuple[Candidate, ...]
+    excluded_device_classes: tuple[str, ...]
+    reclaims: tuple[str, ...]  # lower-priority claims the plan's place needs freed
+    basis: PlanBasis
+    generation: int
+    at: datetime
+
+
+class Workload(_Value):
+    desired_replicas: int
+    ready_replicas: int
+    available_replicas: int
+    unallocated_since: datetime | None
+
+
+class Endpoint(_Value):
+    url: str
+    type: ExposureType
+
+
+class Scaling(_Value):
+    """Why the order cannot grow (absent: it can)."""
+
+    reason: Reason  # ScaleUpBlocked or CapacityTakenByPriority
+    message: str
+    taken_by: str | None = None
+    priority_class_name: str | None = None
+    replicas: int = 0
+
+
+class OrderState(_Value):
+    """The fold of one order's stream. The initial value is `OrderState()`."""
+
+    version: int = 0  # events folded so far
+    name: str = ""
+    namespace: str = ""
+    generation: int = 0
+    spec_seen: bool = False
+    model_ref: ModelRef | None = None
+    class_name: str | None = None
+
+    klass: ClassJudgement | None = None
+    model: ModelJudgement | None = None
+
+    plan_attempts: int = 0  # every planner verdict recorded; replanCount = attempts - 1
+    attempt: PlanAttempt | None = None
+    plan: Plan | None = (
+        None  # the plan the order should run (after a failed replan: the one in force)
+    )
+    plan_revision: int = 0  # bumps with every computed plan, so an equal plan is re-applied
+    plan_in_force: Plan | None = None  # the plan the workload was last applied with
+    applied_revision: int = 0
+    apply_error: str | None = None
+    tried_device_classes: tuple[str, ...] = ()
+
+    workload: Workload | None = None
+    endpoint: Endpoint | None = None
+    auth_secret_name: str | None = None
+
+    probe_ok: bool | None = None  # the last probe's answer; None: never probed
+    probe_failures: int = 0  # consecutive failures since the last success
+    probe_error: str = ""
+    last_probe_at: datetime | None = None
+    ever_ready: bool = False
+
+    scaling: Scaling | None = None
+    deleted: bool = False
+
+    phase: Phase = Phase.PENDING
+    machine_state: str = INITIAL_MACHINE_STATE
+    state_since: datetime | None = None
+    conditions: tuple[Condition, ...] = ()
+    last_event_at: datetime | None = None
+
+    @property
+    def policy(self) -> EffectivePolicy | None:
+        """The policy in force, once the class (or classless mode) resolved."""
+        return self.klass.policy if self.klass is not None else None
+
+    @property
+    def replan_count(self) -> int:
+        return max(self.plan_attempts - 1, 0)
+
+    def condition(self, type_: ConditionType) -> Condition | None:
+        for cond in self.conditions:
+            if cond.type is type_:
+                return cond
+        return None

@@ -1,0 +1,234 @@
+"""From an order's facts to its six conditions, and from its state to `status`.
+
+`judge` is the one place that says what each condition is, given the facts the fold
+holds: the five readiness conditions answer in order, a condition after one that is not
+True is Unknown with the reason naming what it waits for, and `ScalingHealthy` speaks of
+growth only while the order serves. The fold calls `judge` after every event and stamps
+the verdicts with transition times (see `fsm.fold`); the machine reads them to choose the
+order's state (see `fsm.machine`).
+
+`render_status` turns an `OrderState` into the dict the controller writes to the status
+subresource, with SPEC §2.1's camelCase names; absent fields are omitted, never null.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from fsm.reasons import CATALOGUE, ConditionStatus, ConditionType, Reason
+from fsm.state import PROBE_FAILURE_THRESHOLD, Condition, OrderState
+from fsm.values import Authentication, Plan
+
+__all__ = ["Verdict", "judge", "render_condition", "render_status", "rfc3339"]
+
+_T, _F, _U = ConditionStatus.TRUE, ConditionStatus.FALSE, ConditionStatus.UNKNOWN
+_C = ConditionType
+
+
+class Verdict(NamedTuple):
+    """A condition before it is stamped with its lastTransitionTime."""
+
+    type: ConditionType
+    status: ConditionStatus
+    reason: Reason
+    message: str
+    observed_generation: int
+
+
+def rfc3339(moment: datetime) -> str:
+    """Kubernetes' time format: UTC, whole seconds, `Z`."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _verdict(type_: ConditionType, reason: Reason, message: str, generation: int) -> Verdict:
+    info = CATALOGUE[reason]
+    return Verdict(type_, info.status, reason, message or info.meaning, generation)
+
+
+# The reason a condition carries while the one before it is not True.
+_AWAITING: dict[ConditionType, Reason] = {
+    _C.MODEL_RESOLVED: Reason.AWAITING_CLASS,
+    _C.PLANNED: Reason.AWAITING_MODEL,
+    _C.WORKLOAD_READY: Reason.AWAITING_PLAN,
+    _C.READY: Reason.AWAITING_WORKLOAD,
+    _C.SCALING_HEALTHY: Reason.NOT_SERVING,
+}
+
+
+def _class(s: OrderState) -> Verdict:
+    k = s.klass
+    if k is None:
+        return _verdict(_C.CLASS_RESOLVED, Reason.EVALUATING, "", s.generation)
+    return _verdict(_C.CLASS_RESOLVED, k.reason, k.message, k.generation)
+
+
+def _model(s: OrderState) -> Verdict:
+    m = s.model
+    if m is None:
+        return _verdict(_C.MODEL_RESOLVED, Reason.EVALUATING, "", s.generation)
+    return _verdict(_C.MODEL_RESOLVED, m.reason, m.message, m.generation)
+
+
+def _planned(s: OrderState) -> Verdict:
+    a = s.attempt
+    if a is None:
+        return _verdict(_C.PLANNED, Reason.EVALUATING, "", s.generation)
+    if a.ok:
+        return _verdict(_C.PLANNED, Reason.PLAN_COMPUTED, a.message, a.generation)
+    if s.plan_in_force is not None:
+        # SPEC §3.1: a failed recalculation leaves the order on the plan it holds.
+        message = f"Recalculation failed ({a.reason}): {a.message or CATALOGUE[a.reason].meaning}"
+        return _verdict(_C.PLANNED, Reason.LAUNCH_PLAN_IN_FORCE, message, a.generation)
+    return _verdict(_C.PLANNED, a.reason, a.message, a.generation)
+
+
+def _workload(s: OrderState) -> Verdict:
+    w, gen = s.workload, s.generation
+    if s.apply_error is not None:
+        return _verdict(_C.WORKLOAD_READY, Reason.WORKLOAD_APPLY_FAILED, s.apply_error, gen)
+    if w is not None and w.available_replicas >= 1:
+        replicas = f"{w.available_replicas}/{w.desired_replicas} replicas available."
+        return _verdict(_C.WORKLOAD_READY, Reason.WORKLOAD_AVAILABLE, replicas, gen)
+    if w is not None and w.unallocated_since is not None:
+        since = f"Device claims unallocated since {rfc3339(w.unallocated_since)}."
+        return _verdict(_C.WORKLOAD_READY, Reason.DEVICES_NOT_ALLOCATED, since, gen)
+    if w is None and s.plan_in_force is None:
+        return _verdict(_C.WORKLOAD_READY, Reason.EVALUATING, "", gen)
+    progress = (
+        "" if w is None else f"{w.available_replicas}/{w.desired_replicas} replicas available."
+    )
+    return _verdict(_C.WORKLOAD_READY, Reason.ROLLOUT_IN_PROGRESS, progress, gen)
+
+
+def _ready(s: OrderState) -> Verdict:
+    gen, streak = s.generation, s.probe_failures
+    if s.ever_ready and streak >= PROBE_FAILURE_THRESHOLD:
+        message = f"Probes failed {streak} times in a row since the last success: {s.probe_error}"
+        return _verdict(_C.READY, Reason.SERVICE_UNHEALTHY, message, gen)
+    if s.ever_ready or s.probe_ok:
+        message = ""
+        if streak:
+            message = (
+                f"The inference API answered; the last {streak} probe(s) failed "
+                f"({PROBE_FAILURE_THRESHOLD} make the order Failed): {s.probe_error}"
+            )
+        return _verdict(_C.READY, Reason.ENDPOINT_SERVING, message, gen)
+    if s.probe_ok is None:
+        return _verdict(_C.READY, Reason.AWAITING_FIRST_PROBE, "", gen)
+    return _verdict(_C.READY, Reason.HEALTH_CHECK_FAILED, f"Probe failed: {s.probe_error}", gen)
+
+
+def _scaling(s: OrderState) -> Verdict:
+    if s.scaling is None:
+        return _verdict(_C.SCALING_HEALTHY, Reason.SCALING_WITHIN_BOUNDS, "", s.generation)
+    return _verdict(_C.SCALING_HEALTHY, s.scaling.reason, s.scaling.message, s.generation)
+
+
+_JUDGES = (
+    (_C.CLASS_RESOLVED, _class),
+    (_C.MODEL_RESOLVED, _model),
+    (_C.PLANNED, _planned),
+    (_C.WORKLOAD_READY, _workload),
+    (_C.READY, _ready),
+    (_C.SCALING_HEALTHY, _scaling),
+)
+
+
+def judge(state: OrderState) -> tuple[Verdict, ...]:
+    """The six conditions in SPEC order, as the facts of `state` make them."""
+    verdicts: list[Verdict] = []
+    blocked = False
+    for type_, judge_one in _JUDGES:
+        if blocked:
+            # Not evaluated: the facts may be there, but they speak of a chain that broke.
+            verdicts.append(_verdict(type_, _AWAITING[type_], "", state.generation))
+            continue
+        verdict = judge_one(state)
+        verdicts.append(verdict)
+        blocked = verdict.status is not _T
+    return tuple(verdicts)
+
+
+# --- the status dict ----------------------------------------------------------------
+
+
+def render_condition(cond: Condition) -> dict[str, Any]:
+    return {
+        "type": str(cond.type),
+        "status": str(cond.status),
+        "reason": str(cond.reason),
+        "message": cond.message,
+        "lastTransitionTime": rfc3339(cond.last_transition_time),
+        "observedGeneration": cond.observed_generation,
+    }
+
+
+def _resolved(plan: Plan, replan_count: int) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "deviceClass": plan.device_class,
+        "acceleratorProductName": plan.accelerator_product_name,
+        "acceleratorMemoryGiB": plan.accelerator_memory_gib,
+        "acceleratorCount": plan.accelerator_count,
+        "placementMode": str(plan.placement_mode),
+        "sharingMode": str(plan.sharing_mode),
+    }
+    if plan.share_percent is not None:
+        out["sharePercent"] = plan.share_percent
+    out |= {
+        "recipe": plan.recipe,
+        "cpu": plan.cpu,
+        "memory": plan.memory,
+        "modelVolume": plan.model_volume,
+        "replanCount": replan_count,
+    }
+    return out
+
+
+def render_status(state: OrderState) -> dict[str, Any]:
+    """`status` of the InferenceService, camelCase, absent fields omitted."""
+    out: dict[str, Any] = {"phase": str(state.phase)}
+    if state.spec_seen:
+        out["observedGeneration"] = state.generation
+    out["conditions"] = [render_condition(c) for c in state.conditions]
+
+    policy = state.policy
+    model = state.model
+    if (
+        policy is not None
+        and policy.class_name is not None
+        and model is not None
+        and model.endpoint_type is not None
+    ):
+        out["model"] = {"endpointType": str(model.endpoint_type)}
+
+    endpoint: dict[str, Any] = {}
+    if state.endpoint is not None:
+        endpoint["url"] = state.endpoint.url
+        endpoint["type"] = str(state.endpoint.type)
+    elif policy is not None:
+        endpoint["type"] = str(policy.exposure.type)
+    if state.plan is not None:
+        endpoint["toolCallingSupported"] = state.plan.tool_calling_supported
+    if endpoint:
+        out["endpoint"] = endpoint
+
+    if (
+        policy is not None
+        and policy.exposure.authentication is Authentication.TOKEN
+        and state.auth_secret_name is not None
+    ):
+        out["authSecretName"] = state.auth_secret_name
+
+    if policy is not None:
+        constraints: dict[str, Any] = {
+            "minReplicas": policy.constraints.min_replicas,
+            "maxReplicas": policy.constraints.max_replicas,
+        }
+        if policy.constraints.priority_class_name is not None:
+            constraints["priorityClassName"] = policy.constraints.priority_class_name
+        out["constraints"] = constraints
+
+    if state.plan is not None:
+        out["resolved"] = _resolved(state.plan, state.replan_count)
+    return out
