@@ -14,7 +14,10 @@ from collections.abc import Callable, Sequence
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
-COMMAND_MODULES: tuple[str, ...] = ("adapters.cli.cluster_cmd",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "adapters.cli.cluster_cmd",
+    "adapters.cli.audit_cmd",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
