@@ -1,0 +1,263 @@
+"""Reading DRA objects into a snapshot, and finding places in it (priority reclaim)."""
+
+from __future__ import annotations
+
+import pytest
+from planner_inputs import claim, device_class, gpu, priority_class, resource_slice, snapshot
+
+from fsm.capacity import FULL_SHARE, find_place, usage_by_device
+from fsm.values import PlacementMode, SharingMode
+
+T4 = "Tesla T4"
+
+
+def _ids(*names: str, node: str = "node1") -> tuple[str, ...]:
+    return tuple(f"gpu.nvidia.com/{node}/{name}" for name in names)
+
+
+# --- parsing ----------------------------------------------------------------------------
+
+
+def test_devices_carry_typed_attributes_and_exact_capacity() -> None:
+    snap = snapshot(
+        slices=[
+            resource_slice(
+                "node1",
+                gpu(
+                    "gpu-0",
+                    T4,
+                    "16Gi",
+                    cudaComputeCapability={"version": "7.5.0"},
+                    cores={"int": 2560},
+                    healthy={"bool": True},
+                ),
+            )
+        ]
+    )
+    (device,) = snap.devices
+    assert device.id == "gpu.nvidia.com/node1/gpu-0"
+    assert device.node == "node1"
+    assert device.product_name == T4
+    assert device.device_type == "gpu"
+    assert device.memory_bytes == 16 * 2**30
+    assert device.attribute("cores") == 2560
+    assert device.attribute("gpu.nvidia.com/healthy") is True
+
+
+@pytest.mark.parametrize(
+    ("slices", "devices", "problem"),
+    [
+        pytest.param(
+            [
+                resource_slice("n1", gpu("old", T4, "16Gi"), generation=1),
+                resource_slice("n1", gpu("new", T4, "16Gi"), generation=2),
+            ],
+            _ids("new", node="n1"),
+            None,
+            id="newest-generation-only",
+        ),
+        pytest.param(
+            [resource_slice("n1", gpu("gpu-0", T4, "16Gi"), count=2)],
+            (),
+            "incomplete",
+            id="incomplete-pool-offers-nothing",
+        ),
+        pytest.param(
+            [resource_slice("n1", gpu("gpu-0", T4, "16Gi"), gpu("gpu-0", T4, "16Gi"))],
+            (),
+            "duplicate",
+            id="duplicate-names-invalidate-pool",
+        ),
+    ],
+)
+def test_pools_follow_the_scheduler(
+    slices: list[dict[str, object]], devices: tuple[str, ...], problem: str | None
+) -> None:
+    snap = snapshot(slices=slices)
+    assert tuple(d.id for d in snap.devices) == devices
+    assert (problem is None) == (not snap.problems)
+    if problem:
+        assert problem in snap.problems[0]
+
+
+@pytest.mark.parametrize(
+    ("labels", "placement", "sharing", "share", "error"),
+    [
+        pytest.param({}, None, SharingMode.DEDICATED, None, None, id="no-labels"),
+        pytest.param(
+            {"placement": "Partition"},
+            PlacementMode.PARTITION,
+            SharingMode.DEDICATED,
+            None,
+            None,
+            id="partition",
+        ),
+        pytest.param(
+            {"sharing": "Shared", "share_percent": "25"},
+            None,
+            SharingMode.SHARED,
+            25,
+            None,
+            id="shared-quarter",
+        ),
+        pytest.param(
+            {"sharing": "Shared"}, None, SharingMode.SHARED, 50, None, id="shared-default-half"
+        ),
+        pytest.param(
+            {"placement": "Whole"},
+            None,
+            SharingMode.DEDICATED,
+            None,
+            "placement",
+            id="bad-placement",
+        ),
+        pytest.param(
+            {"sharing": "Sometimes"}, None, SharingMode.DEDICATED, None, "sharing", id="bad-sharing"
+        ),
+        pytest.param(
+            {"sharing": "Shared", "share_percent": "150"},
+            None,
+            SharingMode.SHARED,
+            None,
+            "share-percent",
+            id="bad-percent",
+        ),
+    ],
+)
+def test_device_class_labels(
+    labels: dict[str, str],
+    placement: PlacementMode | None,
+    sharing: SharingMode,
+    share: int | None,
+    error: str | None,
+) -> None:
+    (info,) = snapshot([device_class("c", **labels)]).device_classes
+    assert (info.placement, info.sharing, info.share_percent) == (placement, sharing, share)
+    assert (info.label_error is None) == (error is None)
+    if error:
+        assert error in (info.label_error or "")
+
+
+def test_claims_record_devices_share_holder_and_priority() -> None:
+    snap = snapshot(
+        slices=[resource_slice("node1", gpu("gpu-0", T4, "16Gi", shareable=True))],
+        claims=[
+            claim("a-gpu-x", "node1", "gpu-0", holder="uid-a", mps_percent=50),
+            claim("other-workload", "node1", "gpu-0", mps_percent=25),
+            {"metadata": {"name": "pending", "namespace": "team"}, "spec": {}, "status": {}},
+        ],
+        priorities={"uid-a": 500},
+    )
+    first, second = snap.allocations
+    assert (first.key, first.devices, first.share_percent) == (
+        "team/a-gpu-x",
+        _ids("gpu-0"),
+        50,
+    )
+    assert (first.holder, first.priority) == ("uid-a", 500)
+    assert (second.holder, second.priority) == (None, None)  # never reclaimable
+    assert usage_by_device(snap) == {_ids("gpu-0")[0]: 75}
+
+
+def test_priority_classes_and_the_global_default() -> None:
+    snap = snapshot(
+        priority_classes=[priority_class("low", 100), priority_class("std", 300, default=True)]
+    )
+    assert snap.priority_value("low") == 100
+    assert snap.priority_value(None) == 300
+    assert snap.priority_value("missing") is None
+
+
+# --- places -----------------------------------------------------------------------------
+
+
+def _two_nodes(shareable: bool = False) -> list[dict[str, object]]:
+    return [
+        resource_slice(
+            "node1",
+            gpu("gpu-0", T4, "16Gi", shareable=shareable),
+            gpu("gpu-1", T4, "16Gi", shareable=shareable),
+        ),
+        resource_slice("node2", gpu("gpu-0", T4, "16Gi", shareable=shareable)),
+    ]
+
+
+def test_free_devices_first_and_one_node_per_replica() -> None:
+    snap = snapshot(slices=_two_nodes(), claims=[claim("c", "node1", "gpu-0")])
+    place = find_place(snap, snap.devices, count=1)
+    assert place is not None
+    assert place.devices == _ids("gpu-1") and not place.reclaims
+    assert find_place(snap, snap.devices, count=2) is None  # node1 has one free, node2 one
+
+
+def test_replicas_take_separate_places() -> None:
+    snap = snapshot(slices=_two_nodes())
+    place = find_place(snap, snap.devices, count=1, replicas=3)
+    assert place is not None
+    assert sorted(place.devices) == sorted(d.id for d in snap.devices)
+    assert find_place(snap, snap.devices, count=1, replicas=4) is None
+
+
+@pytest.mark.parametrize(
+    ("shareable", "consumers"),
+    [
+        pytest.param(True, 2, id="multiple-allocations"),
+        pytest.param(False, 1, id="exclusive-device"),
+    ],
+)
+def test_shares_count_per_device(shareable: bool, consumers: int) -> None:
+    snap = snapshot(slices=[resource_slice("node1", gpu("gpu-0", T4, "16Gi", shareable=shareable))])
+    assert find_place(snap, snap.devices, count=1, share_percent=50, replicas=consumers)
+    assert find_place(snap, snap.devices, count=1, share_percent=50, replicas=consumers + 1) is None
+
+
+def test_reclaim_takes_the_lowest_priority_first() -> None:
+    snap = snapshot(
+        slices=_two_nodes(),
+        claims=[
+            claim("normal", "node1", "gpu-0", holder="n"),
+            claim("low", "node1", "gpu-1", holder="l"),
+            claim("high", "node2", "gpu-0", holder="h"),
+        ],
+        priorities={"n": 500, "l": 100, "h": 1000},
+    )
+    place = find_place(snap, snap.devices, count=1, priority=1000)
+    assert place is not None
+    assert place.reclaims == ("team/low",) and place.devices == _ids("gpu-1")
+    both = find_place(snap, snap.devices, count=2, priority=1000)
+    assert both is not None and both.reclaims == ("team/low", "team/normal")
+    assert find_place(snap, snap.devices, count=1, priority=100) is None  # equal is not lower
+    assert find_place(snap, snap.devices, count=1) is None  # no priority: never reclaims
+
+
+def test_a_reclaimed_claim_frees_every_device_it_holds() -> None:
+    snap = snapshot(
+        slices=_two_nodes(),
+        claims=[claim("tp2", "node1", "gpu-0", "gpu-1", holder="l")],
+        priorities={"l": 100},
+    )
+    place = find_place(snap, snap.devices, count=2, priority=500)
+    assert place is not None
+    assert place.reclaims == ("team/tp2",) and set(place.devices) == set(_ids("gpu-0", "gpu-1"))
+
+
+def test_the_orders_own_place_is_never_offered_nor_reclaimed() -> None:
+    snap = snapshot(
+        slices=[resource_slice("node1", gpu("gpu-0", T4, "16Gi"), gpu("gpu-1", T4, "16Gi"))],
+        claims=[claim("mine", "node1", "gpu-0", holder="me")],
+        priorities={"me": 100},
+    )
+    place = find_place(snap, snap.devices, count=1, priority=1000, own_uid="me", held=_ids("gpu-1"))
+    assert place is None
+    free = find_place(snap, snap.devices, count=1, own_uid="me")
+    assert free is not None and free.devices == _ids("gpu-1")
+
+
+def test_a_held_share_leaves_the_rest_of_a_shared_device() -> None:
+    snap = snapshot(slices=[resource_slice("node1", gpu("gpu-0", T4, "16Gi", shareable=True))])
+    held = _ids("gpu-0")
+    assert usage_by_device(snap, held=held, held_share=50) == {held[0]: 50}
+    assert find_place(snap, snap.devices, count=1, share_percent=50, held=held, held_share=50)
+    assert find_place(snap, snap.devices, count=1, held=held, held_share=50) is None
+    assert find_place(snap, snap.devices, count=1, share_percent=50, held=held) is None
+    assert FULL_SHARE == 100

@@ -1,0 +1,148 @@
+"""DeviceClass selectors evaluated as the scheduler does, Kubernetes' CEL library included."""
+
+from __future__ import annotations
+
+import pytest
+from planner_inputs import GPU_CLASS, MIG_CLASS, device_class, gpu, mig, resource_slice, snapshot
+
+from fsm import cel
+from fsm.capacity import Device
+
+A100 = "NVIDIA A100 80GB PCIe"
+
+
+def _devices() -> tuple[Device, Device]:
+    snap = snapshot(
+        slices=[
+            resource_slice(
+                "node1",
+                gpu("gpu-0", A100, "80Gi", cudaComputeCapability={"version": "8.0.0"}),
+                mig("gpu-1-mig-1g10gb-19-0", A100, "1g.10gb", "9856Mi"),
+            )
+        ]
+    )
+    whole, partition = snap.devices
+    return whole, partition
+
+
+WHOLE, PARTITION = _devices()
+CAP = "device.capacity['gpu.nvidia.com']"
+ATTR = "device.attributes['gpu.nvidia.com']"
+
+
+@pytest.mark.parametrize(
+    ("expression", "whole", "partition"),
+    [
+        pytest.param(GPU_CLASS, True, False, id="gpu-class"),
+        pytest.param(MIG_CLASS, False, True, id="mig-class"),
+        pytest.param(f"{CAP}.memory.compareTo(quantity('40Gi')) >= 0", True, False, id="compareTo"),
+        pytest.param(
+            f"{CAP}.memory.isGreaterThan(quantity('9Gi'))", True, True, id="isGreaterThan"
+        ),
+        pytest.param(f"{CAP}.memory.isLessThan(quantity('10Gi'))", False, True, id="isLessThan"),
+        pytest.param(
+            f"{CAP}.memory.compareTo(quantity('80Gi')) == 0", True, False, id="equal-quantity"
+        ),
+        pytest.param(f"{ATTR}.productName.startsWith('NVIDIA A100')", True, True, id="string-fn"),
+        pytest.param(f"{ATTR}.profile == '1g.10gb'", None, True, id="unknown-key-errs-on-gpu"),
+        pytest.param(
+            f"has({ATTR}.cudaComputeCapability) && "
+            f"{ATTR}.cudaComputeCapability.isGreaterThan(semver('7.5.0'))",
+            True,
+            False,
+            id="semver-attribute",
+        ),
+        pytest.param(
+            f"has({ATTR}.cudaComputeCapability) && {ATTR}.cudaComputeCapability.major() == 8",
+            True,
+            False,
+            id="semver-major",
+        ),
+        pytest.param(
+            "device.attributes['other.example.com'].size() == 0",
+            True,
+            True,
+            id="unknown-domain-empty",
+        ),
+        pytest.param(
+            "has(device.attributes['other.example.com'].x)",
+            False,
+            False,
+            id="has-in-unknown-domain",
+        ),
+        pytest.param(
+            "semver('1.2.3-rc.1').isLessThan(semver('1.2.3'))", True, True, id="prerelease-below"
+        ),
+        pytest.param("semver('v1.2', true).minor() == 2", True, True, id="normalized-semver"),
+        pytest.param("isQuantity('10Gi') && !isQuantity('10GB')", True, True, id="isQuantity"),
+        pytest.param(
+            "quantity('1.5Gi').add(quantity('512Mi')).compareTo(quantity('2Gi')) == 0",
+            True,
+            True,
+            id="add",
+        ),
+        pytest.param("quantity('2k').sub(500).asInteger() == 1500", True, True, id="sub-int"),
+        pytest.param("!device.allowMultipleAllocations", True, True, id="allow-multiple"),
+    ],
+)
+def test_selectors(expression: str, whole: bool | None, partition: bool) -> None:
+    for device, expected in ((WHOLE, whole), (PARTITION, partition)):
+        if expected is None:
+            with pytest.raises(cel.SelectorError):
+                cel.evaluate(expression, device)
+        else:
+            assert cel.evaluate(expression, device) is expected, device.name
+
+
+@pytest.mark.parametrize(
+    ("expression", "problem"),
+    [
+        pytest.param("device.driver ==", "does not parse", id="syntax"),
+        pytest.param(f"{ATTR}.noSuchAttribute == 'x'", "no such member", id="unknown-key"),
+        pytest.param(f"{ATTR}.productName", "not a bool", id="non-bool"),
+        pytest.param(
+            "quantity('lots').sign() == 1", "not a Kubernetes quantity", id="bad-quantity"
+        ),
+        pytest.param(
+            f"{ATTR}.productName.compareTo(quantity('1'))", "no such overload", id="wrong-type"
+        ),
+        pytest.param("cel.bind(x, 1, x == 1)", "bind", id="cel-bind-unsupported"),
+    ],
+)
+def test_selector_errors_are_selector_errors(expression: str, problem: str) -> None:
+    with pytest.raises(cel.SelectorError) as caught:
+        cel.evaluate(expression, WHOLE)
+    assert problem in str(caught.value)
+    assert caught.value.expression == expression
+
+
+def test_a_class_selects_by_every_selector() -> None:
+    snap = snapshot(
+        [device_class("big-gpus", GPU_CLASS, f"{CAP}.memory.compareTo(quantity('40Gi')) >= 0")]
+    )
+    (info,) = snap.device_classes
+    assert cel.selected_devices(info, [WHOLE, PARTITION]) == (WHOLE,)
+
+
+def test_a_class_without_selectors_selects_every_device() -> None:
+    (info,) = snapshot([device_class("anything")]).device_classes
+    assert cel.selected_devices(info, [WHOLE, PARTITION]) == (WHOLE, PARTITION)
+
+
+def test_an_error_on_any_device_fails_the_class() -> None:
+    (info,) = snapshot([device_class("profiles", f"{ATTR}.profile == '1g.10gb'")]).device_classes
+    with pytest.raises(cel.SelectorError):
+        cel.selected_devices(info, [PARTITION, WHOLE])
+
+
+def test_results_are_memoised_per_class_generation_and_device() -> None:
+    expression = f"{ATTR}.productName == '{A100}' && true"
+    (first,) = snapshot([device_class("memo", expression, generation=1)]).device_classes
+    (second,) = snapshot([device_class("memo", expression, generation=2)]).device_classes
+    before = cel._memo.cache_info()
+    assert cel.selects(first, WHOLE)
+    assert cel.selects(first, WHOLE)
+    assert cel.selects(second, WHOLE)
+    after = cel._memo.cache_info()
+    assert after.hits - before.hits == 1  # the repeat; a new generation is a new entry
+    assert after.misses - before.misses == 2

@@ -1,0 +1,441 @@
+"""Class validation, class resolution, classless mode, defaults and the model policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from planner_inputs import SEED_CLASSES, model, seed_class
+
+from fsm import policy
+from fsm.reasons import ClassReason, ConditionStatus, Reason
+from fsm.values import (
+    Authentication,
+    ClassSpec,
+    EndpointType,
+    ExposureType,
+    HttpsMode,
+    ModelFormat,
+    PlacementMode,
+    Quantization,
+    SharingMode,
+)
+
+PRIORITY_CLASSES = ("inference-low", "inference-normal", "inference-high")
+DEVICE_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com", "nvidia-t4-mps-physical")
+CHAT, EMBED, RERANK = EndpointType.CHAT, EndpointType.EMBEDDINGS, EndpointType.RERANK
+CHAT_ONLY: dict[str, Any] = {"modelPolicy": {"allowedEndpointTypes": ["Chat"]}}
+
+
+def _spec(**blocks: Any) -> ClassSpec:
+    return ClassSpec.model_validate({**CHAT_ONLY, **blocks})
+
+
+def _validate(spec: ClassSpec) -> policy.ClassValidity:
+    return policy.validate_class(
+        spec, priority_classes=PRIORITY_CLASSES, device_classes=DEVICE_CLASSES
+    )
+
+
+# --- the class's own Ready condition ----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SEED_CLASSES))
+def test_every_seed_class_is_valid(name: str) -> None:
+    validity = _validate(seed_class(name))
+    assert validity.ready, validity.message
+    assert (validity.reason, validity.status) == (ClassReason.VALID, ConditionStatus.TRUE)
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason", "names"),
+    [
+        pytest.param(
+            {"modelPolicy": {"allowedEndpointTypes": []}},
+            ClassReason.NO_ENDPOINT_TYPES,
+            "allowedEndpointTypes",
+            id="empty-endpoint-types",
+        ),
+        pytest.param(
+            {"modelPolicy": None},
+            ClassReason.NO_ENDPOINT_TYPES,
+            "allowedEndpointTypes",
+            id="no-model-policy",
+        ),
+        pytest.param(
+            {"modelPolicy": {"allowedEndpointTypes": ["Chat"], "maxParameterCount": "huge"}},
+            ClassReason.INVALID_PARAMETER_COUNT,
+            "'huge'",
+            id="unparsable-count",
+        ),
+        pytest.param(
+            {"scalingPolicy": {"minReplicas": 3, "maxReplicas": 2}},
+            ClassReason.INVALID_REPLICA_BOUNDS,
+            "minReplicas=3 maxReplicas=2",
+            id="min-above-max",
+        ),
+        pytest.param(
+            {"scalingPolicy": {"minReplicas": 0, "maxReplicas": 2}},
+            ClassReason.INVALID_REPLICA_BOUNDS,
+            "minReplicas=0",
+            id="zero-min",
+        ),
+        pytest.param(
+            {
+                "scalingPolicy": {
+                    "allowedPriorityClassNames": ["inference-normal", "inference-urgent"]
+                }
+            },
+            ClassReason.PRIORITY_CLASS_NOT_FOUND,
+            "inference-urgent",
+            id="missing-priority-class",
+        ),
+        pytest.param(
+            {"acceleratorPolicy": {"allowedDeviceClasses": ["nvidia-h100"]}},
+            ClassReason.DEVICE_CLASS_NOT_FOUND,
+            "nvidia-h100",
+            id="missing-device-class",
+        ),
+        pytest.param(
+            {"exposurePolicy": {"type": "External", "https": {"mode": "CertManager"}}},
+            ClassReason.ISSUER_MISSING,
+            "clusterIssuerName",
+            id="cert-manager-without-issuer",
+        ),
+    ],
+)
+def test_each_class_problem_has_its_reason(
+    spec: dict[str, Any], reason: ClassReason, names: str
+) -> None:
+    validity = _validate(_spec(**spec))
+    assert not validity.ready
+    assert (validity.reason, validity.status) == (reason, ConditionStatus.FALSE)
+    assert names in validity.message  # the admin is told which field and value
+
+
+def test_all_problems_are_reported_first_one_names_the_reason() -> None:
+    spec = ClassSpec.model_validate(
+        {
+            "scalingPolicy": {"minReplicas": 5, "maxReplicas": 1},
+            "acceleratorPolicy": {"allowedDeviceClasses": ["gone"]},
+        }
+    )
+    validity = _validate(spec)
+    assert [p.reason for p in validity.problems] == [
+        ClassReason.NO_ENDPOINT_TYPES,
+        ClassReason.INVALID_REPLICA_BOUNDS,
+        ClassReason.DEVICE_CLASS_NOT_FOUND,
+    ]
+    assert validity.reason is ClassReason.NO_ENDPOINT_TYPES and "gone" in validity.message
+
+
+def test_a_min_only_scaling_block_means_at_least_that_many() -> None:
+    spec = _spec(scalingPolicy={"minReplicas": 2})
+    assert _validate(spec).ready
+    assert policy.constraints_of(spec.scaling_policy, ()).max_replicas == 2
+
+
+# --- resolving the order's class --------------------------------------------------------
+
+
+def _resolve(name: str | None, namespace: str, spec: ClassSpec | None) -> Any:
+    return policy.resolve_class(
+        name, namespace, spec, priority_classes=PRIORITY_CLASSES, device_classes=DEVICE_CLASSES
+    )
+
+
+@pytest.mark.parametrize(
+    ("class_name", "namespace", "spec", "reason"),
+    [
+        pytest.param(
+            "llm-internal",
+            "support",
+            seed_class("llm-internal"),
+            Reason.CLASS_ADMITTED,
+            id="admitted",
+        ),
+        pytest.param("default-llm", "support", None, Reason.CLASS_NOT_FOUND, id="not-found"),
+        pytest.param(
+            "broken",
+            "support",
+            _spec(modelPolicy={"allowedEndpointTypes": []}),
+            Reason.CLASS_NOT_READY,
+            id="not-ready",
+        ),
+        pytest.param(
+            "llm-internal",
+            "analytics",
+            seed_class("llm-internal"),
+            Reason.NAMESPACE_NOT_ADMITTED,
+            id="namespace-not-admitted",
+        ),
+        pytest.param(
+            "open", "anywhere", _spec(), Reason.CLASS_ADMITTED, id="no-admission-block-admits-all"
+        ),
+        pytest.param(
+            "open",
+            "anywhere",
+            _spec(admissionPolicy={}),
+            Reason.CLASS_ADMITTED,
+            id="empty-admission-block-admits-all",
+        ),
+        pytest.param(
+            "closed",
+            "support",
+            _spec(admissionPolicy={"allowedNamespaces": []}),
+            Reason.NAMESPACE_NOT_ADMITTED,
+            id="empty-list-admits-none",
+        ),
+        pytest.param(None, "anywhere", None, Reason.CLASSLESS_DEFAULTS, id="classless"),
+    ],
+)
+def test_resolve_class(
+    class_name: str | None, namespace: str, spec: ClassSpec | None, reason: Reason
+) -> None:
+    outcome = _resolve(class_name, namespace, spec)
+    assert outcome.reason is reason
+    assert outcome.ok is (reason in {Reason.CLASS_ADMITTED, Reason.CLASSLESS_DEFAULTS})
+    assert (outcome.policy is not None) is outcome.ok
+    assert outcome.message
+
+
+def test_not_ready_says_what_is_wrong_with_the_class() -> None:
+    outcome = _resolve(
+        "strict", "support", _spec(acceleratorPolicy={"allowedDeviceClasses": ["x"]})
+    )
+    assert "DeviceClassNotFound" in outcome.message
+    assert "DeviceClass x does not exist" in outcome.message
+
+
+# --- classless mode (SPEC §4) and the defaults of absent blocks -------------------------
+
+
+def test_classless_mode_is_built_in() -> None:
+    # Even if a default-llm object exists and says otherwise, classless mode ignores it.
+    elsewhere = _spec(exposurePolicy={"type": "ClusterLocal", "authentication": "None"})
+    outcome = _resolve(None, "any-namespace", elsewhere)
+    effective = outcome.policy
+    assert effective is not None and effective.class_name is None
+    assert effective.exposure.type is ExposureType.EXTERNAL
+    assert effective.exposure.authentication is Authentication.TOKEN
+    assert effective.exposure.https is not None
+    assert effective.exposure.https.mode is HttpsMode.CERT_MANAGER
+    assert effective.model_policy is None  # no endpoint-type check
+    assert effective == policy.classless_policy()
+
+
+@pytest.mark.parametrize(
+    "effective",
+    [
+        pytest.param(policy.classless_policy(), id="classless"),
+        pytest.param(policy.effective_policy("bare", _spec()), id="class-without-blocks"),
+    ],
+)
+def test_absent_blocks_have_the_same_defaults_with_or_without_a_class(effective: Any) -> None:
+    assert (effective.constraints.min_replicas, effective.constraints.max_replicas) == (1, 1)
+    assert effective.constraints.priority_class_name is None
+    assert effective.accelerator.allowed_placement_types == (PlacementMode.WHOLE_DEVICE,)
+    assert effective.accelerator.allowed_sharing_modes == (SharingMode.DEDICATED,)
+    assert effective.accelerator.max_accelerator_count == 1
+
+
+def test_a_class_without_exposure_block_is_cluster_local_without_token() -> None:
+    effective = policy.effective_policy("bare", _spec())
+    assert (effective.exposure.type, effective.exposure.authentication) == (
+        ExposureType.CLUSTER_LOCAL,
+        Authentication.NONE,
+    )
+
+
+@pytest.mark.parametrize(
+    ("names", "existing", "chosen"),
+    [
+        pytest.param(
+            ["inference-normal", "inference-high"],
+            PRIORITY_CLASSES,
+            "inference-normal",
+            id="first-listed",
+        ),
+        pytest.param(
+            ["inference-urgent", "inference-high"],
+            PRIORITY_CLASSES,
+            "inference-high",
+            id="first-that-exists",
+        ),
+        pytest.param(
+            ["inference-urgent"], PRIORITY_CLASSES, "inference-urgent", id="none-exists-names-first"
+        ),
+        pytest.param(None, PRIORITY_CLASSES, None, id="no-list"),
+    ],
+)
+def test_priority_class_choice(
+    names: list[str] | None, existing: tuple[str, ...], chosen: str | None
+) -> None:
+    spec = _spec(
+        scalingPolicy={"allowedPriorityClassNames": names, "minReplicas": 1, "maxReplicas": 3}
+    )
+    constraints = policy.constraints_of(spec.scaling_policy, existing)
+    assert constraints.priority_class_name == chosen
+    assert (constraints.min_replicas, constraints.max_replicas) == (1, 3)
+
+
+def test_seed_constraints() -> None:
+    strict = policy.effective_policy("llm-strict", seed_class("llm-strict"), PRIORITY_CLASSES)
+    assert strict.constraints.model_dump() == {
+        "min_replicas": 1,
+        "max_replicas": 4,
+        "priority_class_name": "inference-normal",
+    }
+    internal = policy.effective_policy("llm-internal", seed_class("llm-internal"))
+    assert (internal.constraints.max_replicas, internal.accelerator) == (
+        1,
+        policy.DEFAULT_ACCELERATOR,
+    )
+
+
+# --- the model under the policy ---------------------------------------------------------
+
+QWEN_7B = model("Qwen/Qwen2.5-7B-Instruct", params=7.6, weights_gb=15.2)
+QWEN_05B = model("Qwen/Qwen2.5-0.5B-Instruct", params=0.49, weights_gb=0.99)
+BGE = model("BAAI/bge-m3", params=0.568, weights_gb=2.27, types=[EMBED], dtype="float32")
+RERANKER = model("BAAI/bge-reranker-v2-m3", params=0.568, weights_gb=2.27, types=[RERANK])
+GGUF = model(
+    "Qwen/Qwen2.5-0.5B-Instruct-GGUF",
+    weights_gb=0.49,
+    fmt=ModelFormat.GGUF,
+    quant=Quantization.GGUF,
+)
+UNSIZED = model("someone/mystery", dtype=None)
+MULTI = model("Alibaba-NLP/gte-Qwen2-1.5B-instruct", params=1.5, types=[EMBED, CHAT, RERANK])
+
+
+def _under(blocks: dict[str, Any]) -> Any:
+    return policy.effective_policy("c", ClassSpec.model_validate(blocks))
+
+
+@pytest.mark.parametrize(
+    ("model_policy", "facts", "reason", "endpoint"),
+    [
+        pytest.param(
+            {"allowedEndpointTypes": ["Chat"]}, QWEN_7B, Reason.MODEL_RESOLVED, CHAT, id="chat"
+        ),
+        pytest.param(
+            {"allowedEndpointTypes": ["Embeddings"]},
+            BGE,
+            Reason.MODEL_RESOLVED,
+            EMBED,
+            id="embeddings",
+        ),
+        pytest.param(
+            {"allowedEndpointTypes": ["Rerank", "Embeddings"]},
+            MULTI,
+            Reason.MODEL_RESOLVED,
+            EMBED,
+            id="embeddings-before-rerank",
+        ),
+        pytest.param(
+            {"allowedEndpointTypes": ["Rerank", "Chat", "Embeddings"]},
+            MULTI,
+            Reason.MODEL_RESOLVED,
+            CHAT,
+            id="chat-preferred",
+        ),
+        pytest.param(
+            {"allowedEndpointTypes": ["Chat"]},
+            BGE,
+            Reason.ENDPOINT_TYPE_POLICY_CONFLICT,
+            None,
+            id="conflict",
+        ),
+        pytest.param(
+            {"allowedEndpointTypes": ["Chat"]},
+            model("x/unknown", types=[]),
+            Reason.ENDPOINT_TYPE_POLICY_CONFLICT,
+            None,
+            id="nothing-known-conflicts",
+        ),
+        pytest.param(
+            {"allowedEndpointTypes": ["Chat"], "allowedFormats": ["Safetensors"]},
+            GGUF,
+            Reason.FORMAT_NOT_ALLOWED,
+            None,
+            id="format-not-allowed",
+        ),
+        pytest.param(
+            {"allowedEndpointTypes": ["Chat"], "maxParameterCount": "1B"},
+            QWEN_7B,
+            Reason.PARAMETER_COUNT_NOT_ALLOWED,
+            None,
+            id="too-many-parameters",
+        ),
+        pytest.param(
+            {"allowedEndpointTypes": ["Chat"], "maxParameterCount": "1B"},
+            model("x/big", weights_gb=15.2),
+            Reason.PARAMETER_COUNT_NOT_ALLOWED,
+            None,
+            id="too-many-estimated-from-size",
+        ),
+        pytest.param(
+            {"allowedEndpointTypes": ["Chat"], "maxParameterCount": "1B"},
+            QWEN_05B,
+            Reason.MODEL_RESOLVED,
+            CHAT,
+            id="within-count",
+        ),
+        pytest.param(
+            {"allowedEndpointTypes": ["Chat"], "maxParameterCount": "1B"},
+            UNSIZED,
+            Reason.MODEL_RESOLVED,
+            CHAT,
+            id="unknown-count-passes",
+        ),
+    ],
+)
+def test_resolve_model(
+    model_policy: dict[str, Any], facts: Any, reason: Reason, endpoint: EndpointType | None
+) -> None:
+    outcome = policy.resolve_model(_under({"modelPolicy": model_policy}), facts)
+    assert (outcome.reason, outcome.endpoint_type) == (reason, endpoint)
+    assert outcome.facts == facts and outcome.message
+
+
+@pytest.mark.parametrize("facts", [QWEN_7B, BGE, RERANKER, GGUF, UNSIZED], ids=lambda f: f.name)
+def test_classless_checks_no_endpoint_type_and_publishes_none(facts: Any) -> None:
+    outcome = policy.resolve_model(policy.classless_policy(), facts)
+    assert (outcome.reason, outcome.endpoint_type) == (Reason.MODEL_RESOLVED, None)
+
+
+@pytest.mark.parametrize(
+    ("class_name", "facts", "reason", "endpoint"),
+    [
+        pytest.param("llm-internal", QWEN_7B, Reason.MODEL_RESOLVED, CHAT, id="internal-chat"),
+        pytest.param(
+            "llm-internal",
+            BGE,
+            Reason.ENDPOINT_TYPE_POLICY_CONFLICT,
+            None,
+            id="internal-embeddings",
+        ),
+        pytest.param("llm-chat-external", GGUF, Reason.MODEL_RESOLVED, CHAT, id="external-gguf"),
+        pytest.param(
+            "llm-strict", QWEN_7B, Reason.PARAMETER_COUNT_NOT_ALLOWED, None, id="strict-7b"
+        ),
+        pytest.param("llm-strict", QWEN_05B, Reason.MODEL_RESOLVED, CHAT, id="strict-half-b"),
+        pytest.param(
+            "embeddings-only", BGE, Reason.MODEL_RESOLVED, EMBED, id="embeddings-only-embeddings"
+        ),
+        pytest.param(
+            "embeddings-only",
+            QWEN_7B,
+            Reason.ENDPOINT_TYPE_POLICY_CONFLICT,
+            None,
+            id="embeddings-only-chat",
+        ),
+    ],
+)
+def test_seed_classes_decide_the_documented_contract(
+    class_name: str, facts: Any, reason: Reason, endpoint: EndpointType | None
+) -> None:
+    effective = policy.effective_policy(class_name, seed_class(class_name), PRIORITY_CLASSES)
+    outcome = policy.resolve_model(effective, facts)
+    assert (outcome.reason, outcome.endpoint_type) == (reason, endpoint)
