@@ -1,0 +1,545 @@
+"""What an order's workload looks like: pure functions from a plan to manifests.
+
+The controller's ApplyWorkload command names a plan, a recipe, the policy and the model;
+this module turns them into the objects it server-side applies in the order's namespace
+(SPEC §3 step 4): a ResourceClaimTemplate (the devices, DRA.md), the runtime Deployment,
+a ClusterIP Service, an HPA when the class lets replicas grow, and for External exposure
+an Ingress with TLS per the https mode (DECKHOUSE.md). No API calls, no clock, no
+randomness: the same inputs give the same manifests, so re-applying is a no-op and the
+tests compare dicts. docs/workload.md explains every choice made here.
+
+Every object is named after the order, labelled with its UID and owned by it
+(`controller: true`), so deleting the order lets the garbage collector delete them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from adapters.kubernetes.settings import Settings
+from fsm import sizing
+from fsm.quantity import MIB
+from fsm.recipes import Recipe, render_args
+from fsm.values import (
+    Authentication,
+    CatalogKind,
+    EffectivePolicy,
+    ExposureType,
+    HttpsMode,
+    ModelFacts,
+    ModelRef,
+    ModelSource,
+    Plan,
+    SharingMode,
+    UpdateStrategy,
+)
+
+__all__ = [
+    "AUTH_SECRET_KEY",
+    "CATALOG_MODELS_DIR",
+    "CLAIM_NAME",
+    "DEFAULT_DRIVER",
+    "HPA_API_VERSIONS",
+    "ORDER_API_VERSION",
+    "ORDER_KIND",
+    "UID_LABEL",
+    "Https",
+    "OrderRef",
+    "RenderError",
+    "auth_secret_name",
+    "effective_https",
+    "endpoint_url",
+    "labels",
+    "owner_reference",
+    "public_host",
+    "render_workload",
+]
+
+ORDER_API_VERSION = "ai.deckhouse.io/v1alpha1"
+ORDER_KIND = "InferenceService"
+UID_LABEL = "ai.deckhouse.io/inference-service-uid"
+MANAGED_BY = "ai-inference"
+CLAIM_NAME = "gpu"  # the request in the template, the claim in the pod: one name
+AUTH_SECRET_KEY = "token"
+DEFAULT_DRIVER = "gpu.nvidia.com"
+CATALOG_MODELS_DIR = "/data/modelcache/models"  # where the ai-models catalog mounts models
+CACHE_DIR = "/var/cache/ai-inference"  # our own volume; never /data/modelcache (the catalog's)
+HPA_API_VERSIONS = ("autoscaling/v2", "autoscaling/v2beta2")
+HPA_CPU_UTILIZATION = 80
+HPA_SCALE_DOWN_WINDOW_SECONDS = 600  # a GPU replica takes minutes to load: do not flap
+STREAMING_TIMEOUT_SECONDS = "3600"  # a long generation streams for minutes through nginx
+_CATALOG_ANNOTATION = {
+    CatalogKind.MODEL: "ai.deckhouse.io/model",
+    CatalogKind.CLUSTER_MODEL: "ai.deckhouse.io/clustermodel",
+}
+# Flags vLLM needs whatever the recipe spells out; a recipe that names them wins.
+_VLLM_FLAGS = (
+    "--model={modelPath}",
+    "--served-model-name={servedModelName}",
+    "--tensor-parallel-size={tensorParallelSize}",
+    "--port={port}",
+    "--gpu-memory-utilization={gpuMemoryUtilization}",
+)
+_API_KEY_ENV = {"vllm": "VLLM_API_KEY", "llama.cpp": "LLAMA_API_KEY"}
+# Names only the controller sets: a credential or an endpoint is policy, not a recipe's.
+_RESERVED_ENV = frozenset({"HF_TOKEN", "HF_HOME", "HF_ENDPOINT", *_API_KEY_ENV.values()})
+
+Manifest = dict[str, Any]
+
+
+class RenderError(ValueError):
+    """The inputs cannot make a workload (e.g. CustomCertificate with no Secret named)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OrderRef:
+    """The order the workload belongs to: enough to name, label and own its objects."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Https:
+    """The https mode in force for an order: the class's block, else the settings'."""
+
+    mode: HttpsMode
+    cluster_issuer_name: str | None = None
+    secret_name: str | None = None  # the TLS Secret the Ingress names, if any
+
+    @property
+    def scheme(self) -> str:
+        # OnlyInURI serves HTTP behind an external TLS terminator: the URL still says https.
+        return "http" if self.mode is HttpsMode.DISABLED else "https"
+
+
+# --- identity ---------------------------------------------------------------------------
+
+
+def auth_secret_name(order: OrderRef) -> str:
+    return f"{order.name}-auth"
+
+
+def _dns_label(text: str, limit: int = 63) -> str:
+    """`text` if it fits a DNS label / label value, else a prefix and a stable hash."""
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{text[: limit - 9].rstrip('-.')}-{digest}"
+
+
+def labels(order: OrderRef) -> dict[str, str]:
+    return {
+        UID_LABEL: order.uid,
+        "app.kubernetes.io/name": "inference-service",
+        "app.kubernetes.io/instance": _dns_label(order.name),
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
+
+
+def owner_reference(order: OrderRef) -> dict[str, Any]:
+    return {
+        "apiVersion": ORDER_API_VERSION,
+        "kind": ORDER_KIND,
+        "name": order.name,
+        "uid": order.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(order: OrderRef, name: str | None = None, **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name or order.name,
+        "namespace": order.namespace,
+        "labels": labels(order),
+        "annotations": {"ai.deckhouse.io/order-generation": str(order.generation)},
+        "ownerReferences": [owner_reference(order)],
+    }
+    meta["annotations"].update(extra.pop("annotations", {}))
+    meta.update(extra)
+    return meta
+
+
+# --- exposure ---------------------------------------------------------------------------
+
+
+def effective_https(policy: EffectivePolicy, settings: Settings) -> Https:
+    """The class's https block replaces the module's; fields it leaves out fall back."""
+    block = policy.exposure.https
+    mode = block.mode if block is not None else settings.https.mode
+    issuer = (block.cluster_issuer_name if block else None) or (
+        settings.https.cert_manager.cluster_issuer_name
+    )
+    custom = (block.custom_certificate_secret_name if block else None) or (
+        settings.https.custom_certificate.secret_name
+    )
+    if mode is HttpsMode.CERT_MANAGER:
+        return Https(mode, cluster_issuer_name=issuer)
+    if mode is HttpsMode.CUSTOM_CERTIFICATE:
+        if not custom:
+            raise RenderError("https mode CustomCertificate names no Secret (class nor settings)")
+        return Https(mode, secret_name=custom)
+    return Https(mode)
+
+
+def public_host(order: OrderRef, settings: Settings) -> str:
+    """`publicDomainTemplate % "<order>-<namespace>"`, the label kept within 63 characters."""
+    return settings.public_host(_dns_label(f"{order.name}-{order.namespace}"))
+
+
+def endpoint_url(order: OrderRef, policy: EffectivePolicy, settings: Settings) -> str:
+    """`status.endpoint.url`: the Ingress host for External, the Service's DNS name else."""
+    if policy.exposure.type is ExposureType.EXTERNAL:
+        return f"{effective_https(policy, settings).scheme}://{public_host(order, settings)}"
+    return f"http://{order.name}.{order.namespace}.svc.cluster.local"
+
+
+# --- devices ----------------------------------------------------------------------------
+
+
+def _driver(plan: Plan) -> str:
+    return plan.devices[0].split("/", 1)[0] if plan.devices else DEFAULT_DRIVER
+
+
+def _quantity(amount: Fraction) -> str:
+    """Bytes rounded up to a whole MiB (whole GiB written as Gi): never below the need."""
+    mib = max(1, math.ceil(amount / MIB))
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
+def _share(plan: Plan) -> Fraction:
+    if plan.sharing_mode is SharingMode.SHARED and plan.share_percent:
+        return Fraction(plan.share_percent, 100)
+    return Fraction(1)
+
+
+def _need_per_device(plan: Plan, facts: ModelFacts) -> Fraction:
+    # The planner's fit test: need <= count * memory * share * U; solved for one device's
+    # part of the need, so the claim asks no more than the planner judged sufficient.
+    need = sizing.memory_need(facts, plan.accelerator_count)
+    return need / (plan.accelerator_count * sizing.GPU_MEMORY_UTILIZATION)
+
+
+def _claim_template(order: OrderRef, plan: Plan, facts: ModelFacts) -> Manifest:
+    driver = _driver(plan)
+    consumed = _need_per_device(plan, facts)
+    device_memory = consumed / _share(plan)
+    exactly: dict[str, Any] = {
+        "deviceClassName": plan.device_class,
+        "allocationMode": "ExactCount",
+        "count": plan.accelerator_count,
+        "selectors": [
+            {
+                "cel": {
+                    "expression": f"device.capacity['{driver}'].memory.compareTo("
+                    f"quantity('{_quantity(device_memory)}')) >= 0"
+                }
+            }
+        ],
+    }
+    devices: dict[str, Any] = {"requests": [{"name": CLAIM_NAME, "exactly": exactly}]}
+    if plan.sharing_mode is SharingMode.SHARED:
+        # Consumable capacity: the claim takes its part of the device's memory, which is
+        # what lets several claims be allocated one device (DRA.md).
+        exactly["capacity"] = {"requests": {"memory": _quantity(consumed)}}
+        sharing: dict[str, Any] = {"strategy": "MPS"}
+        if plan.share_percent:
+            sharing["mpsConfig"] = {"defaultActiveThreadPercentage": plan.share_percent}
+        devices["config"] = [
+            {
+                "requests": [CLAIM_NAME],
+                "opaque": {
+                    "driver": driver,
+                    "parameters": {
+                        "apiVersion": "resource.nvidia.com/v1beta1",
+                        "kind": "GpuConfig",
+                        "sharing": sharing,
+                    },
+                },
+            }
+        ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": _metadata(order),
+        # The generated claims carry the order's labels: whoever counts held devices can
+        # tell whose a claim is without reading its owner pod.
+        "spec": {"metadata": {"labels": labels(order)}, "spec": {"devices": devices}},
+    }
+
+
+# --- the runtime ------------------------------------------------------------------------
+
+
+def _model_path(model_ref: ModelRef) -> str:
+    if model_ref.src is ModelSource.AI_MODELS:
+        return f"{CATALOG_MODELS_DIR}/{model_ref.name}"
+    return model_ref.name  # the runtime downloads it from the hub by repo id
+
+
+def _args(recipe: Recipe, plan: Plan, model_ref: ModelRef) -> list[str]:
+    utilization = format(float(sizing.GPU_MEMORY_UTILIZATION * _share(plan)), ".4g")
+    model_path = _model_path(model_ref)
+    args = list(
+        render_args(
+            recipe,
+            model_path=model_path,
+            served_model_name=model_ref.name,
+            tensor_parallel_size=plan.accelerator_count,
+            gpu_memory_utilization=utilization,
+        )
+    )
+    if recipe.runtime.lower() == "vllm":
+        present = {arg.split("=", 1)[0] for arg in args}
+        filled = {
+            "modelPath": model_path,
+            "servedModelName": model_ref.name,
+            "tensorParallelSize": str(plan.accelerator_count),
+            "port": str(recipe.port),
+            "gpuMemoryUtilization": utilization,
+        }
+        args += [
+            flag.format_map(filled) for flag in _VLLM_FLAGS if flag.split("=")[0] not in present
+        ]
+    return args
+
+
+def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+
+
+def _env(
+    recipe: Recipe,
+    policy: EffectivePolicy,
+    model_ref: ModelRef,
+    settings: Settings,
+    token_secret: str,
+) -> list[dict[str, Any]]:
+    ours: list[dict[str, Any]] = []
+    if model_ref.src is ModelSource.HUGGING_FACE:
+        ours += [
+            {"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"},
+            {"name": "HF_ENDPOINT", "value": settings.hugging_face.endpoint},
+        ]
+        if model_ref.auth_secret_name:
+            # The runtime downloads the model itself: it is the model loader (SPEC §3.4).
+            ours.append(
+                _secret_env("HF_TOKEN", model_ref.auth_secret_name, model_ref.auth_secret_key)
+            )
+    if policy.exposure.authentication is Authentication.TOKEN:
+        env_name = _API_KEY_ENV.get(recipe.runtime.lower(), "VLLM_API_KEY")
+        ours.append(_secret_env(env_name, token_secret, AUTH_SECRET_KEY))
+    taken = _RESERVED_ENV | {e["name"] for e in ours}
+    theirs = [{"name": e.name, "value": e.value} for e in recipe.env if e.name not in taken]
+    return theirs + ours
+
+
+def _strategy(policy: EffectivePolicy) -> dict[str, Any]:
+    if policy.update_strategy is UpdateStrategy.RECREATE:
+        return {"type": "Recreate"}
+    # No surge: a new pod would need a device the old one still holds.
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+
+
+def _deployment(
+    order: OrderRef,
+    plan: Plan,
+    recipe: Recipe,
+    *,
+    policy: EffectivePolicy,
+    model_ref: ModelRef,
+    settings: Settings,
+    token_secret: str,
+    autoscaled: bool,
+) -> Manifest:
+    template_annotations: dict[str, str] = {}
+    if model_ref.src is ModelSource.AI_MODELS and model_ref.kind is not None:
+        template_annotations[_CATALOG_ANNOTATION[model_ref.kind]] = model_ref.name
+    mounts = [{"name": "model-cache", "mountPath": CACHE_DIR}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "model-cache", "emptyDir": {"sizeLimit": plan.model_volume}}
+    ]
+    if plan.accelerator_count > 1:
+        # Tensor parallelism talks through shared memory (NCCL); the default 64Mi is too small.
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})  # noqa: S108 (a mount)
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}})
+    container = {
+        "name": "runtime",
+        "image": recipe.image,
+        "args": _args(recipe, plan, model_ref),
+        "env": _env(recipe, policy, model_ref, settings, token_secret),
+        "ports": [{"name": "http", "containerPort": recipe.port, "protocol": "TCP"}],
+        "resources": {
+            "requests": {"cpu": plan.cpu, "memory": plan.memory},
+            "limits": {"memory": plan.memory},
+            "claims": [{"name": CLAIM_NAME}],
+        },
+        # /health answers without the API key; the controller's own probe checks /v1/models
+        # with the token. No liveness probe: loading a large model takes minutes.
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": 10,
+            "timeoutSeconds": 3,
+            "failureThreshold": 3,
+        },
+        "volumeMounts": mounts,
+    }
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "resourceClaims": [{"name": CLAIM_NAME, "resourceClaimTemplateName": order.name}],
+        "volumes": volumes,
+        # Service links would inject e.g. VLLM_PORT for a Service named "vllm": vLLM reads it.
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+    }
+    if policy.constraints.priority_class_name:
+        pod_spec["priorityClassName"] = policy.constraints.priority_class_name
+    spec: dict[str, Any] = {
+        "revisionHistoryLimit": 2,
+        "selector": {"matchLabels": {UID_LABEL: order.uid}},
+        "strategy": _strategy(policy),
+        "template": {
+            "metadata": {"labels": labels(order), "annotations": template_annotations},
+            "spec": pod_spec,
+        },
+    }
+    if not autoscaled:
+        spec["replicas"] = policy.constraints.min_replicas  # with an HPA, the HPA owns it
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(order, annotations={"ai.deckhouse.io/recipe": recipe.name}),
+        "spec": spec,
+    }
+
+
+def _service(order: OrderRef) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(order),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {UID_LABEL: order.uid},
+            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def _hpa(order: OrderRef, policy: EffectivePolicy, api_version: str) -> Manifest:
+    bounds = policy.constraints
+    return {
+        "apiVersion": api_version,
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _metadata(order),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": order.name},
+            "minReplicas": bounds.min_replicas,
+            "maxReplicas": bounds.max_replicas,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {
+                            "type": "Utilization",
+                            "averageUtilization": HPA_CPU_UTILIZATION,
+                        },
+                    },
+                }
+            ],
+            "behavior": {
+                "scaleDown": {"stabilizationWindowSeconds": HPA_SCALE_DOWN_WINDOW_SECONDS}
+            },
+        },
+    }
+
+
+def _ingress(order: OrderRef, policy: EffectivePolicy, settings: Settings) -> Manifest:
+    https = effective_https(policy, settings)
+    host = public_host(order, settings)
+    annotations = {
+        "nginx.ingress.kubernetes.io/proxy-read-timeout": STREAMING_TIMEOUT_SECONDS,
+        "nginx.ingress.kubernetes.io/proxy-send-timeout": STREAMING_TIMEOUT_SECONDS,
+        "nginx.ingress.kubernetes.io/proxy-buffering": "off",  # tokens stream as they come
+    }
+    spec: dict[str, Any] = {
+        "ingressClassName": settings.ingress_class,
+        "rules": [
+            {
+                "host": host,
+                "http": {
+                    "paths": [
+                        {
+                            "path": "/",
+                            "pathType": "Prefix",
+                            "backend": {"service": {"name": order.name, "port": {"name": "http"}}},
+                        }
+                    ]
+                },
+            }
+        ],
+    }
+    if https.mode is HttpsMode.CERT_MANAGER:
+        annotations["cert-manager.io/cluster-issuer"] = https.cluster_issuer_name or ""
+        spec["tls"] = [{"hosts": [host], "secretName": f"{order.name}-tls"}]
+    elif https.mode is HttpsMode.CUSTOM_CERTIFICATE:
+        spec["tls"] = [{"hosts": [host], "secretName": https.secret_name}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": _metadata(order, annotations=annotations),
+        "spec": spec,
+    }
+
+
+def render_workload(
+    order: OrderRef,
+    plan: Plan,
+    recipe: Recipe,
+    policy: EffectivePolicy,
+    model_ref: ModelRef,
+    *,
+    settings: Settings,
+    facts: ModelFacts,
+    auth_secret: str | None = None,
+    hpa_api_version: str = "autoscaling/v2",
+) -> list[Manifest]:
+    """Every object of the order's workload, in the order to apply them.
+
+    `auth_secret` names the token Secret when the policy requires a token (default
+    `{order}-auth`); `hpa_api_version` is `autoscaling/v2beta2` for servers before 1.23.
+    """
+    if hpa_api_version not in HPA_API_VERSIONS:
+        raise RenderError(f"HPA API {hpa_api_version!r}; known: {', '.join(HPA_API_VERSIONS)}")
+    if plan.recipe != recipe.name:
+        raise RenderError(f"the plan names recipe {plan.recipe!r}, given {recipe.name!r}")
+    bounds = policy.constraints
+    autoscaled = bounds.max_replicas > bounds.min_replicas
+    token_secret = auth_secret or auth_secret_name(order)
+    objects = [
+        _claim_template(order, plan, facts),
+        _service(order),
+        _deployment(
+            order,
+            plan,
+            recipe,
+            policy=policy,
+            model_ref=model_ref,
+            settings=settings,
+            token_secret=token_secret,
+            autoscaled=autoscaled,
+        ),
+    ]
+    if autoscaled:
+        objects.append(_hpa(order, policy, hpa_api_version))
+    if policy.exposure.type is ExposureType.EXTERNAL:
+        objects.append(_ingress(order, policy, settings))
+    return objects

@@ -1,0 +1,562 @@
+"""render_workload: tables of what each policy, plan and model make, checked as dicts.
+
+The objects are also applied to the real API server in test_rendering_cluster.py.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from adapters.kubernetes import rendering
+from adapters.kubernetes.rendering import OrderRef, RenderError, render_workload
+from adapters.kubernetes.settings import Settings
+from fsm import cel, sizing
+from fsm.capacity import Device
+from fsm.policy import classless_policy
+from fsm.quantity import GIB, MIB, parse_quantity
+from fsm.recipes import EnvVar, Recipe, ToolCalling
+from fsm.values import (
+    AcceleratorPolicy,
+    Authentication,
+    CatalogKind,
+    Constraints,
+    EffectivePolicy,
+    ExposurePolicy,
+    ExposureType,
+    HttpsMode,
+    HttpsPolicy,
+    ModelFacts,
+    ModelFormat,
+    ModelRef,
+    ModelSource,
+    PlacementMode,
+    Plan,
+    Quantization,
+    SharingMode,
+    UpdateStrategy,
+)
+
+ORDER = OrderRef(
+    name="support-llm", namespace="support", uid="0f6c7a8e-1111-4c3b-9d7e-a1b2c3d4e5f6"
+)
+SETTINGS = Settings(hugging_face={"endpoint": "http://127.0.0.1:9"})
+RECIPE = Recipe(
+    name="vllm-nvidia",
+    runtime="vLLM",
+    image="vllm/vllm-openai:v0.9.2",
+    placement_modes=(PlacementMode.WHOLE_DEVICE, PlacementMode.PARTITION),
+    formats=(ModelFormat.SAFETENSORS,),
+    quantizations=(Quantization.NONE, Quantization.AWQ),
+    endpoint_types=("Chat",),
+    tool_calling=ToolCalling(enabled=True, parser="hermes"),
+    args=("--model={modelPath}", "--max-model-len=8192"),
+    env=(EnvVar(name="VLLM_NO_USAGE_STATS", value="1"), EnvVar(name="HF_TOKEN", value="leak")),
+    port=8000,
+)
+FACTS = ModelFacts(
+    source=ModelSource.HUGGING_FACE,
+    name="Qwen/Qwen2.5-7B-Instruct-AWQ",
+    parameter_count=7_600_000_000,
+    quantization=Quantization.AWQ,
+    format=ModelFormat.SAFETENSORS,
+)
+HF_REF = ModelRef(src=ModelSource.HUGGING_FACE, name="Qwen/Qwen2.5-7B-Instruct-AWQ")
+PLAN = Plan(
+    device_class="gpu.nvidia.com",
+    accelerator_product_name="Tesla T4",
+    accelerator_memory_gib=15,
+    accelerator_count=1,
+    placement_mode=PlacementMode.WHOLE_DEVICE,
+    sharing_mode=SharingMode.DEDICATED,
+    recipe="vllm-nvidia",
+    cpu="4",
+    memory="12Gi",
+    model_volume="9Gi",
+    tool_calling_supported=True,
+    devices=("gpu.nvidia.com/node1/gpu-0",),
+)
+
+
+def policy(
+    exposure: ExposureType = ExposureType.EXTERNAL,
+    auth: Authentication = Authentication.TOKEN,
+    https: HttpsPolicy | None = None,
+    min_replicas: int = 1,
+    max_replicas: int = 1,
+    priority: str | None = None,
+    strategy: UpdateStrategy = UpdateStrategy.ROLLING_UPDATE,
+) -> EffectivePolicy:
+    return EffectivePolicy(
+        class_name="llm",
+        model_policy=None,
+        accelerator=AcceleratorPolicy(),
+        exposure=ExposurePolicy(type=exposure, authentication=auth, https=https),
+        constraints=Constraints(
+            min_replicas=min_replicas, max_replicas=max_replicas, priority_class_name=priority
+        ),
+        update_strategy=strategy,
+    )
+
+
+def render(
+    pol: EffectivePolicy | None = None,
+    plan: Plan = PLAN,
+    ref: ModelRef = HF_REF,
+    settings: Settings = SETTINGS,
+    **kwargs: Any,
+) -> dict[str, dict[str, Any]]:
+    objects = render_workload(
+        ORDER, plan, RECIPE, pol or policy(), ref, settings=settings, facts=FACTS, **kwargs
+    )
+    by_kind = {o["kind"]: o for o in objects}
+    assert len(by_kind) == len(objects), "one object per kind"
+    return by_kind
+
+
+def container(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    (runtime,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
+    return runtime
+
+
+def env(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container(objects)["env"]}
+
+
+def flag(args: list[str], name: str) -> str | None:
+    values = [a.split("=", 1)[1] for a in args if a.split("=", 1)[0] == name]
+    assert len(values) <= 1, f"{name} given twice: {args}"
+    return values[0] if values else None
+
+
+# --- which objects -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pol", "kinds"),
+    [
+        (policy(), ["ResourceClaimTemplate", "Service", "Deployment", "Ingress"]),
+        (policy(ExposureType.CLUSTER_LOCAL), ["ResourceClaimTemplate", "Service", "Deployment"]),
+        (
+            policy(max_replicas=4),
+            [
+                "ResourceClaimTemplate",
+                "Service",
+                "Deployment",
+                "HorizontalPodAutoscaler",
+                "Ingress",
+            ],
+        ),
+        (
+            policy(ExposureType.CLUSTER_LOCAL, min_replicas=2, max_replicas=2),
+            ["ResourceClaimTemplate", "Service", "Deployment"],
+        ),
+    ],
+    ids=["external", "cluster-local", "external-autoscaled", "fixed-two-replicas"],
+)
+def test_objects_in_apply_order(pol: EffectivePolicy, kinds: list[str]) -> None:
+    assert list(render(pol)) == kinds
+
+
+@pytest.mark.parametrize(
+    "pol",
+    [policy(max_replicas=3), policy(ExposureType.CLUSTER_LOCAL, Authentication.NONE)],
+    ids=["everything", "least"],
+)
+def test_every_object_is_named_labelled_and_owned_by_the_order(pol: EffectivePolicy) -> None:
+    for obj in render(pol).values():
+        meta = obj["metadata"]
+        assert (meta["name"], meta["namespace"]) == ("support-llm", "support"), obj["kind"]
+        assert meta["labels"] == {
+            "ai.deckhouse.io/inference-service-uid": ORDER.uid,
+            "app.kubernetes.io/name": "inference-service",
+            "app.kubernetes.io/instance": "support-llm",
+            "app.kubernetes.io/managed-by": "ai-inference",
+        }, obj["kind"]
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "ai.deckhouse.io/v1alpha1",
+                "kind": "InferenceService",
+                "name": "support-llm",
+                "uid": ORDER.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ], obj["kind"]
+
+
+def test_rendering_is_deterministic() -> None:
+    assert render(policy(max_replicas=2)) == render(policy(max_replicas=2))
+
+
+def test_long_names_keep_labels_and_hosts_within_63_characters() -> None:
+    order = OrderRef(name="a" * 60, namespace="team-" + "b" * 40, uid=ORDER.uid)
+    objects = render_workload(order, PLAN, RECIPE, policy(), HF_REF, settings=SETTINGS, facts=FACTS)
+    ingress = next(o for o in objects if o["kind"] == "Ingress")
+    host = ingress["spec"]["rules"][0]["host"]
+    label, _, domain = host.partition(".")
+    assert len(label) <= 63 and domain == "example.com"
+    assert rendering.endpoint_url(order, policy(), SETTINGS) == f"https://{host}"
+    assert all(len(o["metadata"]["labels"]["app.kubernetes.io/instance"]) <= 63 for o in objects)
+
+
+# --- exposure ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("https", "settings", "scheme", "tls_secret", "issuer"),
+    [
+        (None, SETTINGS, "https", "support-llm-tls", "letsencrypt"),
+        (HttpsPolicy(mode=HttpsMode.CERT_MANAGER, cluster_issuer_name="selfsigned"), SETTINGS,
+         "https", "support-llm-tls", "selfsigned"),
+        (HttpsPolicy(mode=HttpsMode.CERT_MANAGER),
+         Settings(https={"certManager": {"clusterIssuerName": "letsencrypt-staging"}}),
+         "https", "support-llm-tls", "letsencrypt-staging"),
+        (HttpsPolicy(mode=HttpsMode.CUSTOM_CERTIFICATE),
+         Settings(https={"mode": "CustomCertificate", "customCertificate": {"secretName": "wild"}}),
+         "https", "wild", None),
+        (HttpsPolicy.model_validate({"mode": "CustomCertificate",
+                                     "customCertificate": {"secretName": "own"}}), SETTINGS,
+         "https", "own", None),
+        (HttpsPolicy(mode=HttpsMode.ONLY_IN_URI), SETTINGS, "https", None, None),
+        (HttpsPolicy(mode=HttpsMode.DISABLED), SETTINGS, "http", None, None),
+        (None, Settings(https={"mode": "Disabled"}), "http", None, None),
+    ],
+    ids=["default-cert-manager", "class-issuer", "settings-issuer", "custom-from-settings",
+         "custom-from-class", "only-in-uri", "disabled", "settings-disabled"],
+)  # fmt: skip
+def test_https_modes(
+    https: HttpsPolicy | None,
+    settings: Settings,
+    scheme: str,
+    tls_secret: str | None,
+    issuer: str | None,
+) -> None:
+    pol = policy(https=https)
+    ingress = render(pol, settings=settings)["Ingress"]
+    host = "support-llm-support.example.com"
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    (rule,) = ingress["spec"]["rules"]
+    assert rule["host"] == host
+    assert rule["http"]["paths"][0]["backend"] == {
+        "service": {"name": "support-llm", "port": {"name": "http"}}
+    }
+    expected_tls = [{"hosts": [host], "secretName": tls_secret}] if tls_secret else None
+    assert ingress["spec"].get("tls") == expected_tls
+    assert ingress["metadata"]["annotations"].get("cert-manager.io/cluster-issuer") == issuer
+    assert rendering.endpoint_url(ORDER, pol, settings) == f"{scheme}://{host}"
+
+
+def test_custom_certificate_without_a_secret_is_refused() -> None:
+    with pytest.raises(RenderError, match="CustomCertificate"):
+        render(policy(https=HttpsPolicy(mode=HttpsMode.CUSTOM_CERTIFICATE)))
+
+
+def test_settings_choose_ingress_class_and_domain() -> None:
+    settings = Settings(ingressClass="public", publicDomainTemplate="%s.apps.corp.internal")
+    ingress = render(settings=settings)["Ingress"]
+    assert ingress["spec"]["ingressClassName"] == "public"
+    assert ingress["spec"]["rules"][0]["host"] == "support-llm-support.apps.corp.internal"
+
+
+def test_cluster_local_url_is_the_service_dns_name() -> None:
+    pol = policy(ExposureType.CLUSTER_LOCAL, Authentication.NONE)
+    assert (
+        rendering.endpoint_url(ORDER, pol, SETTINGS)
+        == "http://support-llm.support.svc.cluster.local"
+    )
+
+
+def test_classless_policy_is_external_token_cert_manager() -> None:
+    objects = render(classless_policy())
+    assert "Ingress" in objects and "VLLM_API_KEY" in env(objects)
+    assert rendering.endpoint_url(ORDER, classless_policy(), SETTINGS).startswith("https://")
+
+
+def test_service_targets_the_runtime_port_by_name() -> None:
+    objects = render()
+    assert objects["Service"]["spec"] == {
+        "type": "ClusterIP",
+        "selector": {"ai.deckhouse.io/inference-service-uid": ORDER.uid},
+        "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+    }
+    assert container(objects)["ports"] == [
+        {"name": "http", "containerPort": 8000, "protocol": "TCP"}
+    ]
+    pod_labels = objects["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert objects["Service"]["spec"]["selector"].items() <= pod_labels.items()
+
+
+# --- tokens and secrets --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("auth", "secret", "expected"),
+    [
+        (Authentication.TOKEN, None, "support-llm-auth"),
+        (Authentication.TOKEN, "custom-auth", "custom-auth"),
+        (Authentication.NONE, None, None),
+    ],
+    ids=["token-default-secret", "token-named-secret", "no-token"],
+)
+def test_api_key_from_the_order_token_secret(
+    auth: Authentication, secret: str | None, expected: str | None
+) -> None:
+    variables = env(render(policy(auth=auth), auth_secret=secret))
+    if expected is None:
+        assert "VLLM_API_KEY" not in variables
+    else:
+        assert variables["VLLM_API_KEY"] == {"secretKeyRef": {"name": expected, "key": "token"}}
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        (HF_REF, None),
+        (HF_REF.model_copy(update={"auth_secret_name": "hf-token"}),
+         {"secretKeyRef": {"name": "hf-token", "key": "token"}}),
+        (HF_REF.model_copy(update={"auth_secret_name": "hf", "auth_secret_key": "hf_key"}),
+         {"secretKeyRef": {"name": "hf", "key": "hf_key"}}),
+    ],
+    ids=["public-model", "gated-default-key", "gated-explicit-key"],
+)  # fmt: skip
+def test_hf_token_from_the_users_secret(ref: ModelRef, expected: dict[str, Any] | None) -> None:
+    variables = env(render(ref=ref))
+    assert variables.get("HF_TOKEN") == expected  # the recipe's own HF_TOKEN never wins
+    assert variables["HF_ENDPOINT"] == "http://127.0.0.1:9"
+    assert variables["VLLM_NO_USAGE_STATS"] == "1"
+
+
+# --- the model -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ref", "annotation"),
+    [
+        (ModelRef(src=ModelSource.AI_MODELS, name="qwen-7b", kind=CatalogKind.MODEL,
+                  namespace="support"), "ai.deckhouse.io/model"),
+        (ModelRef(src=ModelSource.AI_MODELS, name="qwen-7b", kind=CatalogKind.CLUSTER_MODEL),
+         "ai.deckhouse.io/clustermodel"),
+    ],
+    ids=["Model", "ClusterModel"],
+)  # fmt: skip
+def test_catalog_models_come_through_the_annotation(ref: ModelRef, annotation: str) -> None:
+    objects = render(ref=ref)
+    template = objects["Deployment"]["spec"]["template"]
+    assert template["metadata"]["annotations"] == {annotation: "qwen-7b"}
+    args = container(objects)["args"]
+    assert flag(args, "--model") == "/data/modelcache/models/qwen-7b"
+    assert flag(args, "--served-model-name") == "qwen-7b"
+    assert "HF_TOKEN" not in env(objects) and "HF_ENDPOINT" not in env(objects)
+    mounts = {m["mountPath"] for m in container(objects)["volumeMounts"]}
+    assert not any(p.startswith("/data/modelcache") for p in mounts), "the catalog's path"
+
+
+def test_hugging_face_model_args() -> None:
+    args = container(render())["args"]
+    assert flag(args, "--model") == "Qwen/Qwen2.5-7B-Instruct-AWQ"
+    assert flag(args, "--served-model-name") == "Qwen/Qwen2.5-7B-Instruct-AWQ"
+    assert flag(args, "--tensor-parallel-size") == "1"
+    assert flag(args, "--port") == "8000"
+    assert flag(args, "--gpu-memory-utilization") == "0.9"
+    assert flag(args, "--max-model-len") == "8192"
+    assert "--enable-auto-tool-choice" in args and flag(args, "--tool-call-parser") == "hermes"
+
+
+# --- devices, resources, scaling -----------------------------------------------------
+
+SHARED = PLAN.model_copy(
+    update={"device_class": "nvidia-t4-mps-physical", "sharing_mode": SharingMode.SHARED,
+            "share_percent": 50, "cpu": "2"}
+)  # fmt: skip
+PARTITION = PLAN.model_copy(
+    update={"device_class": "mig.nvidia.com", "placement_mode": PlacementMode.PARTITION,
+            "accelerator_product_name": "NVIDIA A100 80GB PCIe", "accelerator_memory_gib": 10,
+            "devices": ("gpu.nvidia.com/node1/gpu-1-mig-1g10gb-19-0",)}
+)  # fmt: skip
+MULTI = PLAN.model_copy(
+    update={"accelerator_count": 2, "devices": ("gpu.nvidia.com/n/gpu-0", "gpu.nvidia.com/n/gpu-1")}
+)
+
+
+def request_of(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    devices = objects["ResourceClaimTemplate"]["spec"]["spec"]["devices"]
+    (request,) = devices["requests"]
+    assert request["name"] == "gpu"
+    return dict(request["exactly"])
+
+
+@pytest.mark.parametrize(
+    ("plan", "device_class", "count", "shared"),
+    [
+        (PLAN, "gpu.nvidia.com", 1, False),
+        (SHARED, "nvidia-t4-mps-physical", 1, True),
+        (PARTITION, "mig.nvidia.com", 1, False),
+        (MULTI, "gpu.nvidia.com", 2, False),
+    ],
+    ids=["dedicated", "shared-50", "partition", "two-devices"],
+)
+def test_claim_template(plan: Plan, device_class: str, count: int, shared: bool) -> None:
+    objects = render(plan=plan)
+    exactly = request_of(objects)
+    assert exactly["deviceClassName"] == device_class
+    assert (exactly["allocationMode"], exactly["count"]) == ("ExactCount", count)
+    (selector,) = exactly["selectors"]
+    assert selector["cel"]["expression"].startswith(
+        "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('"
+    )
+    devices = objects["ResourceClaimTemplate"]["spec"]["spec"]["devices"]
+    assert ("capacity" in exactly) is shared
+    if shared:
+        assert devices["config"] == [
+            {
+                "requests": ["gpu"],
+                "opaque": {
+                    "driver": "gpu.nvidia.com",
+                    "parameters": {
+                        "apiVersion": "resource.nvidia.com/v1beta1",
+                        "kind": "GpuConfig",
+                        "sharing": {
+                            "strategy": "MPS",
+                            "mpsConfig": {"defaultActiveThreadPercentage": 50},
+                        },
+                    },
+                },
+            }
+        ]
+    else:
+        assert "config" not in devices
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    assert pod["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": "support-llm"}]
+    assert container(objects)["resources"]["claims"] == [{"name": "gpu"}]
+    assert flag(container(objects)["args"], "--tensor-parallel-size") == str(count)
+    claim_labels = objects["ResourceClaimTemplate"]["spec"]["metadata"]["labels"]
+    assert claim_labels["ai.deckhouse.io/inference-service-uid"] == ORDER.uid
+
+
+def test_shared_runtime_uses_only_its_share_of_memory() -> None:
+    args = container(render(plan=SHARED))["args"]
+    assert flag(args, "--gpu-memory-utilization") == "0.45"
+
+
+def _device(memory: Fraction) -> Device:
+    return Device(
+        driver="gpu.nvidia.com",
+        pool="node1",
+        name="gpu-0",
+        node="node1",
+        attributes=(("gpu.nvidia.com/type", "gpu"),),
+        capacity=(("gpu.nvidia.com/memory", memory),),
+    )
+
+
+@given(
+    billions=st.integers(min_value=1, max_value=80),
+    device_mib=st.integers(min_value=4 * 1024, max_value=96 * 1024),
+    count=st.integers(min_value=1, max_value=4),
+    share=st.sampled_from([None, 25, 50, 100]),
+)
+def test_selector_admits_every_device_the_planner_judged_big_enough(
+    billions: int, device_mib: int, count: int, share: int | None
+) -> None:
+    facts = FACTS.model_copy(update={"parameter_count": billions * 10**9})
+    memory = Fraction(device_mib * MIB)
+    per_consumer = memory * (share or 100) / 100
+    plan = PLAN.model_copy(
+        update={
+            "accelerator_count": count,
+            "sharing_mode": SharingMode.SHARED if share else SharingMode.DEDICATED,
+            "share_percent": share,
+        }
+    )
+    objects = render_workload(ORDER, plan, RECIPE, policy(), HF_REF, settings=SETTINGS, facts=facts)
+    exactly = next(o for o in objects if o["kind"] == "ResourceClaimTemplate")["spec"]["spec"][
+        "devices"
+    ]["requests"][0]["exactly"]
+    admitted = cel.evaluate(exactly["selectors"][0]["cel"]["expression"], _device(memory))
+    if sizing.fits(facts, count=count, device_memory=per_consumer):
+        assert admitted, "the planner's device is refused by the claim"
+        if share:
+            # Consumed capacity never exceeds the share: shares the planner counted fit.
+            consumed = exactly["capacity"]["requests"]["memory"]
+            assert parse_quantity(consumed) <= per_consumer
+
+
+def test_selector_refuses_a_device_too_small() -> None:
+    expression = request_of(render())["selectors"][0]["cel"]["expression"]
+    assert cel.evaluate(expression, _device(Fraction(15 * GIB)))
+    assert not cel.evaluate(expression, _device(Fraction(4 * GIB)))
+
+
+@pytest.mark.parametrize(
+    ("pol", "replicas", "hpa_bounds"),
+    [
+        (policy(), 1, None),
+        (policy(min_replicas=2, max_replicas=2), 2, None),
+        (policy(min_replicas=1, max_replicas=4), None, (1, 4)),
+    ],
+    ids=["one", "fixed-two", "one-to-four"],
+)
+def test_replicas_and_hpa(
+    pol: EffectivePolicy, replicas: int | None, hpa_bounds: tuple[int, int] | None
+) -> None:
+    objects = render(pol)
+    assert objects["Deployment"]["spec"].get("replicas") == replicas  # the HPA owns it if any
+    hpa = objects.get("HorizontalPodAutoscaler")
+    if hpa_bounds is None:
+        assert hpa is None
+        return
+    assert hpa is not None
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == hpa_bounds
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "support-llm",
+    }
+
+
+def test_hpa_api_version_for_old_servers() -> None:
+    objects = render(policy(max_replicas=3), hpa_api_version="autoscaling/v2beta2")
+    assert objects["HorizontalPodAutoscaler"]["apiVersion"] == "autoscaling/v2beta2"
+    with pytest.raises(RenderError, match="HPA API"):
+        render(policy(max_replicas=3), hpa_api_version="autoscaling/v1")
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [
+        (UpdateStrategy.ROLLING_UPDATE,
+         {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}),
+        (UpdateStrategy.RECREATE, {"type": "Recreate"}),
+    ],
+    ids=["rolling-no-surge", "recreate"],
+)  # fmt: skip
+def test_update_strategy(strategy: UpdateStrategy, expected: dict[str, Any]) -> None:
+    assert render(policy(strategy=strategy))["Deployment"]["spec"]["strategy"] == expected
+
+
+@pytest.mark.parametrize("priority", [None, "inference-normal"], ids=["none", "named"])
+def test_priority_class_from_constraints(priority: str | None) -> None:
+    pod = render(policy(priority=priority))["Deployment"]["spec"]["template"]["spec"]
+    assert pod.get("priorityClassName") == priority
+
+
+def test_resources_and_volumes_follow_the_plan() -> None:
+    objects = render(plan=MULTI)
+    runtime = container(objects)
+    assert runtime["resources"]["requests"] == {"cpu": "4", "memory": "12Gi"}
+    assert runtime["resources"]["limits"] == {"memory": "12Gi"}
+    volumes = {v["name"]: v for v in objects["Deployment"]["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["model-cache"] == {"name": "model-cache", "emptyDir": {"sizeLimit": "9Gi"}}
+    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"  # tensor parallel over two
+    assert runtime["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+
+
+def test_plan_and_recipe_must_agree() -> None:
+    with pytest.raises(RenderError, match="recipe"):
+        render(plan=PLAN.model_copy(update={"recipe": "other"}))
