@@ -330,7 +330,8 @@ class EventLog:
                 raise StreamNotFound(uid)
             if version > head:
                 raise ValueError(f"stream {uid} is at version {head}, not {version}")
-            return bool(conn.execute(stmt).rowcount)
+            # RETURNING rather than rowcount: drivers disagree on the count of an upsert.
+            return conn.execute(stmt.returning(table.c.version)).first() is not None
 
     def _latest(self, table: sa.Table, column: str, uid: str) -> tuple[int, dict[str, Any]] | None:
         query = sa.select(table.c.version, table.c[column]).where(table.c.stream_uid == uid)
@@ -385,6 +386,8 @@ def _check_writable_head(conn: Connection, uid: str, expected: int) -> None:
             ),
         )
         .where(schema.streams.c.uid == uid)
+        # FOR SHARE OF streams: a concurrent mark_deleted waits until this append ends.
+        .with_for_update(read=True, of=schema.streams)
     ).first()
     if found is None:
         raise StreamConflict(uid, expected, _head(conn, uid))
