@@ -35,10 +35,8 @@ __all__ = [
 ]
 
 _PACKAGE = Path(__file__).resolve().parent
-_CANDIDATES = (
-    _PACKAGE.parent / "migrations",
-    _PACKAGE.parent / "adapters" / "_bundled" / "migrations",
-)
+# Relative to the folder holding this package: a source checkout, then an installed wheel.
+_CANDIDATES = (Path("migrations"), Path("adapters", "_bundled", "migrations"))
 
 # pg_advisory_xact_lock key shared by every process migrating this database ("aiinfmig").
 _LOCK_KEY = 0x6169_696E_666D_6967
@@ -46,10 +44,11 @@ _LOCK_KEY = 0x6169_696E_666D_6967
 
 def migrations_folder() -> Path:
     """The Alembic script folder of this installation (source checkout or wheel)."""
-    for folder in _CANDIDATES:
+    candidates = [_PACKAGE.parent / relative for relative in _CANDIDATES]
+    for folder in candidates:
         if (folder / "env.py").is_file():
             return folder
-    tried = ", ".join(str(c) for c in _CANDIDATES)
+    tried = ", ".join(str(c) for c in candidates)
     raise SchemaError(f"no migrations folder found (tried {tried})")
 
 

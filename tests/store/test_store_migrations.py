@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import threading
 from pathlib import Path
 
@@ -27,6 +28,19 @@ def test_the_migrations_are_found_in_the_source_tree() -> None:
     assert (folder / "env.py").is_file()
     assert (folder / "script.py.mako").is_file()
     assert migrating.head_revision() == "0001"
+
+
+def test_an_installed_wheel_finds_its_bundled_migrations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundled = tmp_path / "adapters" / "_bundled" / "migrations"
+    shutil.copytree(REPO / "migrations", bundled)
+    monkeypatch.setattr(migrating, "_PACKAGE", tmp_path / "store")
+    assert migrating.migrations_folder() == bundled
+
+    shutil.rmtree(tmp_path / "adapters")
+    with pytest.raises(store.SchemaError, match="no migrations folder"):
+        migrating.migrations_folder()
 
 
 def test_opening_twice_migrates_once_and_keeps_the_data(log_url: str) -> None:
