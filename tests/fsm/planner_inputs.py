@@ -25,11 +25,25 @@ from fsm.values import (
 )
 
 __all__ = [
+    "A100",
+    "BGE_M3",
+    "GGUF_05B",
     "GPU_CLASS",
+    "LLAMA_8B_FP8",
+    "LLAMA_70B",
     "MIG_CLASS",
+    "QWEN_05B",
+    "QWEN_7B",
+    "QWEN_14B",
+    "QWEN_32B_AWQ",
+    "SDXL",
     "SEED_CLASSES",
+    "T4",
+    "T4_MPS",
     "Obj",
     "claim",
+    "classes",
+    "cluster",
     "default_recipes",
     "device_class",
     "gpu",
@@ -220,6 +234,66 @@ def model(
         parameter_count=round(params * 1e9) if params is not None else None,
         weights_bytes=round(weights_gb * 1e9) if weights_gb is not None else None,
         dtype=dtype,
+    )
+
+
+# --- a realistic cluster and the models the tables use -----------------------------------
+
+A100, T4 = "NVIDIA A100 80GB PCIe", "Tesla T4"
+T4_MPS = "nvidia-t4-mps-physical"
+T4_ONLY = f"{GPU_CLASS} && device.attributes['gpu.nvidia.com'].productName == '{T4}'"
+
+# The models of the tables, with the sizes their model cards state.
+QWEN_32B_AWQ = model(
+    "Qwen/Qwen2.5-32B-Instruct-AWQ", params=32.8, weights_gb=19.3, quant=Quantization.AWQ
+)
+QWEN_7B = model("Qwen/Qwen2.5-7B-Instruct", params=7.6, weights_gb=15.2)
+QWEN_05B = model("Qwen/Qwen2.5-0.5B-Instruct", params=0.49, weights_gb=0.99)
+BGE_M3 = model(
+    "BAAI/bge-m3", params=0.568, weights_gb=2.27, types=[EndpointType.EMBEDDINGS], dtype="float32"
+)
+GGUF_05B = model(
+    "Qwen/Qwen2.5-0.5B-Instruct-GGUF",
+    params=0.49,
+    weights_gb=0.49,
+    fmt=ModelFormat.GGUF,
+    quant=Quantization.GGUF,
+)
+QWEN_14B = model("Qwen/Qwen2.5-14B-Instruct", params=14.8, weights_gb=29.5)
+LLAMA_70B = model("meta-llama/Llama-3.1-70B-Instruct", params=70.6, weights_gb=141.1)
+LLAMA_8B_FP8 = model(
+    "neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8", params=8.0, weights_gb=9.1, quant=Quantization.FP8
+)
+SDXL = model("stabilityai/stable-diffusion-xl-base-1.0", weights_gb=6.9, fmt=ModelFormat.DIFFUSERS)
+
+
+def classes() -> list[Obj]:
+    return [
+        device_class("gpu.nvidia.com", GPU_CLASS),
+        device_class("mig.nvidia.com", MIG_CLASS),
+        device_class(
+            T4_MPS, T4_ONLY, placement="WholeDevice", sharing="Shared", share_percent="50"
+        ),
+    ]
+
+
+def cluster(*claims: Obj, priorities: dict[str, int] | None = None, t4s: int = 2) -> Snapshot:
+    """One A100 node (a whole A100 and two MIG 1g.10gb slices) and one T4 node."""
+    return snapshot(
+        classes(),
+        [
+            resource_slice(
+                "node-a100",
+                gpu("gpu-0", A100, "80Gi"),
+                mig("gpu-1-mig-1g10gb-0", A100, "1g.10gb", "9856Mi"),
+                mig("gpu-1-mig-1g10gb-1", A100, "1g.10gb", "9856Mi"),
+            ),
+            resource_slice(
+                "node-t4", *(gpu(f"gpu-{i}", T4, "16Gi", shareable=True) for i in range(t4s))
+            ),
+        ],
+        claims,
+        priorities=priorities,
     )
 
 
