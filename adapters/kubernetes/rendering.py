@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -53,6 +54,7 @@ __all__ = [
     "auth_secret_name",
     "effective_https",
     "endpoint_url",
+    "hpa_api_version_for",
     "labels",
     "owner_reference",
     "public_host",
@@ -498,6 +500,14 @@ def _ingress(order: OrderRef, policy: EffectivePolicy, settings: Settings) -> Ma
         "metadata": _metadata(order, annotations=annotations),
         "spec": spec,
     }
+
+
+def hpa_api_version_for(served: Collection[str]) -> str:
+    """The HPA API to render for a server serving `served` group/versions (discovery)."""
+    for version in HPA_API_VERSIONS:
+        if version in served:
+            return version
+    raise RenderError(f"the server serves none of {', '.join(HPA_API_VERSIONS)}")
 
 
 def render_workload(
