@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from planner_inputs import SEED_CLASSES, model, seed_class
 
 from fsm import policy
@@ -439,3 +441,30 @@ def test_seed_classes_decide_the_documented_contract(
     effective = policy.effective_policy(class_name, seed_class(class_name), PRIORITY_CLASSES)
     outcome = policy.resolve_model(effective, facts)
     assert (outcome.reason, outcome.endpoint_type) == (reason, endpoint)
+
+
+# --- the shipped manifests agree with the seeds -----------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name", sorted(SEED_CLASSES))
+def test_the_examples_carry_the_seed_classes(name: str) -> None:
+    path = REPO / "examples" / f"class-{name}.yaml"
+    if not path.exists():
+        pytest.skip(f"{path.name} not in examples/ yet")
+    shipped = next(d for d in yaml.safe_load_all(path.read_text()) if d)
+    assert ClassSpec.model_validate(shipped["spec"]) == seed_class(name)
+
+
+def test_the_shipped_default_class_is_valid_and_matches_classless_exposure() -> None:
+    path = REPO / "deploy" / "classes" / "default-llm.yaml"
+    if not path.exists():
+        pytest.skip("deploy/classes/default-llm.yaml not shipped yet")
+    spec = ClassSpec.model_validate(yaml.safe_load(path.read_text())["spec"])
+    assert _validate(spec).ready
+    shipped = policy.effective_policy("default-llm", spec).exposure
+    built_in = policy.CLASSLESS_EXPOSURE
+    assert (shipped.type, shipped.authentication) == (built_in.type, built_in.authentication)
+    assert shipped.https is not None and built_in.https is not None
+    assert shipped.https.mode is built_in.https.mode
