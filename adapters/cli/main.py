@@ -17,6 +17,8 @@ __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 COMMAND_MODULES: tuple[str, ...] = (
     "adapters.cli.cluster_cmd",
     "adapters.cli.audit_cmd",
+    "adapters.cli.controller_cmd",
+    "adapters.cli.simulate_cmd",
 )
 
 

@@ -1,0 +1,128 @@
+"""The controller's main loop: caches, a UID-keyed work queue, workers, the leader epoch.
+
+`ai-inference controller` and the demo build a `Controller` and `start()` it. Watches
+feed the cache; every change enqueues the UIDs of the orders it can affect; workers run
+`Reconciler.reconcile(uid)` one UID at a time; a StreamConflict (another writer moved the
+stream) drops the in-memory state so the retry re-reads the log. Every append is stamped
+with this process's leader epoch, claimed in the log at start, so an older controller's
+appends are refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+
+from kubernetes.client import ApiClient
+
+from adapters.kubernetes import queueing
+from adapters.kubernetes.reconciling import Reconciler
+from adapters.kubernetes.settings import Settings, SettingsError
+from adapters.kubernetes.world import ClusterCache
+from adapters.models import HubResolver, HubSettings
+from adapters.probes.targets import ServiceTarget, TargetResolver
+from store import EventLog, StaleEpoch, StreamConflict
+
+__all__ = ["Controller", "utc_now"]
+
+log = logging.getLogger(__name__)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Controller:
+    def __init__(
+        self,
+        api: ApiClient,
+        log_store: EventLog,
+        *,
+        hub_endpoint: str | None = None,
+        targets: TargetResolver | None = None,
+        workers: int = 2,
+        hpa_api_version: str = "autoscaling/v2",
+        clock: Callable[[], datetime] = utc_now,
+        sync_timeout: float = 60.0,
+    ) -> None:
+        self.cache = ClusterCache(api)
+        self._log = log_store
+        self._hub_endpoint = hub_endpoint
+        self._settings = Settings()
+        self._settings_lock = threading.Lock()
+        self._hub = self._make_hub()
+        self._epoch = 0
+        self._sync_timeout = sync_timeout
+        self.queue = queueing.WorkQueue()
+        self.reconciler = Reconciler(
+            world=self.cache,
+            log_store=log_store,
+            epoch=lambda: self._epoch,
+            api=api,
+            hub=self._hub,
+            targets=targets or ServiceTarget(),
+            settings=self.settings,
+            clock=clock,
+            hpa_api_version=hpa_api_version,
+        )
+        self._workers = queueing.Workers(self.queue, self._pass, workers=workers)
+
+    # -- settings --------------------------------------------------------------------------
+
+    def settings(self) -> Settings:
+        with self._settings_lock:
+            return self._settings
+
+    def _make_hub(self) -> HubResolver:
+        endpoint = self._hub_endpoint or self._settings.hugging_face.endpoint
+        return HubResolver(HubSettings(endpoint=endpoint))
+
+    def _reload_settings(self) -> None:
+        try:
+            fresh = Settings.from_module_config(self.cache.module_settings())
+        except SettingsError as exc:
+            # Keep working with the last good settings; the message names the bad fields.
+            log.error("ModuleConfig ai-inference rejected, keeping previous settings: %s", exc)
+            return
+        with self._settings_lock:
+            self._settings = fresh
+
+    # -- running ---------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def start(self) -> None:
+        self._epoch = self._log.claim_epoch(self._log.epoch() + 1)
+        self.cache.watch_changes(self._enqueue)
+        self.cache.module_configs.add_handler(lambda _e, _o: self._reload_settings())
+        self.cache.start()
+        if not self.cache.wait_synced(self._sync_timeout):
+            raise TimeoutError("the controller's caches did not sync")
+        self._reload_settings()
+        self._enqueue(self.cache.orders.uids())
+        self._workers.start()
+        log.info("controller started, leader epoch %d", self._epoch)
+
+    def stop(self) -> None:
+        self._workers.stop()
+        self.cache.stop()
+
+    def _enqueue(self, uids: Iterable[str]) -> None:
+        for uid in uids:
+            if uid and uid != "None":
+                self.queue.add(uid)
+
+    def _pass(self, uid: str) -> queueing.Outcome:
+        try:
+            return self.reconciler.reconcile(uid)
+        except StreamConflict as exc:
+            self.reconciler.forget(uid)  # someone else moved the stream: re-read it
+            return queueing.Retry(exc)
+        except StaleEpoch as exc:
+            log.error("a newer controller leads (%s); this one stops writing", exc)
+            self.queue.shutdown()
+            return queueing.Terminal(exc)

@@ -1,0 +1,48 @@
+"""Every kind the controller reads or writes, as `watching.Resource` values.
+
+One list, so the informers, the RBAC in deploy/ and the tests speak of the same kinds.
+"""
+
+from __future__ import annotations
+
+from adapters.kubernetes.watching import Resource
+
+__all__ = [
+    "CLUSTER_MODELS",
+    "DEPLOYMENTS",
+    "DEVICE_CLASSES",
+    "INFERENCE_SERVICES",
+    "INFERENCE_SERVICE_CLASSES",
+    "LAUNCH_RECIPES",
+    "MODELS",
+    "MODULE_CONFIGS",
+    "PODS",
+    "PRIORITY_CLASSES",
+    "RESOURCE_CLAIMS",
+    "RESOURCE_SLICES",
+    "SECRETS",
+]
+
+_AI = "ai.deckhouse.io"
+INFERENCE_SERVICES = Resource(_AI, "v1alpha1", "inferenceservices", "InferenceService")
+INFERENCE_SERVICE_CLASSES = Resource(
+    _AI, "v1alpha1", "inferenceserviceclasses", "InferenceServiceClass", namespaced=False
+)
+LAUNCH_RECIPES = Resource(_AI, "v1alpha1", "launchrecipes", "LaunchRecipe", namespaced=False)
+MODELS = Resource(_AI, "v1alpha1", "models", "Model")
+CLUSTER_MODELS = Resource(_AI, "v1alpha1", "clustermodels", "ClusterModel", namespaced=False)
+MODULE_CONFIGS = Resource(
+    "deckhouse.io", "v1alpha1", "moduleconfigs", "ModuleConfig", namespaced=False
+)
+
+_DRA = "resource.k8s.io"
+DEVICE_CLASSES = Resource(_DRA, "v1", "deviceclasses", "DeviceClass", namespaced=False)
+RESOURCE_SLICES = Resource(_DRA, "v1", "resourceslices", "ResourceSlice", namespaced=False)
+RESOURCE_CLAIMS = Resource(_DRA, "v1", "resourceclaims", "ResourceClaim")
+
+PRIORITY_CLASSES = Resource(
+    "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
+)
+SECRETS = Resource("", "v1", "secrets", "Secret")
+PODS = Resource("", "v1", "pods", "Pod")
+DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")

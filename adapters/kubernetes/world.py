@@ -1,0 +1,176 @@
+"""The controller's cached view of the cluster: one informer per kind, with indexes.
+
+A reconcile pass reads only from here (controller-runtime's "read from the cache, write
+through the client"); `affected_orders` maps a change of any kind to the order UIDs whose
+decisions it can change, so exactly those are re-evaluated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kubernetes.client import ApiClient
+
+from adapters.kubernetes import kinds
+from adapters.kubernetes.rendering import UID_LABEL
+from adapters.kubernetes.watching import Informer, Obj, Resource, Timeouts, by_label
+
+__all__ = ["ClusterCache"]
+
+BY_CLASS = "class"
+BY_SECRET = "secret"
+BY_CATALOG = "catalog"
+BY_ORDER = "order"
+MODULE_NAME = "ai-inference"
+
+
+def _spec(obj: Obj) -> dict[str, Any]:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def _order_class(obj: Obj) -> list[str]:
+    name = _spec(obj).get("inferenceServiceClassName")
+    return [str(name)] if name else []
+
+
+def _order_secrets(obj: Obj) -> list[str]:
+    """`ns/name` of the Secrets an order reads: the user's HF Secret and its own token."""
+    meta = obj.get("metadata") or {}
+    namespace, name = meta.get("namespace", ""), meta.get("name", "")
+    keys = [f"{namespace}/{name}-auth"]
+    ref = (_spec(obj).get("model") or {}).get("authSecretRef") or {}
+    if ref.get("name"):
+        keys.append(f"{namespace}/{ref['name']}")
+    return keys
+
+
+def _order_catalog(obj: Obj) -> list[str]:
+    model = _spec(obj).get("model") or {}
+    ref = model.get("ref") or {}
+    if model.get("src") != "ai-models":
+        return []
+    if ref.get("kind") == "ClusterModel":
+        return [f"ClusterModel//{ref.get('name')}"]
+    namespace = ref.get("namespace") or (obj.get("metadata") or {}).get("namespace")
+    return [f"Model/{namespace}/{ref.get('name')}"]
+
+
+def _meta(obj: Obj) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+class ClusterCache:
+    """Informers for every kind the controller reads, started and stopped together."""
+
+    def __init__(self, api: ApiClient, *, timeouts: Timeouts | None = None) -> None:
+        def informer(resource: Resource, **kwargs: Any) -> Informer:
+            return Informer(api, resource, timeouts=timeouts, resync_period=300.0, **kwargs)
+
+        self.orders = informer(
+            kinds.INFERENCE_SERVICES,
+            indexers={
+                BY_CLASS: _order_class,
+                BY_SECRET: _order_secrets,
+                BY_CATALOG: _order_catalog,
+            },
+        )
+        self.classes = informer(kinds.INFERENCE_SERVICE_CLASSES)
+        self.recipes = informer(kinds.LAUNCH_RECIPES)
+        self.models = informer(kinds.MODELS)
+        self.cluster_models = informer(kinds.CLUSTER_MODELS)
+        self.module_configs = informer(kinds.MODULE_CONFIGS)
+        self.device_classes = informer(kinds.DEVICE_CLASSES)
+        self.resource_slices = informer(kinds.RESOURCE_SLICES)
+        self.resource_claims = informer(kinds.RESOURCE_CLAIMS)
+        self.priority_classes = informer(kinds.PRIORITY_CLASSES)
+        self.secrets = informer(kinds.SECRETS)
+        # Children carry the order's UID label; the selector keeps the cache to ours.
+        self.deployments = informer(
+            kinds.DEPLOYMENTS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+        )
+        self.pods = informer(
+            kinds.PODS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+        )
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [value for value in vars(self).values() if isinstance(value, Informer)]
+
+    def start(self) -> None:
+        for inf in self.informers:
+            inf.start()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return all(inf.wait_synced(timeout) for inf in self.informers)
+
+    def stop(self) -> None:
+        for inf in self.informers:
+            inf.stop()
+
+    # -- reading -------------------------------------------------------------------------
+
+    def module_settings(self) -> dict[str, Any] | None:
+        obj = self.module_configs.get_by_name(None, MODULE_NAME)
+        if obj is None:
+            return None
+        return obj
+
+    def catalog_object(self, kind: str, namespace: str | None, name: str) -> Obj | None:
+        if kind == "ClusterModel":
+            return self.cluster_models.get_by_name(None, name)
+        return self.models.get_by_name(namespace, name)
+
+    def pods_of(self, uid: str) -> list[Obj]:
+        return self.pods.by_index(BY_ORDER, uid)
+
+    # -- what a change affects -----------------------------------------------------------
+
+    def watch_changes(self, enqueue: Callable[[Iterable[str]], None]) -> None:
+        """Route every change of every kind to the orders it can affect."""
+
+        def orders_where(index: str, value: str) -> list[str]:
+            return [str(_meta(o).get("uid")) for o in self.orders.by_index(index, value)]
+
+        def every_order() -> list[str]:
+            return self.orders.uids()
+
+        def route(fn: Callable[[Obj], Iterable[str]]) -> Callable[[str, Obj], None]:
+            def handler(_event: str, obj: Obj) -> None:
+                enqueue(fn(obj))
+
+            return handler
+
+        self.orders.add_handler(route(lambda o: [str(_meta(o).get("uid"))]))
+        self.classes.add_handler(route(lambda o: orders_where(BY_CLASS, str(_meta(o).get("name")))))
+        self.secrets.add_handler(
+            route(
+                lambda o: orders_where(
+                    BY_SECRET, f"{_meta(o).get('namespace')}/{_meta(o).get('name')}"
+                )
+            )
+        )
+        self.models.add_handler(
+            route(
+                lambda o: orders_where(
+                    BY_CATALOG, f"Model/{_meta(o).get('namespace')}/{_meta(o).get('name')}"
+                )
+            )
+        )
+        self.cluster_models.add_handler(
+            route(lambda o: orders_where(BY_CATALOG, f"ClusterModel//{_meta(o).get('name')}"))
+        )
+        for child in (self.deployments, self.pods):
+            child.add_handler(route(lambda o: [str((_meta(o).get("labels") or {}).get(UID_LABEL))]))
+        # Capacity, recipes, priorities and settings can change any order's decisions.
+        for informer in (
+            self.module_configs,
+            self.device_classes,
+            self.resource_slices,
+            self.resource_claims,
+            self.recipes,
+            self.priority_classes,
+        ):
+            informer.add_handler(route(lambda _o: every_order()))
