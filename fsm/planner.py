@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from pydantic import Field
+
 from fsm import cel, sizing
 from fsm.capacity import FULL_SHARE, Device, DeviceClassInfo, Place, Snapshot, find_place
 from fsm.policy import ENDPOINT_PREFERENCE, choose_endpoint_type
@@ -71,7 +73,7 @@ class PlanRequest(Frozen):
     facts: ModelFacts
     endpoint_type: EndpointType | None = None  # None: classless, serve the model's own type
     accelerator: AcceleratorPolicy = AcceleratorPolicy()
-    min_replicas: int = 1
+    min_replicas: int = Field(default=1, ge=1)
     priority_class_name: str | None = None
     order_uid: str | None = None
     held: Plan | None = None  # the plan in force, whose place is not offered again
