@@ -272,9 +272,8 @@ def _stamp(
             out.append(old)  # unchanged: keep the very object, snapshots stay small
             continue
         moved = old is None or old.status is not v.status
-        # Built without re-validation: every field comes from already-valid values.
         out.append(
-            Condition.model_construct(
+            Condition(
                 type=v.type,
                 status=v.status,
                 reason=v.reason,

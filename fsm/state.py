@@ -13,6 +13,7 @@ that are folds (replans, the probe failure streak).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
@@ -61,8 +62,14 @@ class _Value(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Condition(_Value):
-    """One metav1.Condition as the fold last rendered it."""
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One metav1.Condition as the fold last rendered it.
+
+    A stdlib dataclass rather than a model: the fold builds one whenever a condition
+    changes, and this is several times cheaper; pydantic still validates it inside
+    `OrderState`, so snapshots round-trip the same.
+    """
 
     type: ConditionType
     status: ConditionStatus

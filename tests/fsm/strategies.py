@@ -18,6 +18,7 @@ from fsm import events as ev
 from fsm import observations as ob
 from fsm.decide import decide
 from fsm.fold import evolve
+from fsm.machine import Leaf, Summary
 from fsm.reasons import CATALOGUE, ConditionStatus, ConditionType, Reason
 from fsm.state import OrderState
 from fsm.values import (
@@ -43,21 +44,38 @@ from fsm.values import (
 )
 
 __all__ = [
+    "AVAILABLE",
+    "PLANNED",
+    "REPLANNED_AND_FAILED",
+    "RESOLVED",
+    "ROLLING",
+    "SERVING",
     "T0",
+    "applied",
     "at",
+    "expected_leaf",
     "facts",
+    "klass",
+    "model",
     "model_ref",
     "observation_runs",
     "observations",
     "order_streams",
     "plan",
+    "planned",
     "policy",
+    "probe",
     "raw_event_streams",
     "reasons_of",
     "run",
+    "scaling",
+    "spec",
+    "workload",
 ]
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+R = Reason
+T = ConditionStatus.TRUE
 
 
 def at(seconds: float) -> datetime:
@@ -127,6 +145,26 @@ def reasons_of(condition: ConditionType, status: ConditionStatus) -> list[Reason
     return [r for r, i in CATALOGUE.items() if i.condition is condition and i.status is status]
 
 
+def expected_leaf(s: Summary) -> Leaf:
+    """The oracle: where the conditions say the order is, read straight off them."""
+    t = ConditionStatus.TRUE
+    pending = (Leaf.PENDING_CLASS, Leaf.PENDING_MODEL, Leaf.PENDING_PLAN, Leaf.PENDING_WORKLOAD)
+    for index, leaf in enumerate(pending):
+        if s[index][0] is not t:
+            return leaf
+    if s[4][1] is Reason.SERVICE_UNHEALTHY:
+        return Leaf.FAILED
+    if s[4][0] is not t:
+        return Leaf.PENDING_PROBE
+    if s[5][1] is Reason.SCALE_UP_BLOCKED:
+        return Leaf.DEGRADED_SCALE_UP_BLOCKED
+    if s[5][1] is Reason.CAPACITY_TAKEN_BY_PRIORITY:
+        return Leaf.DEGRADED_CAPACITY_TAKEN
+    if s[2][1] is Reason.LAUNCH_PLAN_IN_FORCE:
+        return Leaf.READY_PLAN_IN_FORCE
+    return Leaf.READY_SERVING
+
+
 def run(*observations: ob.Observation, state: OrderState | None = None) -> OrderState:
     """Feed observations through decide and evolve, as the controller does."""
     state = state or OrderState()
@@ -134,6 +172,91 @@ def run(*observations: ob.Observation, state: OrderState | None = None) -> Order
         for event in decide(state, o):
             state = evolve(state, event)
     return state
+
+
+# --- observation builders: the steps of an order's life, for the table tests ----------
+
+
+def spec(
+    t: float, generation: int = 1, class_name: str | None = "default-llm", name: str = "m"
+) -> ob.SpecSeen:
+    return ob.SpecSeen(
+        at=at(t),
+        generation=generation,
+        model_ref=model_ref(name) if name != "m" else model_ref(),
+        class_name=class_name,
+        name="support-llm",
+        namespace="support",
+    )
+
+
+def klass(
+    t: float, reason: Reason = R.CLASS_ADMITTED, class_name: str | None = "default-llm"
+) -> ob.ClassJudged:
+    ok = CATALOGUE[reason].status is T
+    return ob.ClassJudged(
+        at=at(t), outcome=ClassOutcome(reason=reason, policy=policy(class_name) if ok else None)
+    )
+
+
+def model(
+    t: float, reason: Reason = R.MODEL_RESOLVED, endpoint: EndpointType | None = EndpointType.CHAT
+) -> ob.ModelJudged:
+    ok = reason is R.MODEL_RESOLVED
+    outcome = ModelOutcome(
+        reason=reason, facts=facts() if ok else None, endpoint_type=endpoint if ok else None
+    )
+    return ob.ModelJudged(at=at(t), outcome=outcome)
+
+
+def planned(
+    t: float, reason: Reason = R.PLAN_COMPUTED, message: str = "", device_class: str = "nvidia-a100"
+) -> ob.PlanJudged:
+    ok = reason is R.PLAN_COMPUTED
+    outcome = PlanOutcome(reason=reason, message=message, plan=plan(device_class) if ok else None)
+    return ob.PlanJudged(at=at(t), outcome=outcome)
+
+
+def applied(t: float, device_class: str = "nvidia-a100") -> ob.ApplySucceeded:
+    return ob.ApplySucceeded(at=at(t), plan=plan(device_class))
+
+
+def workload(
+    t: float, available: int = 1, unallocated_since: float | None = None
+) -> ob.WorkloadSeen:
+    since = None if unallocated_since is None else at(unallocated_since)
+    return ob.WorkloadSeen(
+        at=at(t), desired=1, ready=available, available=available, unallocated_since=since
+    )
+
+
+def probe(t: float, ok: bool = True) -> ob.ProbeResult:
+    return ob.ProbeResult(
+        at=at(t), ok=ok, status_code=200 if ok else 503, error="" if ok else "unavailable"
+    )
+
+
+def scaling(t: float, reason: Reason) -> ob.ScalingSeen:
+    taken = "analytics/batch" if reason is R.CAPACITY_TAKEN_BY_PRIORITY else None
+    return ob.ScalingSeen(at=at(t), reason=reason, taken_by=taken, replicas=1 if taken else 0)
+
+
+RESOLVED = (spec(0), klass(1), model(2))
+PLANNED = (*RESOLVED, planned(3))
+ROLLING = (*PLANNED, ob.AuthSecretSeen(at=at(4), name="support-llm-auth"), applied(5))
+AVAILABLE = (
+    *ROLLING,
+    workload(6),
+    ob.EndpointSeen(at=at(7), url="https://x.example.com", type=ExposureType.EXTERNAL),
+)
+SERVING = (*AVAILABLE, probe(8))
+REPLANNED_AND_FAILED = (
+    *SERVING,
+    spec(20, 2, name="meta-llama/Llama-3.1-8B"),
+    klass(21),
+    model(22),
+    planned(23, R.NO_CAPACITY, "no A100 free"),
+)
 
 
 # --- observation strategies ------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from strategies import expected_leaf
 
 from fsm import machine
 from fsm.machine import Leaf, Summary
@@ -110,23 +111,6 @@ def test_every_live_state_can_be_deleted(start: Leaf) -> None:
 
 def test_deleted_is_final() -> None:
     assert [e for e in machine.edges() if e.source == "Deleted"] == []
-
-
-def expected_leaf(s: Summary) -> Leaf:
-    """The oracle: where the conditions say the order is, read straight off them."""
-    pending = (L.PENDING_CLASS, L.PENDING_MODEL, L.PENDING_PLAN, L.PENDING_WORKLOAD)
-    for index, leaf in enumerate(pending):
-        if s[index][0] is not T:
-            return leaf
-    if s[4][1] is R.SERVICE_UNHEALTHY:
-        return L.FAILED
-    if s[4][0] is not T:
-        return L.PENDING_PROBE
-    if s[5][1] is R.SCALE_UP_BLOCKED:
-        return L.DEGRADED_SCALE_UP_BLOCKED
-    if s[5][1] is R.CAPACITY_TAKEN_BY_PRIORITY:
-        return L.DEGRADED_CAPACITY_TAKEN
-    return L.READY_PLAN_IN_FORCE if s[2][1] is R.LAUNCH_PLAN_IN_FORCE else L.READY_SERVING
 
 
 SUMMARIES = {

@@ -1,0 +1,345 @@
+"""decide (what an observation adds to the log), needs_plan, and effects (what to do)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import (
+    AVAILABLE,
+    PLANNED,
+    REPLANNED_AND_FAILED,
+    RESOLVED,
+    ROLLING,
+    SERVING,
+    at,
+    facts,
+    klass,
+    model,
+    model_ref,
+    observation_runs,
+    observations,
+    plan,
+    planned,
+    policy,
+    probe,
+    run,
+    scaling,
+    spec,
+    workload,
+)
+
+from fsm import observations as ob
+from fsm.decide import decide, excluded_device_classes, held_devices, needs_plan
+from fsm.effects import (
+    ApplyWorkload,
+    EnsureAuthSecret,
+    PublishStatus,
+    Recheck,
+    RequestPlan,
+    ScheduleProbe,
+    effects,
+)
+from fsm.fold import evolve, fold
+from fsm.reasons import Reason
+from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, PROBE_FAILURE_THRESHOLD, OrderState
+from fsm.status import render_status
+from fsm.values import ClassOutcome, ExposureType, ModelOutcome, PlanOutcome
+
+R = Reason
+PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def events_of(state: OrderState, o: ob.Observation) -> list[str]:
+    return [e.TYPE for e in decide(state, o)]
+
+
+# --- heartbeats are not recorded ---------------------------------------------------------
+
+REPEATS = [
+    ("spec", RESOLVED, spec(10)),
+    ("class", RESOLVED, klass(10)),
+    ("model", RESOLVED, model(10)),
+    ("plan", PLANNED, planned(10)),
+    ("plan-failure", (*RESOLVED, planned(3, R.NO_CAPACITY)), planned(10, R.NO_CAPACITY)),
+    ("apply", ROLLING, ob.ApplySucceeded(at=at(10), plan=plan())),
+    (
+        "apply-failed",
+        (*PLANNED, ob.ApplyFailed(at=at(4), message="quota")),
+        ob.ApplyFailed(at=at(10), message="quota"),
+    ),
+    ("workload", AVAILABLE, workload(10)),
+    (
+        "endpoint",
+        AVAILABLE,
+        ob.EndpointSeen(at=at(10), url="https://x.example.com", type=ExposureType.EXTERNAL),
+    ),
+    ("secret", ROLLING, ob.AuthSecretSeen(at=at(10), name="support-llm-auth")),
+    ("healthy-probe", SERVING, probe(10)),
+    ("failing-probe-before-ready", (*AVAILABLE, probe(8, False)), probe(10, False)),
+    ("scaling-healthy", SERVING, scaling(10, R.SCALING_WITHIN_BOUNDS)),
+    (
+        "scaling-blocked",
+        (*SERVING, scaling(9, R.SCALE_UP_BLOCKED)),
+        scaling(10, R.SCALE_UP_BLOCKED),
+    ),
+    (
+        "capacity-taken",
+        (*SERVING, scaling(9, R.CAPACITY_TAKEN_BY_PRIORITY)),
+        scaling(10, R.CAPACITY_TAKEN_BY_PRIORITY),
+    ),
+    ("healthy-plan-not-recomputed", SERVING, planned(10, R.NO_CAPACITY)),
+    ("deleted", (*SERVING, ob.Deleted(at=at(9))), probe(10, False)),
+]
+
+
+@pytest.mark.parametrize(("steps", "again"), [r[1:] for r in REPEATS], ids=[r[0] for r in REPEATS])
+def test_an_observation_that_changes_nothing_records_nothing(
+    steps: tuple[ob.Observation, ...], again: ob.Observation
+) -> None:
+    assert decide(run(*steps), again) == []
+
+
+CHANGES = [
+    ("first-spec", (), spec(0), ["SpecObserved"]),
+    ("edited-spec", RESOLVED, spec(10, 2), ["SpecObserved"]),
+    ("class-rejudged-for-new-generation", (*RESOLVED, spec(10, 2)), klass(11), ["ClassResolved"]),
+    ("class-refused", RESOLVED, klass(10, R.CLASS_NOT_READY), ["ClassFailed"]),
+    ("model-refused", RESOLVED, model(10, R.MODEL_NOT_READY), ["ModelFailed"]),
+    ("first-plan", RESOLVED, planned(3), ["PlanComputed"]),
+    (
+        "plan-failure-changes",
+        (*RESOLVED, planned(3, R.NO_CAPACITY)),
+        planned(10, R.QUANTIZATION_MISMATCH),
+        ["PlanFailed"],
+    ),
+    ("capacity-appears", (*RESOLVED, planned(3, R.NO_CAPACITY)), planned(10), ["PlanComputed"]),
+    ("probe-fails-after-ready", SERVING, probe(10, False), ["ProbeFailed"]),
+    ("probe-recovers", (*SERVING, probe(9, False)), probe(10), ["ProbeSucceeded"]),
+    ("deleted", SERVING, ob.Deleted(at=at(10)), ["OrderDeleted"]),
+    (
+        "claims-stuck-past-grace",
+        ROLLING,
+        workload(6 + DEVICE_ALLOCATION_GRACE_SECONDS, 0, unallocated_since=6),
+        ["WorkloadObserved", "DeviceClassTried"],
+    ),
+    (
+        "claims-stuck-within-grace",
+        ROLLING,
+        workload(60, 0, unallocated_since=6),
+        ["WorkloadObserved"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("steps", "o", "expected"), [r[1:] for r in CHANGES], ids=[r[0] for r in CHANGES]
+)
+def test_an_observation_that_changes_something_records_it(
+    steps: tuple[ob.Observation, ...], o: ob.Observation, expected: list[str]
+) -> None:
+    assert events_of(run(*steps), o) == expected
+
+
+@pytest.mark.parametrize("failures", range(PROBE_FAILURE_THRESHOLD + 3))
+def test_failures_after_ready_count_up_to_the_threshold_and_then_go_quiet(failures: int) -> None:
+    state = run(*SERVING, *(probe(10 + i, False) for i in range(failures)))
+    counting = failures < PROBE_FAILURE_THRESHOLD
+    assert events_of(state, probe(100, False)) == (["ProbeFailed"] if counting else [])
+
+
+def test_a_probe_is_told_apart_by_its_time() -> None:
+    state = run(*SERVING, probe(10, False))
+    assert decide(state, probe(10, False)) == []
+    assert decide(state, probe(9, True)) == []  # older than the last recorded probe
+
+
+def test_an_older_generation_of_the_spec_is_ignored() -> None:
+    state = run(*RESOLVED, spec(10, 3))
+    assert decide(state, spec(11, 2)) == []
+
+
+@pytest.mark.parametrize(
+    "o",
+    [
+        ob.ClassJudged(at=at(5), outcome=ClassOutcome(reason=R.CLASS_ADMITTED)),
+        ob.ModelJudged(at=at(5), outcome=ModelOutcome(reason=R.MODEL_RESOLVED)),
+        ob.ScalingSeen(at=at(5), reason=R.CAPACITY_TAKEN_BY_PRIORITY),
+        ob.ScalingSeen(at=at(5), reason=R.NO_CAPACITY),
+    ],
+    ids=[
+        "class-ok-without-policy",
+        "model-ok-without-facts",
+        "taken-by-nobody",
+        "not-a-scaling-reason",
+    ],
+)
+def test_malformed_verdicts_are_refused(o: ob.Observation) -> None:
+    with pytest.raises(ValueError):
+        decide(run(*RESOLVED), o)
+
+
+def test_a_plan_outcome_that_is_ok_must_carry_a_plan() -> None:
+    with pytest.raises(ValueError):
+        decide(run(*RESOLVED), ob.PlanJudged(at=at(5), outcome=PlanOutcome(reason=R.PLAN_COMPUTED)))
+
+
+# --- needs_plan and what the planner must leave out --------------------------------------
+
+NEEDS_PLAN = [
+    ("nothing-observed", (), False),
+    ("class-not-judged", (spec(0),), False),
+    ("model-refused", (spec(0), klass(1), model(2, R.MODEL_NOT_FOUND)), False),
+    ("resolved-never-planned", RESOLVED, True),
+    ("planned", PLANNED, False),
+    ("last-attempt-failed", (*RESOLVED, planned(3, R.NO_CAPACITY)), True),
+    ("spec-edited-not-rejudged", (*SERVING, spec(10, 2)), False),
+    ("spec-edited-and-rejudged", (*SERVING, spec(10, 2), klass(11), model(12)), True),
+    ("plan-in-force-after-failure", REPLANNED_AND_FAILED, True),
+    ("device-class-tried", (*ROLLING, workload(300, 0, unallocated_since=5)), True),
+    (
+        "class-policy-changed",
+        (
+            *SERVING,
+            ob.ClassJudged(
+                at=at(9),
+                outcome=ClassOutcome(reason=R.CLASS_ADMITTED, policy=policy(max_replicas=8)),
+            ),
+        ),
+        True,
+    ),
+    ("deleted", (*RESOLVED, ob.Deleted(at=at(5))), False),
+]
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"), [r[1:] for r in NEEDS_PLAN], ids=[r[0] for r in NEEDS_PLAN]
+)
+def test_needs_plan(steps: tuple[ob.Observation, ...], expected: bool) -> None:
+    assert needs_plan(run(*steps)) is expected
+
+
+def test_the_planner_skips_tried_classes_and_the_order_keeps_its_place() -> None:
+    serving = run(*SERVING)
+    tried = run(*ROLLING, workload(300, 0, unallocated_since=5))
+    assert held_devices(serving) == plan().devices
+    assert (excluded_device_classes(tried), held_devices(tried)) == (("nvidia-a100",), ())
+
+
+# --- properties -------------------------------------------------------------------------
+
+
+@PROPERTY
+@given(st.data())
+def test_deciding_again_on_the_same_observation_records_nothing(data: st.DataObject) -> None:
+    state = run(*data.draw(observation_runs(30)))
+    o = data.draw(observations(state))
+    after = fold(decide(state, o), start=state)
+    assert decide(after, o) == []
+
+
+@PROPERTY
+@given(observation_runs(30))
+def test_decide_emits_only_events_that_change_the_state(runs: list[ob.Observation]) -> None:
+    state = OrderState()
+    for o in runs:
+        for event in decide(state, o):
+            after = evolve(state, event)
+            assert after.model_dump(exclude={"version", "last_event_at"}) != state.model_dump(
+                exclude={"version", "last_event_at"}
+            ), event
+            state = after
+
+
+@PROPERTY
+@given(observation_runs(30))
+def test_effects_are_a_function_of_the_state(runs: list[ob.Observation]) -> None:
+    state = run(*runs)
+    restored = OrderState.model_validate(state.model_dump(mode="json"))
+    assert effects(state) == effects(restored)
+
+
+# --- effects ----------------------------------------------------------------------------
+
+
+def kinds(state: OrderState) -> list[type]:
+    return [type(c) for c in effects(state)]
+
+
+EFFECTS = [
+    ("nothing-seen", (), []),
+    (
+        "classless-no-token-yet",
+        (spec(0, class_name=None), klass(1, R.CLASSLESS_DEFAULTS, None)),
+        [EnsureAuthSecret, PublishStatus],
+    ),
+    ("resolved", RESOLVED, [EnsureAuthSecret, RequestPlan, PublishStatus]),
+    ("planned-waits-for-the-token", PLANNED, [EnsureAuthSecret, PublishStatus]),
+    (
+        "planned-with-token",
+        (*PLANNED, ob.AuthSecretSeen(at=at(4), name="support-llm-auth")),
+        [ApplyWorkload, PublishStatus],
+    ),
+    ("rolling", ROLLING, [PublishStatus]),
+    ("claims-waiting", (*ROLLING, workload(60, 0, unallocated_since=6)), [Recheck, PublishStatus]),
+    ("available", AVAILABLE, [ScheduleProbe, PublishStatus]),
+    ("serving", SERVING, [ScheduleProbe, PublishStatus]),
+    ("plan-in-force", REPLANNED_AND_FAILED, [RequestPlan, ScheduleProbe, PublishStatus]),
+    (
+        "apply-failed",
+        (*ROLLING, ob.ApplyFailed(at=at(6), message="quota")),
+        [ApplyWorkload, PublishStatus],
+    ),
+    ("deleted", (*SERVING, ob.Deleted(at=at(9))), []),
+]
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"), [r[1:] for r in EFFECTS], ids=[r[0] for r in EFFECTS]
+)
+def test_effects(steps: tuple[ob.Observation, ...], expected: list[type]) -> None:
+    assert kinds(run(*steps)) == expected
+
+
+def test_apply_carries_what_the_workload_is_built_from() -> None:
+    state = run(*PLANNED, ob.AuthSecretSeen(at=at(4), name="support-llm-auth"))
+    (apply,) = [c for c in effects(state) if isinstance(c, ApplyWorkload)]
+    assert (apply.plan, apply.model_ref, apply.facts, apply.auth_secret_name) == (
+        plan(),
+        model_ref(),
+        facts(),
+        "support-llm-auth",
+    )
+    assert apply.policy == policy()
+
+
+def test_an_edited_model_is_applied_even_when_the_plan_is_the_same() -> None:
+    edited = run(
+        *SERVING, spec(10, 2, name="meta-llama/Llama-3.1-8B"), klass(11), model(12), planned(13)
+    )
+    assert ApplyWorkload in kinds(edited)
+    assert ApplyWorkload not in kinds(run(ob.ApplySucceeded(at=at(14), plan=plan()), state=edited))
+
+
+def test_probes_come_faster_while_a_failure_is_being_confirmed() -> None:
+    (healthy,) = [c for c in effects(run(*SERVING)) if isinstance(c, ScheduleProbe)]
+    (failing,) = [
+        c for c in effects(run(*SERVING, probe(9, False))) if isinstance(c, ScheduleProbe)
+    ]
+    assert failing.after_seconds < healthy.after_seconds
+
+
+def test_the_allocation_recheck_lands_on_the_end_of_the_grace_period() -> None:
+    state = run(*ROLLING, workload(60, 0, unallocated_since=20))
+    (recheck,) = [c for c in effects(state) if isinstance(c, Recheck)]
+    assert recheck.after_seconds == DEVICE_ALLOCATION_GRACE_SECONDS - 40
+
+
+def test_publish_status_is_the_rendered_status() -> None:
+    state = run(*SERVING)
+    assert effects(state)[-1] == PublishStatus(status=render_status(state))
+
+
+def test_the_request_for_a_replan_names_the_place_held() -> None:
+    (request,) = [c for c in effects(run(*REPLANNED_AND_FAILED)) if isinstance(c, RequestPlan)]
+    assert (request.held_devices, request.plan_in_force) == (plan().devices, plan())

@@ -1,0 +1,364 @@
+"""The fold: every reason it can produce, the order's life story, and its properties."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from strategies import (
+    AVAILABLE,
+    PLANNED,
+    REPLANNED_AND_FAILED,
+    RESOLVED,
+    ROLLING,
+    SERVING,
+    at,
+    expected_leaf,
+    klass,
+    model,
+    order_streams,
+    plan,
+    planned,
+    probe,
+    raw_event_streams,
+    reasons_of,
+    run,
+    scaling,
+    spec,
+    workload,
+)
+
+from fsm import events as ev
+from fsm import machine
+from fsm import observations as ob
+from fsm.decide import decide
+from fsm.fold import evolve, fold
+from fsm.reasons import CATALOGUE, ConditionStatus, ConditionType, Phase, Reason
+from fsm.state import PROBE_FAILURE_THRESHOLD, OrderState
+
+C, R = ConditionType, Reason
+T, F, U = ConditionStatus.TRUE, ConditionStatus.FALSE, ConditionStatus.UNKNOWN
+PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# --- every reason the fold can produce ----------------------------------------------------
+
+SCENARIOS: list[tuple[Reason, ConditionType, tuple[ob.Observation, ...]]] = [
+    (R.EVALUATING, C.CLASS_RESOLVED, (spec(0),)),
+    (R.NOT_SERVING, C.SCALING_HEALTHY, (spec(0),)),
+    (R.CLASS_ADMITTED, C.CLASS_RESOLVED, (spec(0), klass(1))),
+    (
+        R.CLASSLESS_DEFAULTS,
+        C.CLASS_RESOLVED,
+        (spec(0, class_name=None), klass(1, R.CLASSLESS_DEFAULTS, None)),
+    ),
+    *[(r, C.CLASS_RESOLVED, (spec(0), klass(1, r))) for r in reasons_of(C.CLASS_RESOLVED, F)],
+    (R.AWAITING_CLASS, C.MODEL_RESOLVED, (spec(0), klass(1, R.CLASS_NOT_FOUND))),
+    (R.MODEL_RESOLVED, C.MODEL_RESOLVED, RESOLVED),
+    *[
+        (r, C.MODEL_RESOLVED, (spec(0), klass(1), model(2, r)))
+        for r in reasons_of(C.MODEL_RESOLVED, F)
+    ],
+    (R.AWAITING_MODEL, C.PLANNED, (spec(0), klass(1), model(2, R.MODEL_NOT_FOUND))),
+    (R.PLAN_COMPUTED, C.PLANNED, PLANNED),
+    (R.LAUNCH_PLAN_IN_FORCE, C.PLANNED, REPLANNED_AND_FAILED),
+    *[(r, C.PLANNED, (*RESOLVED, planned(3, r))) for r in reasons_of(C.PLANNED, F)],
+    (R.AWAITING_PLAN, C.WORKLOAD_READY, (*RESOLVED, planned(3, R.NO_CAPACITY))),
+    (R.ROLLOUT_IN_PROGRESS, C.WORKLOAD_READY, ROLLING),
+    (R.WORKLOAD_AVAILABLE, C.WORKLOAD_READY, AVAILABLE),
+    (R.DEVICES_NOT_ALLOCATED, C.WORKLOAD_READY, (*ROLLING, workload(6, 0, unallocated_since=5))),
+    (
+        R.WORKLOAD_APPLY_FAILED,
+        C.WORKLOAD_READY,
+        (*PLANNED, ob.ApplyFailed(at=at(4), message="quota exceeded")),
+    ),
+    (R.AWAITING_WORKLOAD, C.READY, ROLLING),
+    (R.AWAITING_FIRST_PROBE, C.READY, AVAILABLE),
+    (R.HEALTH_CHECK_FAILED, C.READY, (*AVAILABLE, probe(8, ok=False))),
+    (R.ENDPOINT_SERVING, C.READY, SERVING),
+    (
+        R.SERVICE_UNHEALTHY,
+        C.READY,
+        (*SERVING, *(probe(10 + i, ok=False) for i in range(PROBE_FAILURE_THRESHOLD))),
+    ),
+    (R.SCALING_WITHIN_BOUNDS, C.SCALING_HEALTHY, SERVING),
+    (R.SCALE_UP_BLOCKED, C.SCALING_HEALTHY, (*SERVING, scaling(9, R.SCALE_UP_BLOCKED))),
+    (
+        R.CAPACITY_TAKEN_BY_PRIORITY,
+        C.SCALING_HEALTHY,
+        (*SERVING, scaling(9, R.CAPACITY_TAKEN_BY_PRIORITY)),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("reason", "type_", "steps"), SCENARIOS, ids=[str(r) for r, _, _ in SCENARIOS]
+)
+def test_the_fold_produces_every_reason(
+    reason: Reason, type_: ConditionType, steps: tuple[ob.Observation, ...]
+) -> None:
+    cond = run(*steps).condition(type_)
+    assert cond is not None
+    assert (cond.reason, cond.status) == (reason, CATALOGUE[reason].status)
+
+
+def test_the_scenarios_cover_the_whole_catalogue() -> None:
+    assert {r for r, _, _ in SCENARIOS} == set(CATALOGUE)
+
+
+# --- the order's life -------------------------------------------------------------------
+
+LIFE = [
+    ("spec seen", (spec(0),), Phase.PENDING, machine.Leaf.PENDING_CLASS),
+    (
+        "class refused",
+        (spec(0), klass(1, R.CLASS_NOT_READY)),
+        Phase.PENDING,
+        machine.Leaf.PENDING_CLASS,
+    ),
+    (
+        "model refused",
+        (spec(0), klass(1), model(2, R.MODEL_NOT_FOUND)),
+        Phase.PENDING,
+        machine.Leaf.PENDING_MODEL,
+    ),
+    ("no plan", (*RESOLVED, planned(3, R.NO_CAPACITY)), Phase.PENDING, machine.Leaf.PENDING_PLAN),
+    ("rolling out", ROLLING, Phase.PENDING, machine.Leaf.PENDING_WORKLOAD),
+    ("awaiting probe", AVAILABLE, Phase.PENDING, machine.Leaf.PENDING_PROBE),
+    ("probe fails first", (*AVAILABLE, probe(8, False)), Phase.PENDING, machine.Leaf.PENDING_PROBE),
+    ("serving", SERVING, Phase.READY, machine.Leaf.READY_SERVING),
+    ("plan in force", REPLANNED_AND_FAILED, Phase.READY, machine.Leaf.READY_PLAN_IN_FORCE),
+    (
+        "scale-up blocked",
+        (*SERVING, scaling(9, R.SCALE_UP_BLOCKED)),
+        Phase.DEGRADED,
+        machine.Leaf.DEGRADED_SCALE_UP_BLOCKED,
+    ),
+    (
+        "capacity taken",
+        (*SERVING, scaling(9, R.CAPACITY_TAKEN_BY_PRIORITY)),
+        Phase.DEGRADED,
+        machine.Leaf.DEGRADED_CAPACITY_TAKEN,
+    ),
+    (
+        "growth back",
+        (*SERVING, scaling(9, R.SCALE_UP_BLOCKED), scaling(10, R.SCALING_WITHIN_BOUNDS)),
+        Phase.READY,
+        machine.Leaf.READY_SERVING,
+    ),
+    (
+        "class breaks after ready",
+        (*SERVING, klass(9, R.CLASS_NOT_FOUND)),
+        Phase.PENDING,
+        machine.Leaf.PENDING_CLASS,
+    ),
+    (
+        "class comes back",
+        (*SERVING, klass(9, R.CLASS_NOT_FOUND), klass(10)),
+        Phase.READY,
+        machine.Leaf.READY_SERVING,
+    ),
+    ("deleted", (*SERVING, ob.Deleted(at=at(9))), Phase.READY, machine.Leaf.DELETED),
+]
+
+
+@pytest.mark.parametrize(
+    ("steps", "phase", "leaf"), [row[1:] for row in LIFE], ids=[row[0] for row in LIFE]
+)
+def test_where_the_order_is(
+    steps: tuple[ob.Observation, ...], phase: Phase, leaf: machine.Leaf
+) -> None:
+    state = run(*steps)
+    assert (state.phase, state.machine_state) == (phase, leaf.value)
+
+
+@pytest.mark.parametrize(
+    ("failures", "phase", "reason"),
+    [(n, Phase.READY, R.ENDPOINT_SERVING) for n in range(1, PROBE_FAILURE_THRESHOLD)]
+    + [
+        (PROBE_FAILURE_THRESHOLD, Phase.FAILED, R.SERVICE_UNHEALTHY),
+        (PROBE_FAILURE_THRESHOLD + 2, Phase.FAILED, R.SERVICE_UNHEALTHY),
+    ],
+    ids=str,
+)
+def test_only_a_persistent_failure_after_ready_fails_the_order(
+    failures: int, phase: Phase, reason: Reason
+) -> None:
+    state = run(*SERVING, *(probe(10 + i, ok=False) for i in range(failures)))
+    ready = state.condition(C.READY)
+    assert ready is not None
+    assert (state.phase, ready.reason) == (phase, reason)
+
+
+def test_a_success_returns_a_failed_order_to_ready() -> None:
+    failed = run(*SERVING, *(probe(10 + i, ok=False) for i in range(PROBE_FAILURE_THRESHOLD)))
+    back = run(probe(30), state=failed)
+    assert (failed.phase, back.phase, back.probe_failures) == (Phase.FAILED, Phase.READY, 0)
+
+
+def test_failures_before_the_first_ready_never_fail_the_order() -> None:
+    state = run(*AVAILABLE, *(probe(8 + i, ok=False) for i in range(10)))
+    ready = state.condition(C.READY)
+    assert ready is not None
+    assert (state.phase, ready.reason) == (Phase.PENDING, R.HEALTH_CHECK_FAILED)
+
+
+def test_conditions_after_a_false_one_are_unknown_and_name_what_they_wait_for() -> None:
+    state = run(spec(0), klass(1, R.CLASS_NOT_FOUND))
+    assert [(c.type, c.status, c.reason) for c in state.conditions] == [
+        (C.CLASS_RESOLVED, F, R.CLASS_NOT_FOUND),
+        (C.MODEL_RESOLVED, U, R.AWAITING_CLASS),
+        (C.PLANNED, U, R.AWAITING_MODEL),
+        (C.WORKLOAD_READY, U, R.AWAITING_PLAN),
+        (C.READY, U, R.AWAITING_WORKLOAD),
+        (C.SCALING_HEALTHY, U, R.NOT_SERVING),
+    ]
+
+
+def test_last_transition_time_moves_only_when_the_status_does() -> None:
+    failing = run(*RESOLVED, planned(3, R.NO_CAPACITY))
+    other_reason = run(planned(40, R.NO_ACCELERATOR_WITH_ENOUGH_MEMORY), state=failing)
+    fixed = run(planned(80), state=other_reason)
+    times = [s.condition(C.PLANNED).last_transition_time for s in (failing, other_reason, fixed)]  # type: ignore[union-attr]
+    assert times == [at(3), at(3), at(80)]
+
+
+# --- replans and the plan in force ------------------------------------------------------
+
+
+def test_replan_count_is_a_fold_of_recalculations() -> None:
+    first = run(*SERVING)
+    failed = run(*REPLANNED_AND_FAILED)
+    retried_same = run(planned(30, R.NO_CAPACITY, "no A100 free"), state=failed)
+    succeeded = run(planned(31, device_class="mig-1g10gb"), state=retried_same)
+    assert [s.replan_count for s in (first, failed, retried_same, succeeded)] == [0, 1, 1, 2]
+
+
+def test_a_failed_recalculation_keeps_the_plan_in_force_and_the_phase() -> None:
+    state = run(*REPLANNED_AND_FAILED)
+    cond = state.condition(C.PLANNED)
+    assert cond is not None
+    assert (cond.status, cond.reason) == (T, R.LAUNCH_PLAN_IN_FORCE)
+    assert "no A100 free" in cond.message
+    assert state.plan == state.plan_in_force == plan()
+    assert state.phase is Phase.READY
+
+
+def test_a_failed_replan_without_a_held_plan_drops_the_plan() -> None:
+    edited = (spec(10, 2, name="meta-llama/Llama-3.1-8B"), klass(11), model(12))
+    state = run(*PLANNED, *edited, planned(13, R.NO_CAPACITY))
+    assert state.plan is None
+    assert state.condition(C.PLANNED).status is F  # type: ignore[union-attr]
+
+
+def test_a_device_class_that_never_allocates_is_tried_and_releases_the_plan() -> None:
+    state = run(*ROLLING, workload(300, 0, unallocated_since=5))
+    assert state.tried_device_classes == ("nvidia-a100",)
+    assert state.plan_in_force is None
+
+
+def test_an_edited_order_searches_afresh() -> None:
+    tried = run(*ROLLING, workload(300, 0, unallocated_since=5))
+    edited = run(spec(301, 2, name="meta-llama/Llama-3.1-8B"), state=tried)
+    assert (tried.tried_device_classes, edited.tried_device_classes) == (("nvidia-a100",), ())
+
+
+def test_events_after_deletion_change_nothing_but_the_count() -> None:
+    deleted = run(*SERVING, ob.Deleted(at=at(9)))
+    later = evolve(deleted, ev.ProbeFailed(observed_at=at(10), error="gone"))
+    assert later == deleted.model_copy(update={"version": deleted.version + 1})
+
+
+# --- properties -------------------------------------------------------------------------
+
+
+def _incremental(events: list[ev.Event]) -> list[OrderState]:
+    states = [OrderState()]
+    for event in events:
+        states.append(evolve(states[-1], event))
+    return states
+
+
+@PROPERTY
+@given(order_streams())
+def test_fold_of_every_prefix_is_the_incremental_state(events: list[ev.Event]) -> None:
+    states = _incremental(events)
+    for i in range(len(events) + 1):
+        assert fold(events[:i]) == states[i]
+        assert fold(events[i:], start=states[i]) == states[-1]
+
+
+@PROPERTY
+@given(order_streams())
+def test_every_state_survives_a_snapshot(events: list[ev.Event]) -> None:
+    for state in _incremental(events):
+        assert OrderState.model_validate(state.model_dump(mode="json")) == state
+
+
+@PROPERTY
+@given(raw_event_streams())
+def test_the_fold_takes_any_event_in_any_order(events: list[ev.Event]) -> None:
+    for state in _incremental(events):
+        assert OrderState.model_validate(state.model_dump(mode="json")) == state
+        assert [c.type for c in state.conditions] in ([], list(ConditionType))
+
+
+@PROPERTY
+@given(order_streams() | raw_event_streams())
+def test_the_machine_state_is_where_the_conditions_say(events: list[ev.Event]) -> None:
+    for state in _incremental(events)[1:]:
+        if state.deleted:
+            assert state.machine_state == machine.Leaf.DELETED.value
+            continue
+        summary = tuple((c.status, c.reason) for c in state.conditions)
+        assert state.machine_state == expected_leaf(summary).value
+        assert state.phase is machine.phase_of(state.machine_state)
+
+
+@PROPERTY
+@given(order_streams() | raw_event_streams())
+def test_last_transition_time_changes_exactly_when_the_status_does(events: list[ev.Event]) -> None:
+    states = _incremental(events)
+    for before, event, after in zip(states[1:], events[1:], states[2:], strict=False):
+        if before.deleted:
+            continue
+        for old, new in zip(before.conditions, after.conditions, strict=True):
+            moved = old.last_transition_time != new.last_transition_time
+            assert moved == (old.status is not new.status)
+            if moved:
+                assert new.last_transition_time == event.observed_at
+
+
+# --- many orders ------------------------------------------------------------------------
+
+
+def test_ten_thousand_orders_fold_without_quadratic_work() -> None:
+    templates = []
+    for steps in (
+        SERVING,
+        REPLANNED_AND_FAILED,
+        (*SERVING, scaling(9, R.SCALE_UP_BLOCKED)),
+        (*RESOLVED, planned(3, R.NO_CAPACITY)),
+    ):
+        state, events = OrderState(), []
+        for o in steps:
+            for e in decide(state, o):
+                events.append(e)
+                state = evolve(state, e)
+        templates.append(events)
+
+    def fold_orders(n: int) -> tuple[int, int]:
+        before = machine.cache_info()
+        # Events are immutable values: orders may share them without copying.
+        phases = [fold(templates[i % len(templates)]).phase for i in range(n)]
+        after = machine.cache_info()
+        assert phases.count(Phase.DEGRADED) == n // len(templates)
+        return after.misses - before.misses, after.hits - before.hits
+
+    fold_orders(len(templates))  # the machine learns every walk these streams need
+    misses, hits = fold_orders(10_000)
+    events_folded = sum(len(t) for t in templates) * 10_000 // len(templates)
+    # The machine ran no new walk for 10k orders: every settle was a lookup, one per event,
+    # and one cursor served them all (transitions' add_model is O(models)).
+    assert misses == 0
+    assert hits == events_folded
+    assert len(machine.machine().models) == 1

@@ -1,0 +1,188 @@
+"""render_status: SPEC §2.1's field names, what is present when, and nothing null."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from strategies import (
+    PLANNED,
+    REPLANNED_AND_FAILED,
+    RESOLVED,
+    SERVING,
+    at,
+    klass,
+    model,
+    observation_runs,
+    plan,
+    planned,
+    policy,
+    run,
+    spec,
+)
+
+from fsm import observations as ob
+from fsm.reasons import ORDER_CONDITIONS, Reason
+from fsm.state import OrderState
+from fsm.status import judge, render_status, rfc3339
+from fsm.values import ClassOutcome, PlanOutcome
+
+R = Reason
+RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+STATUS_KEYS = {
+    "phase",
+    "observedGeneration",
+    "conditions",
+    "model",
+    "endpoint",
+    "authSecretName",
+    "constraints",
+    "resolved",
+}
+CONDITION_KEYS = ["type", "status", "reason", "message", "lastTransitionTime", "observedGeneration"]
+RESOLVED_KEYS = [
+    "deviceClass",
+    "acceleratorProductName",
+    "acceleratorMemoryGiB",
+    "acceleratorCount",
+    "placementMode",
+    "sharingMode",
+    "sharePercent",
+    "recipe",
+    "cpu",
+    "memory",
+    "modelVolume",
+    "replanCount",
+]
+
+
+def _nulls(value: Any, path: str = "status") -> list[str]:
+    if value is None:
+        return [path]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _nulls(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _nulls(v, f"{path}[{i}]")]
+    return []
+
+
+def test_a_serving_order_reports_everything_with_kubernetes_names() -> None:
+    status = render_status(run(*SERVING))
+    assert set(status) == STATUS_KEYS
+    assert status["phase"] == "Ready" and status["observedGeneration"] == 1
+    assert [c["type"] for c in status["conditions"]] == [str(t) for t in ORDER_CONDITIONS]
+    assert all(list(c) == CONDITION_KEYS for c in status["conditions"])
+    assert status["model"] == {"endpointType": "Chat"}
+    assert status["endpoint"] == {
+        "url": "https://x.example.com",
+        "type": "External",
+        "toolCallingSupported": True,
+    }
+    assert status["authSecretName"] == "support-llm-auth"
+    assert status["constraints"] == {
+        "minReplicas": 1,
+        "maxReplicas": 2,
+        "priorityClassName": "inference-normal",
+    }
+    assert list(status["resolved"]) == [k for k in RESOLVED_KEYS if k != "sharePercent"]
+    assert status["resolved"]["deviceClass"] == plan().device_class
+    assert status["resolved"]["replanCount"] == 0
+
+
+def test_a_shared_device_reports_its_share() -> None:
+    shared = ob.PlanJudged(
+        at=at(3), outcome=PlanOutcome(reason=R.PLAN_COMPUTED, plan=plan("nvidia-t4-mps", share=50))
+    )
+    resolved = render_status(run(*RESOLVED, shared))["resolved"]
+    assert list(resolved) == RESOLVED_KEYS
+    assert (resolved["sharingMode"], resolved["sharePercent"]) == ("Shared", 50)
+
+
+def test_a_new_order_reports_only_what_it_knows() -> None:
+    assert render_status(OrderState()) == {"phase": "Pending", "conditions": []}
+    status = render_status(run(spec(0)))
+    assert set(status) == {"phase", "observedGeneration", "conditions"}
+
+
+PRESENCE = [
+    # (id, steps, field path, present)
+    ("tool-calling-absent-before-a-plan", RESOLVED, ("endpoint", "toolCallingSupported"), False),
+    ("tool-calling-present-once-planned", PLANNED, ("endpoint", "toolCallingSupported"), True),
+    ("endpoint-type-known-from-the-class", RESOLVED, ("endpoint", "type"), True),
+    ("url-absent-before-published", PLANNED, ("endpoint", "url"), False),
+    ("resolved-absent-before-a-plan", RESOLVED, ("resolved",), False),
+    ("constraints-absent-before-the-class", (spec(0),), ("constraints",), False),
+    ("auth-secret-absent-until-issued", PLANNED, ("authSecretName",), False),
+    (
+        "classless-has-no-endpoint-type",
+        (spec(0, class_name=None), klass(1, R.CLASSLESS_DEFAULTS, None), model(2)),
+        ("model",),
+        False,
+    ),
+    ("resolved-kept-on-the-plan-in-force", REPLANNED_AND_FAILED, ("resolved",), True),
+]
+
+
+def _has(status: dict[str, Any], path: tuple[str, ...]) -> bool:
+    node: Any = status
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+@pytest.mark.parametrize(
+    ("steps", "path", "present"), [r[1:] for r in PRESENCE], ids=[r[0] for r in PRESENCE]
+)
+def test_fields_appear_when_they_are_known(
+    steps: tuple[ob.Observation, ...], path: tuple[str, ...], present: bool
+) -> None:
+    assert _has(render_status(run(*steps)), path) is present
+
+
+def test_a_class_without_token_publishes_no_secret_name() -> None:
+    no_token = ob.ClassJudged(
+        at=at(1), outcome=ClassOutcome(reason=R.CLASS_ADMITTED, policy=policy(token=False))
+    )
+    state = run(spec(0), no_token, model(2), ob.AuthSecretSeen(at=at(3), name="stale-auth"))
+    assert "authSecretName" not in render_status(state)
+
+
+def test_the_plan_in_force_is_reported_with_the_recalculation_counted() -> None:
+    resolved = render_status(run(*REPLANNED_AND_FAILED))["resolved"]
+    assert (resolved["deviceClass"], resolved["replanCount"]) == (plan().device_class, 1)
+
+
+def test_times_are_rfc3339_in_utc() -> None:
+    moscow = datetime(2025, 3, 1, 15, 0, 7, 900_000, tzinfo=timezone(timedelta(hours=3)))
+    assert rfc3339(moscow) == "2025-03-01T12:00:07Z"
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(observation_runs(30))
+def test_every_status_is_well_formed(runs: list[ob.Observation]) -> None:
+    state = run(*runs)
+    status = render_status(state)
+    assert _nulls(status) == []
+    assert set(status) <= STATUS_KEYS
+    for cond in status["conditions"]:
+        assert list(cond) == CONDITION_KEYS and RFC3339.match(cond["lastTransitionTime"])
+    if "resolved" in status:
+        assert set(status["resolved"]) <= set(RESOLVED_KEYS)
+        assert status["resolved"]["replanCount"] == max(state.plan_attempts - 1, 0)
+    # What the fold stamped is what judge says now.
+    assert [(c.status, c.reason, c.message) for c in state.conditions] in (
+        [],
+        [(v.status, v.reason, v.message) for v in judge(state)],
+    )
+
+
+def test_a_retried_identical_failure_is_not_a_recalculation() -> None:
+    failed = run(
+        *RESOLVED, planned(3, R.NO_CAPACITY), planned(40, R.NO_CAPACITY), planned(80, R.NO_CAPACITY)
+    )
+    assert failed.plan_attempts == 1
