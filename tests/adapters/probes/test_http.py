@@ -1,0 +1,226 @@
+"""The HTTP probe against real HTTP servers on 127.0.0.1, each path behaving one way."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from adapters.probes.http import DEFAULT_MAX_BODY, probe
+
+TOKEN = "s3cr3t-token-value-0123456789abcdef"
+MODELS = json.dumps({"object": "list", "data": [{"id": "qwen", "object": "model"}]}).encode()
+SLOW_SECONDS = 5.0
+TIMEOUT = 0.5
+# The probe's documented bound is about twice the timeout; allow scheduling slack.
+BOUND = 2 * TIMEOUT + 0.5
+
+
+class Loopback(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.seen: list[tuple[str, str | None]] = []  # (path, Authorization)
+        self.other_base = ""  # another origin's base URL, for the redirect cases
+        self.release = threading.Event()  # ends slow handlers at teardown
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: Loopback
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # quiet: pytest shows stderr of failures only, and there is nothing to add
+
+    def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _redirect(self, location: str, code: int = 302) -> None:
+        self.send_response(code)
+        self.send_header("Location", location)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        auth = self.headers.get("Authorization")
+        self.server.seen.append((self.path, auth))
+        case = self.path.removesuffix("/v1/models").strip("/")
+        if not self.path.endswith("/v1/models"):
+            self._send(404, b'{"error": "not found"}')
+        elif case == "ok":
+            self._send(200, MODELS)
+        elif case == "auth":
+            if auth == f"Bearer {TOKEN}":
+                self._send(200, MODELS)
+            else:
+                # A careless server may echo what it was sent; the probe must not repeat it.
+                self._send(401, json.dumps({"error": f"bad key {auth}"}).encode())
+        elif case == "broken":
+            self._send(500, b'{"error": "engine dead"}')
+        elif case == "slow":
+            self.server.release.wait(SLOW_SECONDS)
+            self._send(200, MODELS)
+        elif case == "trickle":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            for _ in range(int(SLOW_SECONDS / 0.1)):
+                if self.server.release.wait(0.1):
+                    return
+                self.wfile.write(b" ")
+                self.wfile.flush()
+        elif case == "huge-declared":
+            self._send(200, b'{"data": [], "pad": "' + b"x" * (2 * DEFAULT_MAX_BODY) + b'"}')
+        elif case == "huge-streamed":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Connection", "close")
+            self.end_headers()  # no Content-Length: the body ends when the server closes
+            self.wfile.write(b'{"data": [], "pad": "')
+            for _ in range(64):
+                self.wfile.write(b"x" * DEFAULT_MAX_BODY)
+        elif case == "away":
+            self._redirect(f"{self.server.other_base}/ok/v1/models?key={TOKEN}")
+        elif case == "away-by-name":
+            self._redirect(f"http://localhost:{self.server.server_address[1]}/ok/v1/models")
+        elif case == "moved":
+            self._redirect("/ok/v1/models", 307)
+        elif case == "loop":
+            self._redirect("/loop/v1/models")
+        elif case == "html":
+            self._send(200, b"<html>nginx default page</html>", "text/html")
+        elif case == "no-data":
+            self._send(200, b'{"object": "list"}')
+        else:
+            self._send(404, b"{}")
+
+
+@pytest.fixture
+def servers() -> Iterator[tuple[Loopback, Loopback]]:
+    main, other = Loopback(), Loopback()
+    main.other_base = other.base
+    threads = [
+        threading.Thread(target=s.serve_forever, args=(0.02,), daemon=True) for s in (main, other)
+    ]
+    for t in threads:
+        t.start()
+    yield main, other
+    for s in (main, other):
+        s.release.set()
+        s.shutdown()
+        s.server_close()
+
+
+@pytest.fixture
+def server(servers: tuple[Loopback, Loopback]) -> Loopback:
+    return servers[0]
+
+
+@pytest.mark.parametrize(
+    ("case", "token", "ok", "status", "error"),
+    [
+        ("ok", None, True, 200, ""),
+        ("ok", TOKEN, True, 200, ""),
+        ("auth", TOKEN, True, 200, ""),
+        ("auth", None, False, 401, "HTTP 401"),
+        ("auth", "wrong-token", False, 401, "HTTP 401"),
+        ("broken", TOKEN, False, 500, "HTTP 500"),
+        ("html", None, False, 200, "not JSON"),
+        ("no-data", None, False, 200, "without a `data` list"),
+        ("huge-declared", None, False, 200, "exceeds"),
+        ("huge-streamed", None, False, 200, "exceeds"),
+        ("moved", TOKEN, True, 200, ""),
+        ("away-by-name", TOKEN, False, 302, "another origin"),
+        ("loop", None, False, None, "redirects"),
+        ("missing", None, False, 404, "HTTP 404"),
+    ],
+    ids=[
+        "ok",
+        "ok-with-token",
+        "token-accepted",
+        "token-missing",
+        "token-wrong",
+        "server-error",
+        "not-json",
+        "json-without-data",
+        "huge-declared-body",
+        "huge-streamed-body",
+        "same-origin-redirect-followed",
+        "other-host-redirect-refused",
+        "redirect-loop",
+        "no-models-api",
+    ],
+)
+def test_answers(
+    server: Loopback, case: str, token: str | None, ok: bool, status: int | None, error: str
+) -> None:
+    answer = probe(f"{server.base}/{case}", token, timeout=2.0)
+    assert (answer.ok, answer.status_code) == (ok, status), answer.error
+    assert error in answer.error if error else answer.error == ""
+    assert "\n" not in answer.error
+    assert 0 < answer.latency < 2.0
+
+
+def test_the_token_is_sent_as_a_bearer_header(server: Loopback) -> None:
+    probe(f"{server.base}/ok", TOKEN, timeout=2.0)
+    probe(f"{server.base}/ok/", None, timeout=2.0)  # a trailing slash makes no double slash
+    assert server.seen == [("/ok/v1/models", f"Bearer {TOKEN}"), ("/ok/v1/models", None)]
+
+
+def test_a_redirect_to_another_origin_is_not_followed_and_hides_the_token(
+    servers: tuple[Loopback, Loopback],
+) -> None:
+    main, other = servers
+    answer = probe(f"{main.base}/away", TOKEN, timeout=2.0)
+    assert not answer.ok and answer.status_code == 302
+    assert "another origin" in answer.error and other.base in answer.error
+    assert TOKEN not in answer.error and "***" in answer.error
+    assert other.seen == [], "the other origin was contacted"
+
+
+@pytest.mark.parametrize("case", ["slow", "trickle"], ids=["slow-headers", "trickling-body"])
+def test_a_slow_endpoint_times_out_within_the_bound(server: Loopback, case: str) -> None:
+    answer = probe(f"{server.base}/{case}", TOKEN, timeout=TIMEOUT)
+    assert not answer.ok and answer.status_code is None
+    assert "timed out" in answer.error
+    assert answer.latency < BOUND
+
+
+def test_a_closed_port_is_an_answer_not_an_exception() -> None:
+    probe_server = Loopback()
+    base = probe_server.base
+    probe_server.server_close()  # nothing listens there any more
+    answer = probe(base, TOKEN, timeout=TIMEOUT)
+    assert not answer.ok and answer.status_code is None
+    assert "ConnectError" in answer.error and TOKEN not in answer.error
+
+
+@pytest.mark.parametrize(
+    "base", ["not a url", "ftp://127.0.0.1/", "http://"], ids=["garbage", "ftp", "no-host"]
+)
+def test_an_invalid_base_url_is_an_answer(base: str) -> None:
+    answer = probe(base, None, timeout=TIMEOUT)
+    assert not answer.ok and "invalid endpoint URL" in answer.error
+
+
+def test_credentials_in_the_url_are_not_shown() -> None:
+    answer = probe("ftp://user:pa55word@127.0.0.1/", None, timeout=TIMEOUT)
+    assert "pa55word" not in answer.error
+
+
+def test_a_smaller_cap_cuts_a_normal_answer(server: Loopback) -> None:
+    answer = probe(f"{server.base}/ok", None, timeout=2.0, max_body=16)
+    assert not answer.ok and "exceeds 16" in answer.error
