@@ -363,6 +363,7 @@ class ClassReason(StrEnum):
     PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
     DEVICE_CLASS_NOT_FOUND = "DeviceClassNotFound"
     ISSUER_MISSING = "IssuerMissing"
+    INVALID_SPEC = "InvalidSpec"
 
 
 CLASS_CONDITION_CATALOGUE: dict[ClassReason, tuple[ConditionStatus, str]] = {
@@ -387,5 +388,9 @@ CLASS_CONDITION_CATALOGUE: dict[ClassReason, tuple[ConditionStatus, str]] = {
     ClassReason.ISSUER_MISSING: (
         _F,
         "exposurePolicy.https.mode is CertManager but no clusterIssuerName is set.",
+    ),
+    ClassReason.INVALID_SPEC: (
+        _F,
+        "The spec cannot be read as a class (a field of the wrong shape); the message quotes it.",
     ),
 }

@@ -15,9 +15,10 @@ import threading
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
+from kubernetes import client
 from kubernetes.client import ApiClient
 
-from adapters.kubernetes import queueing
+from adapters.kubernetes import classes, queueing
 from adapters.kubernetes.reconciling import Reconciler
 from adapters.kubernetes.settings import Settings, SettingsError
 from adapters.kubernetes.world import ClusterCache
@@ -67,6 +68,8 @@ class Controller:
             clock=clock,
             hpa_api_version=hpa_api_version,
         )
+        self._custom = client.CustomObjectsApi(api)
+        self._clock = clock
         self._workers = queueing.Workers(self.queue, self._pass, workers=workers)
 
     # -- settings --------------------------------------------------------------------------
@@ -98,12 +101,17 @@ class Controller:
     def start(self) -> None:
         self._epoch = self._log.claim_epoch(self._log.epoch() + 1)
         self.cache.watch_changes(self._enqueue)
+        # A class's own Ready condition depends on it and on the priority/device classes.
+        self.cache.classes.add_handler(lambda _e, obj: self._enqueue_class(obj))
+        for informer in (self.cache.priority_classes, self.cache.device_classes):
+            informer.add_handler(lambda _e, _o: self._enqueue_classes())
         self.cache.module_configs.add_handler(lambda _e, _o: self._reload_settings())
         self.cache.start()
         if not self.cache.wait_synced(self._sync_timeout):
             raise TimeoutError("the controller's caches did not sync")
         self._reload_settings()
         self._enqueue(self.cache.orders.uids())
+        self._enqueue_classes()
         self._workers.start()
         log.info("controller started, leader epoch %d", self._epoch)
 
@@ -116,7 +124,20 @@ class Controller:
             if uid and uid != "None":
                 self.queue.add(uid)
 
+    def _enqueue_class(self, obj: dict[str, object]) -> None:
+        name = (obj.get("metadata") or {}).get("name")  # type: ignore[attr-defined]
+        if name:
+            self.queue.add(f"{classes.CLASS_KEY_PREFIX}{name}")
+
+    def _enqueue_classes(self) -> None:
+        for obj in self.cache.classes.objects():
+            self._enqueue_class(obj)
+
     def _pass(self, uid: str) -> queueing.Outcome:
+        if uid.startswith(classes.CLASS_KEY_PREFIX):
+            name = uid.removeprefix(classes.CLASS_KEY_PREFIX)
+            classes.reconcile_class(name, self.cache, self._custom, self._clock)
+            return queueing.Done()
         try:
             return self.reconciler.reconcile(uid)
         except StreamConflict as exc:

@@ -1,0 +1,88 @@
+"""The InferenceServiceClass's own status: a `Ready` condition an administrator reads.
+
+The verdict is `fsm.policy.validate_class`; this module only renders it as a
+metav1.Condition (lastTransitionTime moves only when the status does) and writes it
+through the status subresource when it differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from kubernetes import client
+
+from adapters.kubernetes.watching import Obj
+from adapters.kubernetes.world import ClusterCache
+from fsm import policy
+from fsm.reasons import ClassReason, ConditionStatus
+from fsm.status import rfc3339
+from fsm.values import ClassSpec
+
+__all__ = ["CLASS_KEY_PREFIX", "class_status", "reconcile_class"]
+
+CLASS_KEY_PREFIX = "class/"  # work-queue keys of classes; order keys are bare UIDs
+
+
+def _names(objs: list[Obj]) -> list[str]:
+    return [str((o.get("metadata") or {}).get("name")) for o in objs]
+
+
+def class_status(
+    obj: Obj, *, priority_classes: list[str], device_classes: list[str], now: datetime
+) -> dict[str, Any]:
+    generation = int((obj.get("metadata") or {}).get("generation", 1))
+    try:
+        validity = policy.validate_class(
+            ClassSpec.model_validate(obj.get("spec") or {}),
+            priority_classes=priority_classes,
+            device_classes=device_classes,
+        )
+        status, reason, message = validity.status, validity.reason, validity.message
+    except ValueError as exc:
+        status, reason = ConditionStatus.FALSE, ClassReason.INVALID_SPEC
+        message = f"the spec cannot be read: {exc}"
+    old = next(
+        (c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"),
+        None,
+    )
+    since = (
+        old["lastTransitionTime"]
+        if old is not None and old.get("status") == str(status) and old.get("lastTransitionTime")
+        else rfc3339(now)
+    )
+    return {
+        "observedGeneration": generation,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": str(status),
+                "reason": str(reason),
+                "message": message,
+                "lastTransitionTime": since,
+                "observedGeneration": generation,
+            }
+        ],
+    }
+
+
+def reconcile_class(
+    name: str, world: ClusterCache, custom: client.CustomObjectsApi, clock: Callable[[], datetime]
+) -> bool:
+    """Write the class's status if it changed; True when a write was made."""
+    obj = world.classes.get_by_name(None, name)
+    if obj is None:
+        return False
+    status = class_status(
+        obj,
+        priority_classes=_names(world.priority_classes.objects()),
+        device_classes=_names(world.device_classes.objects()),
+        now=clock(),
+    )
+    if obj.get("status") == status:
+        return False
+    custom.patch_cluster_custom_object_status(
+        "ai.deckhouse.io", "v1alpha1", "inferenceserviceclasses", name, {"status": status}
+    )
+    return True
