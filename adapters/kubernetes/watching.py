@@ -1,0 +1,624 @@
+"""Informers: a local cache of one kind, kept current by LIST-then-WATCH, feeding handlers.
+
+The controller's loop makes one `Informer` per kind it reads (orders, classes, children),
+adds a handler that enqueues UIDs, and reads the cache in its passes; writing.py and the
+leader elector reuse `Resource` and `call`, the one raw request seam of the adapter.
+
+What the watch loop does, and why (ENGINEERING.md items 1-9):
+
+- LIST first (paged), then WATCH from the list's `resourceVersion` with
+  `allowWatchBookmarks=true`; never from an object's RV, which would resurrect deletions.
+- The last RV is taken from every event, BOOKMARK included; RVs are opaque strings and
+  are only ever compared for equality.
+- `410 Gone` (the RV was compacted) re-LISTs and diffs against the cache: what vanished
+  is emitted as a synthetic DELETED, what changed as ADDED/MODIFIED.
+- Three timeouts: the server's `timeoutSeconds` (drawn from a range, so many informers
+  do not reconnect together), the client's read timeout (a dead network otherwise hangs
+  a read forever), and an inactivity watchdog (any event, bookmarks too, resets it) that
+  stops a silent stream with `Watch.stop()`. On a 1.20 server, which sends a bookmark only
+  just before `timeoutSeconds`, a quiet watch is simply resumed from its RV every ~70 s.
+- Failures reconnect after a jittered exponential backoff (0.8 s doubling to 30 s); 429
+  is a back-off (honouring Retry-After), not a failure.
+- One thread per watch, plus one watchdog thread per informer.
+
+Deserialisation: objects stay plain dicts (the cache, the diff and the handlers never
+need generated models, and custom resources have none). We keep the client's `Watch`
+with its default deserialisation but `return_type="object"`, which yields dicts, so
+`Watch` still tracks the RV and turns ERROR events into exceptions; its
+`deserialize=False` mode would crash on ERROR events. The list function handed to
+`Watch.stream` is built from `Resource` paths, so core kinds and custom resources take
+the same code path.
+
+Read your own writes: after a write, call `wait_for_rv(uid, written_rv)` (or `fresh`)
+before acting on the cache. It returns once the watch delivered that RV for the object,
+the object was deleted, or a LIST that began after the write completed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import random
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import watch
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from adapters.kubernetes import errors, queueing
+
+__all__ = [
+    "CONFIG_MAPS",
+    "EVENTS",
+    "LEASES",
+    "RESYNC",
+    "CacheBehind",
+    "Handler",
+    "Indexer",
+    "Informer",
+    "InformerStats",
+    "Obj",
+    "Resource",
+    "Timeouts",
+    "by_label",
+    "by_owner_uid",
+    "call",
+]
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Handler = Callable[[str, Obj], None]
+Indexer = Callable[[Obj], Iterable[str]]
+Timeout = float | tuple[float, float]
+
+RESYNC = "RESYNC"  # the event type of a periodic resync: every cached object again
+_RECENT_RVS = 16  # RVs remembered per object for read-your-writes
+_GONE_MEMORY = 10_000  # deleted UIDs remembered for read-your-writes
+_PAGE = 500
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives: `group` is "" for the core API."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def _root(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    def collection_path(self, namespace: str | None = None) -> str:
+        """The list/watch path; all namespaces when `namespace` is None."""
+        if self.namespaced and namespace:
+            return f"{self._root()}/namespaces/{namespace}/{self.plural}"
+        return f"{self._root()}/{self.plural}"
+
+    def object_path(self, namespace: str | None, name: str, subresource: str = "") -> str:
+        if self.namespaced and not namespace:
+            raise ValueError(f"{self.kind} is namespaced: a namespace is required")
+        path = f"{self.collection_path(namespace if self.namespaced else None)}/{name}"
+        return f"{path}/{subresource}" if subresource else path
+
+
+CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")
+EVENTS = Resource("", "v1", "events", "Event")
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+
+
+def _send(
+    api: ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: Sequence[tuple[str, Any]] = (),
+    body: Any = None,
+    content_type: str | None = None,
+    timeout: Timeout | None = None,
+) -> Any:
+    headers = {"Accept": "application/json"}
+    if content_type:
+        headers["Content-Type"] = content_type
+    request = api.param_serialize(
+        method,
+        path,
+        query_params=list(query),
+        header_params=headers,
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    response = api.call_api(*request, _request_timeout=timeout)
+    if not 200 <= response.status <= 299:
+        response.read()
+        raise ApiException.from_response(
+            http_resp=response, body=response.data.decode("utf-8", "replace"), data=None
+        )
+    return response
+
+
+def call(
+    api: ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: Sequence[tuple[str, Any]] = (),
+    body: Any = None,
+    content_type: str | None = None,
+    timeout: Timeout | None = (10.0, 60.0),
+) -> Obj:
+    """One request, its JSON answer as a dict (also for 201 Created); errors translated."""
+    with errors.translating():
+        response = _send(
+            api, method, path, query=query, body=body, content_type=content_type, timeout=timeout
+        )
+        response.read()
+        return dict(json.loads(response.data)) if response.data else {}
+
+
+def by_owner_uid(obj: Obj) -> list[str]:
+    """Index: the UIDs of the object's owners."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return [str(ref["uid"]) for ref in refs if ref.get("uid")]
+
+
+def by_label(key: str) -> Indexer:
+    """Index: the value of one label (objects without it are not indexed)."""
+
+    def index(obj: Obj) -> list[str]:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return [str(labels[key])] if key in labels else []
+
+    return index
+
+
+def _uid_and_rv(obj: Any) -> tuple[str, str]:
+    if isinstance(obj, Mapping):
+        meta = obj.get("metadata") or {}
+        uid, rv = meta.get("uid"), meta.get("resourceVersion")
+    else:
+        meta = getattr(obj, "metadata", None)
+        uid, rv = getattr(meta, "uid", None), getattr(meta, "resource_version", None)
+    if not uid or not rv:
+        raise ValueError(f"not a written object (no uid and resourceVersion): {obj!r:.80}")
+    return str(uid), str(rv)
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """The three timeouts of a watch, in seconds; `inactivity=None` disables the watchdog."""
+
+    server: tuple[float, float] = (300.0, 600.0)  # timeoutSeconds, drawn uniformly
+    connect: float = 10.0
+    read: float = 90.0  # per socket read of a stream; the watchdog normally acts first
+    inactivity: float | None = 70.0
+    list_read: float = 60.0
+
+
+@dataclass
+class InformerStats:
+    """Counters for logs, metrics and tests."""
+
+    lists: int = 0
+    opened: int = 0  # watch streams whose response headers came back
+    watches: int = 0  # watch streams that ended
+    events: int = 0
+    bookmarks: int = 0
+    gone: int = 0
+    synthetic_deletions: int = 0
+    watchdog_stops: int = 0
+    errors: int = 0
+    throttled: int = 0
+    resyncs: int = 0
+
+
+class CacheBehind(TimeoutError):
+    """The cache did not catch up with a write within the bound; requeue and try later."""
+
+
+@dataclass
+class _Stream:
+    watch: watch.Watch
+    last_activity: float
+    stopped_by_watchdog: bool = False
+
+
+@dataclass
+class _Index:
+    key: Indexer
+    values: dict[str, set[str]] = field(default_factory=dict)
+
+
+class Informer:
+    """A cache of one kind (optionally one namespace, selectors) kept by list-then-watch."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        indexers: Mapping[str, Indexer] | None = None,
+        timeouts: Timeouts | None = None,
+        backoff: queueing.Backoff | None = None,
+        resync_period: float | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.resource = resource
+        self.namespace = namespace
+        self.name = name or f"{resource.plural}@{namespace or '*'}"
+        self.stats = InformerStats()
+        self._api = api
+        self._selectors: list[tuple[str, str]] = []
+        if label_selector:
+            self._selectors.append(("labelSelector", label_selector))
+        if field_selector:
+            self._selectors.append(("fieldSelector", field_selector))
+        self._timeouts = timeouts or Timeouts()
+        self._backoff = backoff or queueing.Backoff()
+        self._resync_period = resync_period
+        self._handlers: list[Handler] = []
+        self._cond = threading.Condition()
+        self._objects: dict[str, Obj] = {}
+        self._by_name: dict[tuple[str, str], str] = {}
+        self._indexes = {key: _Index(fn) for key, fn in (indexers or {}).items()}
+        self._seen: dict[str, deque[str]] = {}
+        self._gone: OrderedDict[str, None] = OrderedDict()
+        self._rv: str | None = None
+        self._synced = False
+        self._lists_started = 0
+        self._synced_list = 0  # the sequence number of the last LIST applied
+        self._stream: _Stream | None = None
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- reading -------------------------------------------------------------------------
+
+    def has_synced(self) -> bool:
+        return self._synced
+
+    def wait_synced(self, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._synced, timeout)
+
+    @property
+    def resource_version(self) -> str | None:
+        """The RV the next watch resumes from (the last LIST's or the last event's)."""
+        return self._rv
+
+    def get(self, uid: str) -> Obj | None:
+        with self._cond:
+            obj = self._objects.get(uid)
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def get_by_name(self, namespace: str | None, name: str) -> Obj | None:
+        with self._cond:
+            uid = self._by_name.get((namespace or "", name))
+            return copy.deepcopy(self._objects[uid]) if uid is not None else None
+
+    def objects(self) -> list[Obj]:
+        with self._cond:
+            return [copy.deepcopy(obj) for obj in self._objects.values()]
+
+    def uids(self) -> list[str]:
+        with self._cond:
+            return list(self._objects)
+
+    def by_index(self, index: str, value: str) -> list[Obj]:
+        with self._cond:
+            uids = self._indexes[index].values.get(value, set())
+            return [copy.deepcopy(self._objects[uid]) for uid in sorted(uids)]
+
+    def wait_for_rv(self, uid: str, resource_version: str, timeout: float) -> bool:
+        """Wait until the cache reflects the write that returned `resource_version`."""
+        with self._cond:
+            mark = self._lists_started
+
+            def caught_up() -> bool:
+                return (
+                    uid in self._gone
+                    or resource_version in self._seen.get(uid, ())
+                    or self._synced_list > mark
+                )
+
+            return self._cond.wait_for(caught_up, timeout)
+
+    def fresh(self, written: Any, timeout: float = 5.0) -> Obj | None:
+        """The cached copy of a just-written object, once it is at least that new.
+
+        `written` is what the write returned: a dict, or a generated client model.
+        Returns None if the object has been deleted since; raises CacheBehind on timeout.
+        """
+        uid, rv = _uid_and_rv(written)
+        if not self.wait_for_rv(uid, rv, timeout):
+            raise CacheBehind(f"{self.name}: {uid} at {rv} not seen after {timeout}s")
+        return self.get(uid)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def add_handler(self, handler: Handler) -> None:
+        """Call `handler(event_type, obj)` on every change; it runs on the watch thread."""
+        self._handlers.append(handler)
+
+    def start(self) -> None:
+        self._stopping.clear()
+        for target, suffix in ((self._run, "watch"), (self._watchdog, "watchdog")):
+            thread = threading.Thread(target=target, name=f"{self.name}-{suffix}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopping.set()
+        with self._cond:
+            stream = self._stream
+            self._cond.notify_all()
+        if stream is not None:
+            stream.watch.stop()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._threads = [t for t in self._threads if t.is_alive()]
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        failures = 0
+        need_list = True
+        while not self._stopping.is_set():
+            delay = 0.0
+            try:
+                if need_list:
+                    self._relist()
+                    need_list = False
+                if self._watch_once():
+                    failures = 0
+                    continue
+                failures += 1
+                delay = self._backoff.delay(failures)
+            except errors.APIGoneError as exc:
+                self.stats.gone += 1
+                log.info("%s: %s; listing again", self.name, exc)
+                need_list = True
+                failures += 1
+                # The first 410 re-lists at once; a loop of them backs off.
+                delay = self._backoff.delay(failures - 1)
+            except errors.APITooManyRequestsError as exc:
+                self.stats.throttled += 1
+                failures += 1
+                delay = max(self._backoff.delay(failures), exc.retry_after or 0.0)
+            except errors.APIError as exc:
+                self.stats.errors += 1
+                failures += 1
+                delay = self._backoff.delay(failures)
+                log.warning("%s: %s; retrying in %.1fs", self.name, exc, delay)
+            except Exception:
+                self.stats.errors += 1
+                failures += 1
+                delay = self._backoff.delay(failures)
+                log.exception("%s: watch loop failed; retrying in %.1fs", self.name, delay)
+            if delay:
+                self._stopping.wait(delay)
+
+    def _list_all(self) -> tuple[list[Obj], str]:
+        items: list[Obj] = []
+        rv = ""
+        token = ""
+        path = self.resource.collection_path(self.namespace)
+        timeout = (self._timeouts.connect, self._timeouts.list_read)
+        while True:
+            query: list[tuple[str, Any]] = [*self._selectors, ("limit", _PAGE)]
+            if token:
+                query.append(("continue", token))
+            page = call(self._api, "GET", path, query=query, timeout=timeout)
+            meta = page.get("metadata") or {}
+            # Every page of a paged LIST is served at the first page's RV.
+            rv = rv or str(meta.get("resourceVersion", ""))
+            items.extend(page.get("items") or [])
+            token = str(meta.get("continue") or "")
+            if not token:
+                return items, rv
+
+    def _relist(self) -> None:
+        with self._cond:
+            self._lists_started += 1
+            seq = self._lists_started
+        items, rv = self._list_all()
+        fresh: dict[str, Obj] = {}
+        for obj in items:
+            self._fill_type(obj)
+            fresh[obj["metadata"]["uid"]] = obj
+        changes: list[tuple[str, Obj]] = []
+        with self._cond:
+            for uid in [u for u in self._objects if u not in fresh]:
+                changes.append(("DELETED", self._objects[uid]))
+                self._remove_locked(uid)
+                self.stats.synthetic_deletions += 1
+            for uid, obj in fresh.items():
+                old = self._objects.get(uid)
+                new_rv = obj["metadata"].get("resourceVersion", "")
+                if old is not None and old["metadata"].get("resourceVersion") == new_rv:
+                    continue
+                changes.append(("ADDED" if old is None else "MODIFIED", obj))
+                self._store_locked(obj)
+                self._note_rv_locked(uid, new_rv)
+            self._rv = rv
+            self._synced_list = seq
+            self.stats.lists += 1
+            self._cond.notify_all()
+        for event_type, obj in changes:
+            self._emit(event_type, obj)
+        with self._cond:
+            # Synced only once the handlers have had the first LIST, as in client-go.
+            self._synced = True
+            self._cond.notify_all()
+
+    def _list_function(self) -> Callable[..., Any]:
+        """A list-or-watch callable in the shape `Watch.stream` expects."""
+        names = {
+            "resource_version": "resourceVersion",
+            "allow_watch_bookmarks": "allowWatchBookmarks",
+            "timeout_seconds": "timeoutSeconds",
+            "watch": "watch",
+        }
+        path = self.resource.collection_path(self.namespace)
+
+        def list_or_watch(**kwargs: Any) -> Any:
+            timeout = kwargs.pop("_request_timeout", None)
+            kwargs.pop("_preload_content", None)  # always streamed
+            query = [*self._selectors, *((names[k], v) for k, v in kwargs.items())]
+            response = _send(self._api, "GET", path, query=query, timeout=timeout)
+            self.stats.opened += 1
+            return response.response
+
+        return list_or_watch
+
+    def _watch_once(self) -> bool:
+        """One watch stream until it ends; True if it was healthy (events, or it lasted)."""
+        low, high = self._timeouts.server
+        stream = _Stream(watch.Watch(return_type="object"), time.monotonic())
+        with self._cond:
+            if self._stopping.is_set():
+                return True
+            self._stream = stream
+        started, received = time.monotonic(), 0
+        try:
+            with errors.translating():
+                for event in stream.watch.stream(
+                    self._list_function(),
+                    resource_version=self._rv,
+                    allow_watch_bookmarks=True,
+                    # Jitter, not secrecy.
+                    timeout_seconds=max(1, int(random.uniform(low, high))),  # noqa: S311
+                    _request_timeout=(self._timeouts.connect, self._timeouts.read),
+                ):
+                    stream.last_activity = time.monotonic()
+                    if isinstance(event, dict):
+                        received += 1
+                        self._apply(str(event["type"]), event["raw_object"])
+        except errors.APIConnectionError:
+            # Watch.stop() shuts the socket under the read: expected when we stopped it.
+            if not (stream.stopped_by_watchdog or self._stopping.is_set()):
+                raise
+        finally:
+            with self._cond:
+                self._stream = None
+            self.stats.watches += 1
+        return received > 0 or time.monotonic() - started >= 1.0
+
+    def _watchdog(self) -> None:
+        inactivity = self._timeouts.inactivity
+        period = min(1.0, inactivity / 4) if inactivity else 1.0
+        last_resync = time.monotonic()
+        while not self._stopping.wait(period):
+            with self._cond:
+                stream = self._stream
+            now = time.monotonic()
+            if stream is not None and inactivity and now - stream.last_activity > inactivity:
+                if not stream.stopped_by_watchdog:
+                    stream.stopped_by_watchdog = True
+                    self.stats.watchdog_stops += 1
+                    log.info("%s: silent for %.0fs; restarting the watch", self.name, inactivity)
+                # Repeated: a stop before the response headers came back cannot cut the
+                # socket (the client has not handed it over yet); the read timeout bounds
+                # that window, and the next tick tries again.
+                stream.watch.stop()
+            if self._resync_period and self._synced and now - last_resync >= self._resync_period:
+                last_resync = now
+                self.stats.resyncs += 1
+                for obj in self.objects():
+                    self._emit(RESYNC, obj)
+
+    # -- the cache -----------------------------------------------------------------------
+
+    def _fill_type(self, obj: Obj) -> None:
+        # LIST items carry no apiVersion/kind; watch events do. Make them alike.
+        obj.setdefault("apiVersion", self.resource.api_version)
+        obj.setdefault("kind", self.resource.kind)
+
+    def _apply(self, event_type: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        rv = str(meta.get("resourceVersion") or "")
+        if event_type == "BOOKMARK":
+            with self._cond:
+                self.stats.bookmarks += 1
+                if rv:
+                    self._rv = rv
+                self._cond.notify_all()
+            return
+        uid = meta.get("uid")
+        if not uid:
+            log.warning("%s: %s event without a uid ignored", self.name, event_type)
+            return
+        self._fill_type(obj)
+        with self._cond:
+            self.stats.events += 1
+            if event_type == "DELETED":
+                self._remove_locked(uid)
+            else:
+                self._store_locked(obj)
+                self._note_rv_locked(uid, rv)
+            if rv:
+                self._rv = rv
+            self._cond.notify_all()
+        self._emit(event_type, obj)
+
+    def _store_locked(self, obj: Obj) -> None:
+        meta = obj["metadata"]
+        uid = meta["uid"]
+        old = self._objects.get(uid)
+        if old is not None:
+            self._unindex_locked(uid, old)
+        self._objects[uid] = obj
+        self._by_name[(meta.get("namespace") or "", meta["name"])] = uid
+        for index in self._indexes.values():
+            for value in index.key(obj):
+                index.values.setdefault(value, set()).add(uid)
+
+    def _unindex_locked(self, uid: str, obj: Obj) -> None:
+        meta = obj["metadata"]
+        key = (meta.get("namespace") or "", meta["name"])
+        # A newer object of the same name (another UID) keeps its entry.
+        if self._by_name.get(key) == uid:
+            del self._by_name[key]
+        for index in self._indexes.values():
+            for value in index.key(obj):
+                members = index.values.get(value)
+                if members is not None:
+                    members.discard(uid)
+                    if not members:
+                        del index.values[value]
+
+    def _remove_locked(self, uid: str) -> None:
+        old = self._objects.pop(uid, None)
+        if old is not None:
+            self._unindex_locked(uid, old)
+        self._seen.pop(uid, None)
+        self._gone[uid] = None
+        while len(self._gone) > _GONE_MEMORY:
+            self._gone.popitem(last=False)
+
+    def _note_rv_locked(self, uid: str, rv: str) -> None:
+        if rv:
+            self._seen.setdefault(uid, deque(maxlen=_RECENT_RVS)).append(rv)
+
+    def _emit(self, event_type: str, obj: Obj) -> None:
+        for handler in self._handlers:
+            try:
+                handler(event_type, copy.deepcopy(obj))
+            except Exception:
+                # One bad handler must not stop the watch or starve the others.
+                log.exception("%s: handler failed on %s", self.name, event_type)
