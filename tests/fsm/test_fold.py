@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from strategies import (
@@ -362,3 +364,16 @@ def test_ten_thousand_orders_fold_without_quadratic_work() -> None:
     assert misses == 0
     assert hits == events_folded
     assert len(machine.machine().models) == 1
+
+
+def test_the_core_has_no_clock() -> None:
+    # Time reaches the core only inside observations and events; replay depends on it.
+    core = Path(machine.__file__).parent
+    readers = ("datetime.now", "datetime.utcnow", "time.time(", "time.monotonic(", "date.today(")
+    offenders = [
+        f"{path.name}: {reader}"
+        for path in sorted(core.glob("*.py"))
+        for reader in readers
+        if reader in path.read_text(encoding="utf-8")
+    ]
+    assert offenders == []
