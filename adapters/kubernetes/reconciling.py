@@ -124,8 +124,10 @@ class Reconciler:
         settings: Callable[[], Settings],
         clock: Callable[[], datetime],
         hpa_api_version: str = "autoscaling/v2",
+        rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self._world = world
+        self._rewrite = rewrite
         self._log = log_store
         self._epoch = epoch
         self._api = api
@@ -431,7 +433,7 @@ class Reconciler:
                 hpa_api_version=self._hpa_api_version,
             )
             for doc in docs:
-                self._applier.apply(doc)
+                self._applier.apply(self._rewrite(doc) if self._rewrite else doc)
         except (RenderError, client.ApiException) as exc:
             message = getattr(exc, "body", None) or str(exc)
             return ob.ApplyFailed(at=p.now, message=str(message)[:500])
