@@ -378,10 +378,11 @@ class Reconciler:
             and (prio := self._priority_value(state.policy.constraints.priority_class_name))
             is not None
         }
+        claims = self._world.resource_claims.objects()
         snapshot = capacity.parse_snapshot(
             self._world.device_classes.objects(),
             self._world.resource_slices.objects(),
-            self._world.resource_claims.objects(),
+            [*claims, *self._reservations(p.uid, claims)],
             priority_classes=self._world.priority_classes.objects(),
             holder_priorities=holders,
         )
@@ -401,6 +402,42 @@ class Reconciler:
             tried_device_classes=command.excluded_device_classes,
         )
         return planner.plan(request, snapshot, parsed)
+
+    def _reservations(self, uid: str, claims: Sequence[Obj]) -> list[Obj]:
+        """Places other orders were planned onto but hold no allocated claim for yet.
+
+        Two orders planned in the same moment would otherwise both be given the one free
+        device; the planner sees a plan's place as taken from the plan on, as a
+        claim-shaped record (the shape `capacity.parse_snapshot` reads).
+        """
+        holding = {
+            (c.get("metadata") or {}).get("labels", {}).get(capacity.ORDER_UID_LABEL)
+            for c in claims
+            if ((c.get("status") or {}).get("allocation") or {}).get("devices")
+        }
+        records = []
+        for other, state in self._states.items():
+            plan = state.plan
+            if other == uid or other in holding or state.deleted or plan is None:
+                continue
+            results = []
+            for device in plan.devices:
+                driver, pool, name = device.split("/", 2)
+                results.append({"request": "gpu", "driver": driver, "pool": pool, "device": name})
+            labels = {capacity.ORDER_UID_LABEL: other}
+            if plan.share_percent is not None:
+                labels[capacity.SHARE_PERCENT_LABEL] = str(plan.share_percent)
+            records.append(
+                {
+                    "metadata": {
+                        "namespace": state.namespace,
+                        "name": f"{state.name}-planned",
+                        "labels": labels,
+                    },
+                    "status": {"allocation": {"devices": {"results": results}}},
+                }
+            )
+        return records
 
     def _priority_value(self, name: str | None) -> int | None:
         objs = self._world.priority_classes.objects()
