@@ -1,0 +1,116 @@
+"""The end-to-end platform: the real API server with the controller, simulator and hub.
+
+One platform per session; every test works with its own order names and cleans up, and
+the namespace user's steps run as `alice` under her RBAC.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from adapters.platform import LocalPlatform
+
+T = TypeVar("T")
+GROUP, VERSION, PLURAL = "ai.deckhouse.io", "v1alpha1", "inferenceservices"
+
+
+def wait_for(fn: Callable[[], T | None], *, timeout: float = 60, what: str = "") -> T:
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or fn}; last: {last!r}")
+
+
+class Orders:
+    """Order helpers as a given identity."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.custom = client.CustomObjectsApi(api)
+
+    def create(self, namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "InferenceService",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        return dict(
+            self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+        )
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(
+                self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def patch_spec(self, namespace: str, name: str, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, {"spec": spec}
+        )
+
+    def delete(self, namespace: str, name: str) -> None:
+        try:
+            self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def wait_phase(
+        self,
+        namespace: str,
+        name: str,
+        phase: str,
+        *,
+        timeout: float = 90,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
+            obj = self.get(namespace, name)
+            status = (obj or {}).get("status") or {}
+            if status.get("phase") != phase:
+                return None
+            if reason is not None and reason not in [
+                c["reason"] for c in status.get("conditions", [])
+            ]:
+                return None
+            return obj
+
+        return wait_for(reached, timeout=timeout, what=f"{namespace}/{name} {phase} {reason or ''}")
+
+
+def conditions(obj: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [(c["type"], c["status"], c["reason"]) for c in obj["status"]["conditions"]]
+
+
+@pytest.fixture(scope="session")
+def platform(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPlatform]:
+    folder = tmp_path_factory.mktemp("platform")
+    local = LocalPlatform(cluster.state, f"sqlite:///{folder / 'log.sqlite'}")
+    local.start()
+    yield local
+    local.stop()
+
+
+@pytest.fixture
+def alice(platform: LocalPlatform) -> Orders:
+    return Orders(platform.api("alice"))
+
+
+@pytest.fixture
+def admin_orders(platform: LocalPlatform) -> Orders:
+    return Orders(platform.api("admin"))
