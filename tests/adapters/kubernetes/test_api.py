@@ -27,7 +27,8 @@ from adapters.resources import resource_dir
 GROUP, VERSION, PLURAL = "ai.deckhouse.io", "v1alpha1", "inferenceservices"
 CRDS = resource_dir("crds")
 SCHEMA_ROOT = "/spec/versions/0/schema/openAPIV3Schema"
-HF = {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-7B-Instruct"}}
+HF_NAME = "Qwen/Qwen2.5-7B-Instruct"
+HF: dict[str, Any] = {"src": "HuggingFace", "ref": {"name": HF_NAME}}
 
 ACCEPTED = [
     pytest.param({"model": HF}, id="hf"),
@@ -373,7 +374,7 @@ def test_get_shows_the_columns(
         header = re.split(r"\s{2,}", table[0].strip())
         assert header == ["NAME", "PHASE", "CLASS", "MODEL", "ENDPOINT TYPE", "URL", "AGE"]
         row = table[1].split()
-        assert row[:6] == [name, "Ready", "default-llm", HF["ref"]["name"], "Chat", url]
+        assert row[:6] == [name, "Ready", "default-llm", HF_NAME, "Chat", url]
         by_category = cluster.kubectl("admin", "get", "ai", "-n", namespace, "-o", "name").stdout
         assert f"inferenceservice.ai.deckhouse.io/{name}" in by_category.split()
     finally:
