@@ -1,0 +1,238 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, with an epoch for fencing the log.
+
+The controller runs one `Elector`; only the leader runs workers. `on_started(epoch)` is
+called when this process becomes leader and `on_stopped()` when it stops being one (lost
+the Lease, could not renew in time, or released it); the caller starts and stops its
+workers there. Leader election does not fence by itself (ENGINEERING item 15): stamp
+every append to the event log with the epoch, and the store rejects older epochs.
+
+Why not the official client's `leaderelection` module: its Lease support varies by
+release and its loop keeps running after renewal fails. This one is small:
+
+- Optimistic concurrency: every write carries the Lease's resourceVersion; a 409 means
+  another candidate won this round.
+- Expiry is judged on the local monotonic clock from when this candidate last saw the
+  record change (holder, renewTime, transitions), as client-go does, never by comparing
+  clocks across machines.
+- The leader renews every `retry_period`; if no renewal succeeded for `renew_deadline`
+  (shorter than the lease duration) it steps down, before anyone else may take over.
+- The epoch is `spec.leaseTransitions`, raised on every new term (also when the same
+  identity comes back), so it strictly grows across takeovers. If the Lease was deleted,
+  its count restarts; pass `epoch_floor` (the newest epoch the log has seen) and a new
+  term starts above it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from adapters.kubernetes import errors, queueing
+
+__all__ = ["Elector"]
+
+log = logging.getLogger(__name__)
+
+
+def _micro_time(moment: datetime) -> str:
+    # MicroTime wants exactly six fraction digits; isoformat() drops them at .000000.
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Elector:
+    """One candidate for the Lease `namespace/name` under `identity`."""
+
+    def __init__(
+        self,
+        leases: Any,
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        on_started: Callable[[int], None],
+        on_stopped: Callable[[], None],
+        lease_duration: int = 15,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        epoch_floor: Callable[[], int] | None = None,
+        clock: queueing.Clock | None = None,
+    ) -> None:
+        """`leases` is a CoordinationV1Api (or anything with its three Lease methods)."""
+        if not 0 < retry_period < renew_deadline < lease_duration:
+            raise ValueError("need 0 < retry_period < renew_deadline < lease_duration")
+        self._leases = leases
+        self.namespace, self.name, self.identity = namespace, name, identity
+        self._on_started, self._on_stopped = on_started, on_stopped
+        self._duration = lease_duration
+        self._renew_deadline = renew_deadline
+        self._retry = retry_period
+        self._floor = epoch_floor
+        self._clock: queueing.Clock = clock or queueing.MonotonicClock()
+        # A request must end well inside the renew deadline, or a hung renewal would
+        # keep us "leading" past it.
+        self._request_timeout = (min(5.0, renew_deadline / 2), min(5.0, renew_deadline / 2))
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
+        self._leading = False
+        self._epoch: int | None = None
+        self._last_renewal = 0.0
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leading
+
+    @property
+    def epoch(self) -> int | None:
+        """The current term's epoch while leading, else None."""
+        return self._epoch if self._leading else None
+
+    # -- one round -----------------------------------------------------------------------
+
+    def try_acquire_or_renew(self) -> bool:
+        """One round: create, renew or take over the Lease; True if we hold it now."""
+        try:
+            with errors.translating():
+                lease = self._leases.read_namespaced_lease(
+                    self.name, self.namespace, _request_timeout=self._request_timeout
+                )
+        except errors.APINotFoundError:
+            return self._create()
+        spec = lease.spec
+        holder = spec.holder_identity or ""
+        record = (holder, spec.renew_time, spec.lease_transitions)
+        now = self._clock.now()
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        duration = spec.lease_duration_seconds or self._duration
+        if holder and holder != self.identity and now < self._observed_at + duration:
+            if self._leading:
+                log.warning("lease %s/%s is held by %s now", self.namespace, self.name, holder)
+                self._step_down()
+            return False
+        renewing = self._leading and holder == self.identity
+        epoch = spec.lease_transitions or 0
+        if not renewing:
+            epoch = self._next_epoch(spec.lease_transitions)
+        body = self._leases.api_client.sanitize_for_serialization(lease)
+        body["spec"].update(self._spec(epoch, renewing=renewing, acquired=spec.acquire_time))
+        try:
+            with errors.translating():
+                self._leases.replace_namespaced_lease(
+                    self.name, self.namespace, body, _request_timeout=self._request_timeout
+                )
+        except errors.APIConflictError:
+            return False  # another candidate wrote first; read again next round
+        self._won(epoch)
+        return True
+
+    def _create(self) -> bool:
+        epoch = self._next_epoch(None)
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": self._spec(epoch, renewing=False, acquired=None),
+        }
+        try:
+            with errors.translating():
+                self._leases.create_namespaced_lease(
+                    self.namespace, body, _request_timeout=self._request_timeout
+                )
+        except errors.APIConflictError:
+            return False  # created by another candidate a moment ago
+        self._won(epoch)
+        return True
+
+    def _spec(self, epoch: int, *, renewing: bool, acquired: datetime | None) -> dict[str, Any]:
+        now = _micro_time(datetime.now(UTC))
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self._duration,
+            "acquireTime": _micro_time(acquired) if renewing and acquired else now,
+            "renewTime": now,
+            "leaseTransitions": epoch,
+        }
+
+    def _next_epoch(self, transitions: int | None) -> int:
+        epoch = 0 if transitions is None else transitions + 1
+        if self._floor is not None:
+            epoch = max(epoch, self._floor() + 1)
+        return epoch
+
+    def _won(self, epoch: int) -> None:
+        self._last_renewal = self._clock.now()
+        if self._leading:
+            return
+        self._leading, self._epoch = True, epoch
+        log.info("%s leads %s/%s at epoch %d", self.identity, self.namespace, self.name, epoch)
+        self._on_started(epoch)
+
+    def _step_down(self) -> None:
+        if not self._leading:
+            return
+        self._leading = False
+        log.warning("%s stopped leading %s/%s", self.identity, self.namespace, self.name)
+        self._on_stopped()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.try_acquire_or_renew()
+            except errors.APIError as exc:
+                log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+            except Exception:
+                log.exception("lease %s/%s: round failed", self.namespace, self.name)
+            if self._leading and self._clock.now() - self._last_renewal >= self._renew_deadline:
+                self._step_down()
+            self._stopping.wait(self._retry)
+
+    def start(self) -> None:
+        self._stopping.clear()
+        self._thread = threading.Thread(
+            target=self._loop, name=f"lease-{self.name}-{self.identity}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, *, release: bool = True, timeout: float = 10.0) -> None:
+        """Stop campaigning; if leading, release the Lease (so a successor need not wait
+        for it to expire) and call `on_stopped`."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        if self._leading and release:
+            self.release()
+        self._step_down()
+
+    def release(self) -> bool:
+        """Give the Lease up now: an empty holder that others may take at once."""
+        try:
+            with errors.translating():
+                lease = self._leases.read_namespaced_lease(
+                    self.name, self.namespace, _request_timeout=self._request_timeout
+                )
+                if (lease.spec.holder_identity or "") != self.identity:
+                    return False
+                body = self._leases.api_client.sanitize_for_serialization(lease)
+                body["spec"].update(
+                    {
+                        "holderIdentity": None,
+                        "leaseDurationSeconds": 1,
+                        "renewTime": _micro_time(datetime.now(UTC)),
+                    }
+                )
+                self._leases.replace_namespaced_lease(
+                    self.name, self.namespace, body, _request_timeout=self._request_timeout
+                )
+        except errors.APIError as exc:
+            log.warning("could not release lease %s/%s: %s", self.namespace, self.name, exc)
+            return False
+        self._step_down()
+        return True

@@ -1,0 +1,247 @@
+"""Every write the controller makes to the API server: children, status, Events.
+
+The controller's loop reads from informers (watching.py) and writes only through a
+`Writer`, so how a write is made is decided once (ENGINEERING items 10-12):
+
+- `apply(obj)`: server-side apply with one stable field manager and `force=true`, for
+  built-in kinds and custom resources alike (the path comes from discovery). The answer
+  is the object as stored, also when the apply created it (HTTP 201), where the
+  generated client's patch methods return None.
+- `write_status(...)`: through the `/status` subresource only, as a JSON patch that
+  sets `metadata.resourceVersion` to the one the caller's decision read, so the server
+  answers 409 (APIConflictError) if the object moved since: re-read and re-decide, never
+  resend the stale body. The status replaces the old one whole (a merge patch could not
+  drop a field). Nothing is sent when the status equals what is there (`current`) or,
+  failing that, what this writer last wrote: a level-triggered loop otherwise rewrites
+  the same status on every pass.
+- `event(...)`: a core v1 Event about an object (reason, message, Normal/Warning,
+  reportingComponent ai-inference) so `kubectl describe` tells the story; a repeat of
+  the same reason and message bumps `count` and `lastTimestamp` of the first instead of
+  making a new Event, as client-go's recorder does.
+"""
+
+from __future__ import annotations
+
+import copy
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from kubernetes.client import ApiClient
+
+from adapters.kubernetes import errors
+from adapters.kubernetes.watching import EVENTS, Obj, Resource, call
+
+__all__ = ["COMPONENT", "FIELD_MANAGER", "EventType", "Writer", "status_differs"]
+
+FIELD_MANAGER = "ai-inference"
+COMPONENT = "ai-inference"
+EventType = Literal["Normal", "Warning"]
+_MEMORY = 1024  # remembered statuses and events, least recently used dropped first
+
+
+def _normal(value: Any) -> Any:
+    """A value as the server would store it: nulls in maps dropped (they mean absent)."""
+    if isinstance(value, Mapping):
+        return {k: _normal(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_normal(v) for v in value]
+    return value
+
+
+def status_differs(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
+    """Whether writing `desired` would change a stored status of `current`."""
+    return bool(_normal(current or {}) != _normal(desired))
+
+
+def _time(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class _Recorded:
+    namespace: str
+    name: str
+    count: int
+
+
+class Writer:
+    """Writes through one ApiClient under one field manager and reporting component."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        field_manager: str = FIELD_MANAGER,
+        component: str = COMPONENT,
+        instance: str | None = None,
+    ) -> None:
+        self._api = api
+        self.field_manager = field_manager
+        self.component = component
+        self.instance = instance or socket.gethostname()
+        self._lock = threading.Lock()
+        self._kinds: dict[str, dict[str, Resource]] = {}
+        self._statuses: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
+        self._events: OrderedDict[tuple[str, str, str, str], _Recorded] = OrderedDict()
+        self.writes = 0  # requests that changed (or tried to change) something
+
+    def _count_write(self) -> None:
+        with self._lock:
+            self.writes += 1
+
+    # -- discovery -----------------------------------------------------------------------
+
+    def resource_for(self, api_version: str, kind: str) -> Resource:
+        """The Resource serving `kind`, from discovery (refreshed once on a miss)."""
+        for refresh in (False, True):
+            kinds = self._kinds.get(api_version)
+            if kinds is None or refresh:
+                kinds = self._discover(api_version)
+            if kind in kinds:
+                return kinds[kind]
+        raise errors.APINotFoundError(f"the server serves no {kind} in {api_version}", status=404)
+
+    def _discover(self, api_version: str) -> dict[str, Resource]:
+        group, _, version = api_version.rpartition("/")
+        root = f"/apis/{api_version}" if group else f"/api/{version}"
+        listing = call(self._api, "GET", root)
+        kinds = {
+            entry["kind"]: Resource(
+                group, version, entry["name"], entry["kind"], entry["namespaced"]
+            )
+            for entry in listing.get("resources") or []
+            if "/" not in entry["name"]  # subresources such as deployments/status
+        }
+        with self._lock:
+            self._kinds[api_version] = kinds
+        return kinds
+
+    # -- writes --------------------------------------------------------------------------
+
+    def apply(self, obj: Mapping[str, Any], *, resource: Resource | None = None) -> Obj:
+        """Server-side apply `obj` (forced, our field manager); the stored object back."""
+        meta = obj["metadata"]
+        resource = resource or self.resource_for(obj["apiVersion"], obj["kind"])
+        namespace = meta.get("namespace") if resource.namespaced else None
+        self._count_write()
+        return call(
+            self._api,
+            "PATCH",
+            resource.object_path(namespace, meta["name"]),
+            query=[("fieldManager", self.field_manager), ("force", True)],
+            body=dict(obj),
+            # JSON is YAML: the body goes as JSON under the apply content type.
+            content_type="application/apply-patch+yaml",
+        )
+
+    def write_status(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str,
+        *,
+        current: Mapping[str, Any] | None = None,
+    ) -> Obj | None:
+        """Write `status` if it changes anything; the updated object, or None if skipped.
+
+        `current` is the status the caller's cached copy has; pass it whenever known (it
+        also catches an object recreated under the same name). Raises APIConflictError
+        when the object is no longer at `resource_version`.
+        """
+        key = (resource.api_version + "/" + resource.plural, namespace or "", name)
+        desired = _normal(status)
+        with self._lock:
+            last = self._statuses.get(key)
+        if current is not None:
+            unchanged = not status_differs(current, desired)
+        else:
+            unchanged = last is not None and last == desired
+        if unchanged:
+            return None
+        patch = [
+            {"op": "replace", "path": "/metadata/resourceVersion", "value": resource_version},
+            {"op": "add", "path": "/status", "value": copy.deepcopy(desired)},
+        ]
+        self._count_write()
+        written = call(
+            self._api,
+            "PATCH",
+            resource.object_path(namespace, name, "status"),
+            body=patch,
+            content_type="application/json-patch+json",
+        )
+        with self._lock:
+            self._statuses[key] = _normal(written.get("status") or {})
+            self._statuses.move_to_end(key)
+            while len(self._statuses) > _MEMORY:
+                self._statuses.popitem(last=False)
+        return written
+
+    def event(
+        self,
+        involved: Mapping[str, Any],
+        reason: str,
+        message: str,
+        *,
+        event_type: EventType = "Normal",
+    ) -> Obj:
+        """Record an Event about `involved` (a stored object); repeats bump its count."""
+        meta = involved["metadata"]
+        namespace = meta.get("namespace") or "default"
+        key = (str(meta.get("uid", "")), str(reason), message, event_type)
+        now = _time(datetime.now(UTC))
+        with self._lock:
+            recorded = self._events.get(key)
+            if recorded is not None:
+                self._events.move_to_end(key)
+        if recorded is not None:
+            try:
+                self._count_write()
+                bumped = call(
+                    self._api,
+                    "PATCH",
+                    EVENTS.object_path(recorded.namespace, recorded.name),
+                    body={"count": recorded.count + 1, "lastTimestamp": now},
+                    content_type="application/merge-patch+json",
+                )
+                recorded.count = int(bumped.get("count") or recorded.count + 1)
+                return bumped
+            except errors.APINotFoundError:
+                pass  # the Event expired (the server keeps them an hour): start anew
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": involved.get("apiVersion", ""),
+                "kind": involved.get("kind", ""),
+                "name": meta["name"],
+                "namespace": meta.get("namespace") or "",
+                "uid": meta.get("uid", ""),
+                "resourceVersion": meta.get("resourceVersion", ""),
+            },
+            "reason": str(reason),
+            "message": message,
+            "type": event_type,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "reportingInstance": self.instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self._count_write()
+        created = call(self._api, "POST", EVENTS.collection_path(namespace), body=body)
+        with self._lock:
+            self._events[key] = _Recorded(namespace, created["metadata"]["name"], 1)
+            while len(self._events) > _MEMORY:
+                self._events.popitem(last=False)
+        return created

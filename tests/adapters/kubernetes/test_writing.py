@@ -1,0 +1,241 @@
+"""Writes against the real API server: server-side apply, status, Events."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from adapters.kubernetes import errors, writing
+from adapters.kubernetes.watching import CONFIG_MAPS, EVENTS, Resource, call
+
+GROUP = "testing.ai-inference.io"
+GADGETS = Resource(GROUP, "v1", "gadgets", "Gadget")
+OPEN = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+GADGET_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": f"gadgets.{GROUP}"},
+    "spec": {
+        "group": GROUP,
+        "scope": "Namespaced",
+        "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {"spec": OPEN, "status": OPEN},
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+def eventually(predicate: Callable[[], Any], timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            if value := predicate():
+                return value
+        except errors.APIError as exc:
+            last = exc
+        time.sleep(0.1)
+    raise AssertionError(f"not true after {timeout}s (last error: {last})")
+
+
+@pytest.fixture
+def admin(cluster) -> client.ApiClient:
+    return cluster.api_client("admin")
+
+
+@pytest.fixture
+def writer(admin) -> writing.Writer:
+    return writing.Writer(admin, instance="test-instance")
+
+
+@pytest.fixture
+def namespace(admin) -> Iterator[str]:
+    name = f"write-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(admin)
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
+
+
+def _established(admin: client.ApiClient) -> bool:
+    crd = call(
+        admin,
+        "GET",
+        f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{GADGET_CRD['metadata']['name']}",
+    )
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+@pytest.fixture(scope="module")
+def gadgets(cluster) -> Iterator[Resource]:
+    """A CRD with a status subresource, installed by our own server-side apply."""
+    admin = cluster.api_client("admin")
+    installer = writing.Writer(admin)
+    installer.apply(GADGET_CRD)
+    eventually(lambda: _established(admin))
+    eventually(lambda: installer.resource_for(GADGETS.api_version, "Gadget"))
+    yield GADGETS
+    call(
+        admin,
+        "DELETE",
+        f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{GADGET_CRD['metadata']['name']}",
+    )
+
+
+def config_map(namespace: str, name: str, **data: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": data,
+    }
+
+
+def gadget(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": GADGETS.api_version,
+        "kind": "Gadget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+@pytest.mark.cluster
+def test_apply_creates_then_updates_and_returns_the_object(writer, namespace) -> None:
+    created = writer.apply(config_map(namespace, "applied", a="1"))
+    # A create answers 201; the object still comes back.
+    assert created["metadata"]["uid"] and created["data"] == {"a": "1"}
+    updated = writer.apply(config_map(namespace, "applied", a="2", b="3"))
+    assert updated["metadata"]["uid"] == created["metadata"]["uid"]
+    assert updated["data"] == {"a": "2", "b": "3"}
+    managers = {(m["manager"], m["operation"]) for m in updated["metadata"]["managedFields"]}
+    assert managers == {(writing.FIELD_MANAGER, "Apply")}
+
+
+@pytest.mark.cluster
+def test_apply_takes_fields_another_manager_owns(admin, writer, namespace) -> None:
+    other = writing.Writer(admin, field_manager="someone-else")
+    other.apply(config_map(namespace, "contested", a="theirs"))
+    mine = writer.apply(config_map(namespace, "contested", a="ours"))
+    assert mine["data"] == {"a": "ours"}  # forced: no 409 over the field
+
+
+@pytest.mark.cluster
+def test_apply_a_custom_resource(writer, namespace, gadgets) -> None:
+    created = writer.apply(gadget(namespace, "g1", size=1))
+    assert created["kind"] == "Gadget" and created["spec"] == {"size": 1}
+    assert writer.apply(gadget(namespace, "g1", size=2))["spec"] == {"size": 2}
+
+
+@pytest.mark.cluster
+def test_status_is_written_only_when_it_changes(admin, writer, namespace, gadgets) -> None:
+    obj = writer.apply(gadget(namespace, "st", size=1))
+    writes = writer.writes
+    rv = obj["metadata"]["resourceVersion"]
+    first = writer.write_status(gadgets, namespace, "st", {"phase": "Pending", "extra": 1}, rv)
+    assert first is not None and first["status"] == {"phase": "Pending", "extra": 1}
+    assert first["spec"] == {"size": 1}  # the status write left the spec alone
+    rv = first["metadata"]["resourceVersion"]
+
+    # The same status again, by memory or against the cached copy: no request at all.
+    assert (
+        writer.write_status(gadgets, namespace, "st", {"phase": "Pending", "extra": 1}, rv) is None
+    )
+    assert (
+        writer.write_status(
+            gadgets,
+            namespace,
+            "st",
+            {"phase": "Pending", "extra": 1, "gone": None},
+            rv,
+            current=first["status"],
+        )
+        is None
+    )
+    assert writer.writes == writes + 1
+    stored = call(admin, "GET", gadgets.object_path(namespace, "st"))
+    assert stored["metadata"]["resourceVersion"] == rv
+
+    # A new status replaces the old one whole.
+    second = writer.write_status(gadgets, namespace, "st", {"phase": "Ready"}, rv)
+    assert second is not None and second["status"] == {"phase": "Ready"}
+    assert writer.writes == writes + 2
+
+
+@pytest.mark.cluster
+def test_a_status_from_a_stale_read_conflicts(admin, writer, namespace, gadgets) -> None:
+    stale = writer.apply(gadget(namespace, "racy", size=1))["metadata"]["resourceVersion"]
+    writer.apply(gadget(namespace, "racy", size=2))  # the object moved on
+    with pytest.raises(errors.APIConflictError):
+        writer.write_status(gadgets, namespace, "racy", {"phase": "Ready"}, stale)
+    stored = call(admin, "GET", gadgets.object_path(namespace, "racy"))
+    assert "status" not in stored
+
+
+@pytest.mark.cluster
+def test_repeated_events_bump_one_count(cluster, admin, writer, namespace) -> None:
+    involved = writer.apply(config_map(namespace, "storied"))
+    first = writer.event(involved, "ModelResolved", "found the model")
+    again = writer.event(involved, "ModelResolved", "found the model")
+    other = writer.event(involved, "PlacementFailed", "no node fits", event_type="Warning")
+    assert again["metadata"]["name"] == first["metadata"]["name"] and again["count"] == 2
+    listed = call(admin, "GET", EVENTS.collection_path(namespace))["items"]
+    by_reason = {e["reason"]: e for e in listed}
+    assert set(by_reason) == {"ModelResolved", "PlacementFailed"}
+    assert by_reason["ModelResolved"]["count"] == 2
+    warning = by_reason["PlacementFailed"]
+    assert warning["type"] == "Warning" and warning["metadata"]["name"] == other["metadata"]["name"]
+    assert warning["involvedObject"]["uid"] == involved["metadata"]["uid"]
+    assert warning["reportingComponent"] == writing.COMPONENT
+    described = cluster.kubectl("admin", "describe", "configmap", "storied", "-n", namespace).stdout
+    assert "PlacementFailed" in described and "no node fits" in described
+
+
+@pytest.mark.cluster
+def test_an_expired_event_is_recorded_anew(admin, writer, namespace) -> None:
+    involved = writer.apply(config_map(namespace, "forgetful"))
+    first = writer.event(involved, "Planned", "placed")
+    call(admin, "DELETE", EVENTS.object_path(namespace, first["metadata"]["name"]))
+    again = writer.event(involved, "Planned", "placed")
+    assert again["metadata"]["name"] != first["metadata"]["name"] and again["count"] == 1
+
+
+@pytest.mark.cluster
+def test_an_unknown_kind_is_not_found(writer) -> None:
+    with pytest.raises(errors.APINotFoundError):
+        writer.resource_for("v1", "NoSuchKind")
+    assert writer.resource_for("v1", "ConfigMap") == CONFIG_MAPS
+
+
+@pytest.mark.parametrize(
+    ("current", "desired", "differs"),
+    [
+        pytest.param(None, {}, False, id="nothing-vs-empty"),
+        pytest.param({"phase": "A"}, {"phase": "A"}, False, id="equal"),
+        pytest.param({"phase": "A"}, {"phase": "A", "x": None}, False, id="null-is-absent"),
+        pytest.param({"phase": "A"}, {"phase": "B"}, True, id="changed"),
+        pytest.param({"c": [{"t": 1}]}, {"c": [{"t": 1, "m": None}]}, False, id="nested-null"),
+        pytest.param({"c": [1, 2]}, {"c": [2, 1]}, True, id="list-order-matters"),
+        pytest.param({"phase": "A", "x": 1}, {"phase": "A"}, True, id="field-dropped"),
+    ],
+)
+def test_status_differs(current, desired, differs) -> None:
+    assert writing.status_differs(current, desired) is differs
