@@ -355,6 +355,8 @@ class Informer:
         self._handlers.append(handler)
 
     def start(self) -> None:
+        if any(thread.is_alive() for thread in self._threads):
+            raise RuntimeError(f"{self.name} is already running")
         self._stopping.clear()
         for target, suffix in ((self._run, "watch"), (self._watchdog, "watchdog")):
             thread = threading.Thread(target=target, name=f"{self.name}-{suffix}", daemon=True)
@@ -521,7 +523,7 @@ class Informer:
 
     def _watchdog(self) -> None:
         inactivity = self._timeouts.inactivity
-        period = min(1.0, inactivity / 4) if inactivity else 1.0
+        period = min(1.0, (inactivity or 4.0) / 4, (self._resync_period or 4.0) / 4)
         last_resync = time.monotonic()
         while not self._stopping.wait(period):
             with self._cond:
