@@ -18,7 +18,7 @@ from fsm import events as ev
 from fsm import observations as ob
 from fsm.fold import plan_basis
 from fsm.reasons import Reason
-from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, PROBE_FAILURE_THRESHOLD, OrderState
+from fsm.state import PROBE_FAILURE_THRESHOLD, OrderState
 from fsm.values import ClassOutcome, ModelOutcome, PlanOutcome
 
 __all__ = ["decide", "excluded_device_classes", "held_devices", "needs_plan"]
@@ -227,7 +227,7 @@ def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:
         plan is not None
         and o.available == 0
         and o.unallocated_since is not None
-        and (o.at - o.unallocated_since).total_seconds() >= DEVICE_ALLOCATION_GRACE_SECONDS
+        and (o.at - o.unallocated_since).total_seconds() >= o.grace_seconds
         and plan.device_class not in s.tried_device_classes
     ):
         waited = int((o.at - o.unallocated_since).total_seconds())

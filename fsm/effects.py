@@ -145,7 +145,7 @@ def _probe_after(state: OrderState, timings: ProbeTimings) -> float | None:
     return timings.pending_seconds
 
 
-def _allocation_recheck(state: OrderState) -> Recheck | None:
+def _allocation_recheck(state: OrderState, grace_seconds: float) -> Recheck | None:
     cond = state.condition(ConditionType.WORKLOAD_READY)
     w = state.workload
     if cond is None or cond.reason is not Reason.DEVICES_NOT_ALLOCATED or w is None:
@@ -154,13 +154,21 @@ def _allocation_recheck(state: OrderState) -> Recheck | None:
         return None
     waited = (state.last_event_at - w.unallocated_since).total_seconds()
     return Recheck(
-        after_seconds=max(DEVICE_ALLOCATION_GRACE_SECONDS - waited, 1.0),
+        after_seconds=max(grace_seconds - waited, 1.0),
         why="device claims unallocated: mark the device class tried when the grace period ends",
     )
 
 
-def effects(state: OrderState, timings: ProbeTimings | None = None) -> list[Command]:
-    """The commands that bring the world in line with `state`, in execution order."""
+def effects(
+    state: OrderState,
+    timings: ProbeTimings | None = None,
+    *,
+    allocation_grace_seconds: float = DEVICE_ALLOCATION_GRACE_SECONDS,
+) -> list[Command]:
+    """The commands that bring the world in line with `state`, in execution order.
+
+    `allocation_grace_seconds` must be the value the controller puts in `WorkloadSeen`:
+    it only says when to look again, the verdict itself is decided there."""
     if state.deleted or not state.spec_seen:
         return []  # deleted: owner references let the garbage collector clean up
     timings = timings or ProbeTimings()
@@ -181,7 +189,7 @@ def effects(state: OrderState, timings: ProbeTimings | None = None) -> list[Comm
     after = _probe_after(state, timings)
     if after is not None:
         commands.append(ScheduleProbe(after_seconds=after))
-    recheck = _allocation_recheck(state)
+    recheck = _allocation_recheck(state, allocation_grace_seconds)
     if recheck is not None:
         commands.append(recheck)
     commands.append(PublishStatus(status=render_status(state)))

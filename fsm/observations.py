@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from fsm.reasons import Reason
+from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS
 from fsm.values import ClassOutcome, ExposureType, ModelOutcome, ModelRef, Plan, PlanOutcome
 
 __all__ = [
@@ -96,6 +97,10 @@ class WorkloadSeen:
     ready: int
     available: int
     unallocated_since: datetime | None = None  # earliest pod still waiting for its claim
+    # How long claims may stay unallocated before the plan's device class counts as tried.
+    # The controller's setting, read here because `decide` records the verdict as an event
+    # (DeviceClassTried): replay folds that event and never judges the wait again.
+    grace_seconds: float = DEVICE_ALLOCATION_GRACE_SECONDS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

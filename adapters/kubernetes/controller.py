@@ -25,6 +25,7 @@ from adapters.kubernetes.settings import Settings, SettingsError
 from adapters.kubernetes.world import ClusterCache
 from adapters.models import HubResolver, HubSettings
 from adapters.probes.targets import ServiceTarget, TargetResolver
+from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS
 from store import EventLog, StaleEpoch, StreamConflict
 
 __all__ = ["Controller", "utc_now"]
@@ -65,6 +66,7 @@ class Controller:
         hpa_api_version: str = "autoscaling/v2",
         clock: Callable[[], datetime] = utc_now,
         sync_timeout: float = 60.0,
+        allocation_grace_seconds: float = DEVICE_ALLOCATION_GRACE_SECONDS,
     ) -> None:
         self.cache = ClusterCache(api)
         self._log = log_store
@@ -86,6 +88,7 @@ class Controller:
             clock=clock,
             hpa_api_version=hpa_api_version,
             rewrite=_pod_claims_rewrite(api),
+            allocation_grace_seconds=allocation_grace_seconds,
         )
         self._custom = client.CustomObjectsApi(api)
         self._clock = clock

@@ -40,7 +40,7 @@ from fsm import capacity, decide, effects, planner, policy, recipes
 from fsm import observations as ob
 from fsm.fold import fold
 from fsm.reasons import Reason
-from fsm.state import OrderState
+from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, OrderState
 from fsm.values import (
     ClassOutcome,
     ClassSpec,
@@ -125,8 +125,13 @@ class Reconciler:
         clock: Callable[[], datetime],
         hpa_api_version: str = "autoscaling/v2",
         rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        allocation_grace_seconds: float = DEVICE_ALLOCATION_GRACE_SECONDS,
     ) -> None:
         self._world = world
+        # How long pods may wait for devices before the plan's device class counts as
+        # tried. Public so a test can shorten it; the verdict is an event, so a change
+        # never alters a replay.
+        self.allocation_grace_seconds = allocation_grace_seconds
         self._rewrite = rewrite
         self._log = log_store
         self._epoch = epoch
@@ -309,6 +314,7 @@ class Reconciler:
                     ready=int(status.get("readyReplicas", 0)),
                     available=int(status.get("availableReplicas", 0)),
                     unallocated_since=self._unallocated_since(p.uid),
+                    grace_seconds=self.allocation_grace_seconds,
                 ),
             )
         effective = p.state.policy
@@ -337,7 +343,9 @@ class Reconciler:
     def _act(self, p: _Pass) -> None:
         for _ in range(_MAX_ROUNDS):
             changed = False
-            for command in effects.effects(p.state, self._timings()):
+            for command in effects.effects(
+                p.state, self._timings(), allocation_grace_seconds=self.allocation_grace_seconds
+            ):
                 changed = self._execute(p, command)
                 if changed:
                     break  # the state moved: ask the core again
