@@ -11,6 +11,8 @@ appends are refused.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -20,6 +22,7 @@ from kubernetes import client
 from kubernetes.client import ApiClient
 
 from adapters.kubernetes import classes, queueing
+from adapters.kubernetes.leader import Elector
 from adapters.kubernetes.reconciling import Reconciler
 from adapters.kubernetes.settings import Settings, SettingsError
 from adapters.kubernetes.world import ClusterCache
@@ -28,7 +31,10 @@ from adapters.probes.targets import ServiceTarget, TargetResolver
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS
 from store import EventLog, StaleEpoch, StreamConflict
 
-__all__ = ["Controller", "utc_now"]
+__all__ = ["LEASE_NAME", "LEASE_NAMESPACE", "Controller", "utc_now"]
+
+LEASE_NAMESPACE = "d8-ai-inference"
+LEASE_NAME = "ai-inference-controller"
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +73,8 @@ class Controller:
         clock: Callable[[], datetime] = utc_now,
         sync_timeout: float = 60.0,
         allocation_grace_seconds: float = DEVICE_ALLOCATION_GRACE_SECONDS,
+        leader_election: bool = True,
+        identity: str | None = None,
     ) -> None:
         self.cache = ClusterCache(api)
         self._log = log_store
@@ -93,6 +101,22 @@ class Controller:
         self._custom = client.CustomObjectsApi(api)
         self._clock = clock
         self._workers = queueing.Workers(self.queue, self._pass, workers=workers)
+        self._stopping = False
+        self.leading = threading.Event()
+        self.lost = threading.Event()  # leadership was lost: the process must stop
+        self._elector = (
+            Elector(
+                client.CoordinationV1Api(api),
+                namespace=LEASE_NAMESPACE,
+                name=LEASE_NAME,
+                identity=identity or f"{socket.gethostname()}-{os.getpid()}",
+                on_started=self._lead,
+                on_stopped=self._lose,
+                epoch_floor=log_store.epoch,
+            )
+            if leader_election
+            else None
+        )
 
     # -- settings --------------------------------------------------------------------------
 
@@ -120,8 +144,31 @@ class Controller:
     def epoch(self) -> int:
         return self._epoch
 
-    def start(self) -> None:
-        self._epoch = self._log.claim_epoch(self._log.epoch() + 1)
+    def start(self, *, wait: float = 60.0) -> None:
+        """Campaign for the Lease (or lead at once without election), then run.
+
+        Returns once this process leads and its caches are synced; raises TimeoutError
+        if that does not happen within `wait` seconds.
+        """
+        if self._elector is None:
+            self._run(self._log.epoch() + 1)
+        else:
+            self._elector.start()
+            if not self.leading.wait(wait):
+                raise TimeoutError(f"did not become leader within {wait:.0f}s")
+
+    def _lead(self, epoch: int) -> None:
+        # The elector's thread must not block: caches sync on a thread of their own.
+        threading.Thread(target=self._run, args=(epoch,), name="lead", daemon=True).start()
+
+    def _lose(self) -> None:
+        if not self._stopping:
+            log.error("leadership lost: stopping the workers (the process should exit)")
+        self.lost.set()
+        self.queue.shutdown()
+
+    def _run(self, epoch: int) -> None:
+        self._epoch = self._log.claim_epoch(epoch)
         self.cache.watch_changes(self._enqueue)
         # A class's own Ready condition depends on it and on the priority/device classes.
         self.cache.classes.add_handler(lambda _e, obj: self._enqueue_class(obj))
@@ -130,16 +177,22 @@ class Controller:
         self.cache.module_configs.add_handler(lambda _e, _o: self._reload_settings())
         self.cache.start()
         if not self.cache.wait_synced(self._sync_timeout):
-            raise TimeoutError("the controller's caches did not sync")
+            log.error("the controller's caches did not sync in %.0fs", self._sync_timeout)
+            self._lose()
+            return
         self._reload_settings()
         self._enqueue(self.cache.orders.uids())
         self._enqueue_classes()
         self._workers.start()
-        log.info("controller started, leader epoch %d", self._epoch)
+        log.info("controller leading with epoch %d", self._epoch)
+        self.leading.set()
 
     def stop(self) -> None:
+        self._stopping = True
         self._workers.stop()
         self.cache.stop()
+        if self._elector is not None:
+            self._elector.stop()
 
     def _enqueue(self, uids: Iterable[str]) -> None:
         for uid in uids:
