@@ -9,17 +9,16 @@ HuggingFace endpoint (tests and the demo point it at the stand-in hub on 127.0.0
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import signal
 import sys
-import threading
 from typing import Any
 
 from kubernetes import client, config
 
 import store
 from adapters.kubernetes.controller import Controller
+from adapters.kubernetes.health import HealthServer
 from adapters.probes.targets import AnnotatedPodTarget, ServiceTarget, TargetResolver
 
 __all__ = ["api_client_for", "register"]
@@ -41,6 +40,7 @@ def register(subparsers: Any) -> None:
         help="how probes find an order's endpoint: its Service, or the simulator's pod annotation",
     )
     sub.add_argument("--workers", type=int, default=2)
+    sub.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz (0: off)")
     sub.add_argument("--hpa-api-version", default="autoscaling/v2")
     sub.set_defaults(run=_run)
 
@@ -54,6 +54,10 @@ def api_client_for(kubeconfig: str | None) -> client.ApiClient:
 
 def _store_url(value: str) -> str:
     return value if "://" in value else f"sqlite:///{value}"
+
+
+def _terminate(*_: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -76,12 +80,23 @@ def _run(args: argparse.Namespace) -> int:
             workers=args.workers,
             hpa_api_version=args.hpa_api_version,
         )
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        controller.start()
-        sys.stdout.write(f"controller running, leader epoch {controller.epoch}\n")
-        sys.stdout.flush()
-        with contextlib.suppress(KeyboardInterrupt):
-            stop.wait()
-        controller.stop()
-    return 0
+        signal.signal(signal.SIGTERM, _terminate)
+        health = None
+        if args.health_port:
+            health = HealthServer(
+                lambda: controller.leading.is_set() and not controller.lost.is_set(),
+                port=args.health_port,
+            )
+            health.start()
+        try:
+            controller.start(wait=None)  # a standby waits here for the Lease
+            sys.stdout.write(f"controller leading, epoch {controller.epoch}\n")
+            sys.stdout.flush()
+            controller.lost.wait()  # leadership lost: exit, Kubernetes restarts us as standby
+        except KeyboardInterrupt:
+            pass
+        finally:
+            controller.stop()
+            if health is not None:
+                health.stop()
+    return 1 if controller.lost.is_set() else 0

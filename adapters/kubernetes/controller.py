@@ -144,7 +144,7 @@ class Controller:
     def epoch(self) -> int:
         return self._epoch
 
-    def start(self, *, wait: float = 60.0) -> None:
+    def start(self, *, wait: float | None = 60.0) -> None:
         """Campaign for the Lease (or lead at once without election), then run.
 
         Returns once this process leads and its caches are synced; raises TimeoutError
@@ -155,7 +155,7 @@ class Controller:
         else:
             self._elector.start()
             if not self.leading.wait(wait):
-                raise TimeoutError(f"did not become leader within {wait:.0f}s")
+                raise TimeoutError(f"did not become leader within {wait}s")
 
     def _lead(self, epoch: int) -> None:
         # The elector's thread must not block: caches sync on a thread of their own.
