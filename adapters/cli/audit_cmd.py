@@ -12,9 +12,12 @@ import json
 import os
 import sys
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import yaml
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 import store
 from fsm import explain, fold, status
@@ -77,10 +80,29 @@ def _find(log: store.EventLog, ref: str) -> StreamInfo:
     return info
 
 
+def _missing_sqlite_file(url: str) -> str | None:
+    """The path of a SQLite log named by `url` that does not exist, else None.
+
+    Opening it would create an empty log, and `verify` would then report "0 streams
+    verified, 0 divergent" for a mistyped path: a read-only command must refuse instead.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None  # open_log reports the malformed URL
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return None if Path(parsed.database).exists() else parsed.database
+
+
 def _with_log(args: argparse.Namespace, body: Any) -> int:
+    missing = _missing_sqlite_file(args.store)
+    if missing is not None:
+        sys.stderr.write(f"cannot open the event log {args.store}: no file {missing}\n")
+        return 2
     try:
         log = store.open_log(args.store)
-    except store.StoreError as exc:
+    except (store.StoreError, ValueError, ArgumentError) as exc:  # unreachable, or a bad URL
         sys.stderr.write(f"cannot open the event log {args.store}: {exc}\n")
         return 2
     try:
