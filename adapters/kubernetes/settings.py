@@ -37,6 +37,7 @@ __all__ = [
     "HuggingFaceSettings",
     "ProbeSettings",
     "Settings",
+    "StoreSettings",
     "SettingsError",
     "reload",
 ]
@@ -114,6 +115,13 @@ class HuggingFaceSettings(Frozen):
         return value.rstrip("/")
 
 
+class StoreSettings(Frozen):
+    """Where the event log lives. Rendered into the controller's `--store` argument by
+    the module's Deployment; a running controller does not switch logs on a change."""
+
+    url: str = Field(default="sqlite:////var/lib/ai-inference/events.sqlite", min_length=1)
+
+
 class Settings(Frozen):
     """`ModuleConfig ai-inference .spec.settings`, every field defaulted."""
 
@@ -123,6 +131,7 @@ class Settings(Frozen):
     https: HttpsSettings = HttpsSettings()
     probe: ProbeSettings = ProbeSettings()
     hugging_face: HuggingFaceSettings = HuggingFaceSettings()
+    store: StoreSettings = StoreSettings()
 
     @field_validator("public_domain_template")
     @classmethod
