@@ -37,8 +37,8 @@ __all__ = [
     "HuggingFaceSettings",
     "ProbeSettings",
     "Settings",
-    "StoreSettings",
     "SettingsError",
+    "StoreSettings",
     "reload",
 ]
 
