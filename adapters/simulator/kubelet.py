@@ -1,0 +1,542 @@
+"""The kubelet stand-in: pods bound to simulated nodes run as OpenAI-compatible stubs.
+
+For every pod the scheduler bound to a node the simulator publishes, it does what a
+kubelet with a vLLM container would show: resolve each container's environment
+(`value`, `valueFrom.secretKeyRef`/`configMapKeyRef`/`fieldRef`, `envFrom`; a missing
+Secret or key leaves the container Waiting with `CreateContainerConfigError`, as a real
+kubelet does), start a `Stub` whose API key is the resolved `VLLM_API_KEY` (or
+`--api-key`) and whose model names come from `--served-model-name` (else `--model`),
+publish its address in the annotation `simulator.ai-inference.deckhouse.io/endpoint`,
+and report the pod Running with IP 127.0.0.1. Readiness follows the container's
+`readinessProbe` when it is an `httpGet` (run against the stub, at most every second);
+without one the pod is Ready once running.
+
+The failure knob `simulator.ai-inference.deckhouse.io/fail` ("500", "timeout") is read
+from the pod, else from the Deployment that owns it, on every pass, so tests flip it
+through the API. Pods being deleted are stopped and removed (a kubelet confirms deletion
+by deleting with grace 0); pods bound to nodes that no longer exist are removed, as the
+pod garbage collector does.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import threading
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from adapters.simulator.capacity import MANAGED_LABEL
+from adapters.simulator.kube import JSON, Kube, KubeError, path
+from adapters.simulator.stub import Stub
+from adapters.simulator.world import World, key
+
+__all__ = [
+    "API_KEY_ENV",
+    "ENDPOINT_ANNOTATION",
+    "FAIL_ANNOTATION",
+    "EnvError",
+    "Kubelet",
+    "resolve_env",
+    "served_model_names",
+]
+
+log = logging.getLogger(__name__)
+
+ENDPOINT_ANNOTATION = "simulator.ai-inference.deckhouse.io/endpoint"
+FAIL_ANNOTATION = "simulator.ai-inference.deckhouse.io/fail"
+API_KEY_ENV = "VLLM_API_KEY"
+_TERMINAL = ("Succeeded", "Failed")
+_PROBE_PERIOD_CAP = 1.0  # seconds: probes run faster than declared, tests stay quick
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class EnvError(Exception):
+    """A container's environment cannot be built (CreateContainerConfigError)."""
+
+
+SecretReader = Callable[[str, str], Mapping[str, str] | None]
+
+
+def resolve_env(
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    secrets: SecretReader,
+    config_maps: SecretReader,
+) -> dict[str, str]:
+    """The container's environment as a kubelet builds it; EnvError names what is missing.
+
+    `secrets(namespace, name)` / `config_maps(...)` return decoded data, None if absent.
+    """
+    namespace = str(pod["metadata"].get("namespace", ""))
+    env: dict[str, str] = {}
+    for source in container.get("envFrom") or ():
+        prefix = str(source.get("prefix") or "")
+        for kind, reader, label in (
+            ("secretRef", secrets, "secret"),
+            ("configMapRef", config_maps, "configmap"),
+        ):
+            ref = source.get(kind)
+            if not ref:
+                continue
+            data = reader(namespace, str(ref.get("name", "")))
+            if data is None:
+                if ref.get("optional"):
+                    continue
+                raise EnvError(f'{label} "{ref.get("name")}" not found')
+            env.update({prefix + k: v for k, v in data.items()})
+    for item in container.get("env") or ():
+        name = str(item.get("name", ""))
+        if "valueFrom" not in item:
+            env[name] = expand(str(item.get("value", "")), env)
+            continue
+        value = _value_from(pod, namespace, item["valueFrom"], secrets, config_maps)
+        if value is not None:
+            env[name] = value
+    return env
+
+
+def _value_from(
+    pod: Mapping[str, Any],
+    namespace: str,
+    source: Mapping[str, Any],
+    secrets: SecretReader,
+    config_maps: SecretReader,
+) -> str | None:
+    for kind, reader, label, title in (
+        ("secretKeyRef", secrets, "secret", "Secret"),
+        ("configMapKeyRef", config_maps, "configmap", "ConfigMap"),
+    ):
+        ref = source.get(kind)
+        if not ref:
+            continue
+        name, wanted = str(ref.get("name", "")), str(ref.get("key", ""))
+        data = reader(namespace, name)
+        if data is None:
+            if ref.get("optional"):
+                return None
+            raise EnvError(f'{label} "{name}" not found')
+        if wanted not in data:
+            if ref.get("optional"):
+                return None
+            raise EnvError(f"couldn't find key {wanted} in {title} {namespace}/{name}")
+        return data[wanted]
+    field_ref = source.get("fieldRef")
+    if field_ref:
+        fields = {
+            "metadata.name": pod["metadata"].get("name"),
+            "metadata.namespace": namespace,
+            "metadata.uid": pod["metadata"].get("uid"),
+            "spec.nodeName": (pod.get("spec") or {}).get("nodeName"),
+            "spec.serviceAccountName": (pod.get("spec") or {}).get("serviceAccountName"),
+            "status.podIP": "127.0.0.1",
+            "status.hostIP": "127.0.0.1",
+        }
+        return str(fields.get(str(field_ref.get("fieldPath")), "") or "")
+    return None  # resourceFieldRef and the like: not simulated, left unset
+
+
+_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' `$(VAR)` expansion: known names replaced, `$$` escapes a dollar."""
+
+    def one(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        return env.get(match.group(1), match.group(0))
+
+    return _REFERENCE.sub(one, text)
+
+
+def _flag(words: Sequence[str], flag: str) -> list[str]:
+    """Values of `--flag v1 v2` (until the next option) or `--flag=v`."""
+    values: list[str] = []
+    for index, word in enumerate(words):
+        if word.startswith(flag + "="):
+            values.append(word.split("=", 1)[1])
+        elif word == flag:
+            for value in words[index + 1 :]:
+                if value.startswith("-"):
+                    break
+                values.append(value)
+    return values
+
+
+def served_model_names(words: Sequence[str]) -> list[str]:
+    """What vLLM serves: `--served-model-name`, else `--model`, else `serve <model>`."""
+    names = _flag(words, "--served-model-name")
+    if names:
+        return names
+    model = _flag(words, "--model")
+    if model:
+        return model[:1]
+    if "serve" in words:
+        rest = words[words.index("serve") + 1 :]
+        if rest and not rest[0].startswith("-"):
+            return [rest[0]]
+    return []
+
+
+@dataclass
+class _Prober:
+    """A readiness probe against the stub, in its own thread so a hang blocks no pass."""
+
+    stub: Stub
+    probe: Mapping[str, Any]
+    ready: bool = False
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> None:
+        threading.Thread(target=self._loop, name=f"probe {self.stub.url}", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        get = self.probe.get("httpGet") or {}
+        url = self.stub.url + str(get.get("path") or "/")
+        headers = {str(h["name"]): str(h["value"]) for h in get.get("httpHeaders") or ()}
+        timeout = float(self.probe.get("timeoutSeconds") or 1)
+        period = min(float(self.probe.get("periodSeconds") or 10), _PROBE_PERIOD_CAP)
+        need_ok = int(self.probe.get("successThreshold") or 1)
+        need_bad = int(self.probe.get("failureThreshold") or 3)
+        ok = bad = 0
+        while not self._stop.is_set():
+            try:
+                passed = 200 <= httpx.get(url, headers=headers, timeout=timeout).status_code < 400
+            except httpx.HTTPError:
+                passed = False
+            ok, bad = (ok + 1, 0) if passed else (0, bad + 1)
+            if ok >= need_ok:
+                self.ready = True
+            elif bad >= need_bad:
+                self.ready = False
+            self._stop.wait(period)
+
+
+@dataclass
+class _Running:
+    stub: Stub
+    started: str
+    label: tuple[str, str]  # the pod's namespace and name
+    prober: _Prober | None = None
+    reported_ready: bool | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.prober.ready if self.prober is not None else True
+
+    def stop(self) -> None:
+        if self.prober is not None:
+            self.prober.stop()
+        self.stub.close()
+
+
+class Kubelet:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        host: str = "127.0.0.1",
+        hang_seconds: float = 30.0,
+        namespaces: Collection[str] | None = None,
+    ) -> None:
+        self.kube = kube
+        self.namespaces = frozenset(namespaces) if namespaces is not None else None
+        self.host = host
+        self.hang_seconds = hang_seconds
+        self._running: dict[str, _Running] = {}  # pod uid -> its stub
+        self._lock = threading.Lock()
+
+    def stub(self, namespace: str, name: str) -> Stub | None:
+        """The stub serving a pod now (tests read its requests)."""
+        with self._lock:
+            for run in self._running.values():
+                if run.label == (namespace, name):
+                    return run.stub
+        return None
+
+    def stop_all(self) -> None:
+        with self._lock:
+            runs, self._running = list(self._running.values()), {}
+        for run in runs:
+            run.stop()
+
+    def run_pass(self, world: World) -> bool:
+        ours = {
+            n["metadata"]["name"]
+            for n in world.nodes
+            if (n["metadata"].get("labels") or {}).get(MANAGED_LABEL) == "true"
+        }
+        existing = {n["metadata"]["name"] for n in world.nodes}
+        seen: set[str] = set()
+        wrote = False
+        owners = _Owners(self.kube)
+        for pod in world.pods:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if not node or (self.namespaces is not None and key(pod)[0] not in self.namespaces):
+                continue
+            uid = str(pod["metadata"]["uid"])
+            try:
+                if node not in existing or pod["metadata"].get("deletionTimestamp"):
+                    self._forget(uid)
+                    wrote |= self._remove(pod)
+                    continue
+                if node not in ours or (pod.get("status") or {}).get("phase") in _TERMINAL:
+                    continue
+                seen.add(uid)
+                wrote |= self._sync(pod, uid, owners)
+            except KubeError as err:
+                log.info("kubelet on %s/%s: %s", *key(pod), err)
+        with self._lock:
+            gone = [uid for uid in self._running if uid not in seen]
+        for uid in gone:
+            self._forget(uid)
+        return wrote
+
+    # --- one pod --------------------------------------------------------------------
+
+    def _forget(self, uid: str) -> None:
+        with self._lock:
+            run = self._running.pop(uid, None)
+        if run is not None:
+            run.stop()
+
+    def _remove(self, pod: JSON) -> bool:
+        namespace, name = key(pod)
+        url = path("v1", "pods", name, namespace=namespace)
+        return self.kube.delete(url, grace_seconds=0, uid=str(pod["metadata"]["uid"]))
+
+    def _sync(self, pod: JSON, uid: str, owners: _Owners) -> bool:
+        with self._lock:
+            run = self._running.get(uid)
+        if run is None:
+            return self._start(pod, uid, owners)
+        run.stub.failure = _failure(pod, owners)
+        if run.ready != run.reported_ready:
+            self._report(pod, run)
+            return True
+        return False
+
+    def _start(self, pod: JSON, uid: str, owners: _Owners) -> bool:
+        namespace, name = key(pod)
+        containers = list((pod.get("spec") or {}).get("containers") or ())
+        try:
+            envs = [resolve_env(pod, c, self._secret, self._config_map) for c in containers]
+        except EnvError as err:
+            return self._waiting(pod, containers, str(err))
+        index = next((i for i, env in enumerate(envs) if API_KEY_ENV in env), 0)
+        container, env = (containers[index], envs[index]) if containers else ({}, {})
+        words = [
+            expand(w, env)
+            for w in [*(container.get("command") or ()), *(container.get("args") or ())]
+        ]
+        api_key = env.get(API_KEY_ENV) or next(iter(_flag(words, "--api-key")), None)
+        stub = Stub(
+            served_names=served_model_names(words),
+            api_key=api_key or None,
+            host=self.host,
+            hang_seconds=self.hang_seconds,
+            label=f"{namespace}/{name}",
+        )
+        stub.failure = _failure(pod, owners)
+        probe = container.get("readinessProbe") or {}
+        prober = _Prober(stub, probe) if probe.get("httpGet") else None
+        run = _Running(stub, _now(), (namespace, name), prober)
+        try:
+            self.kube.strategic_patch(
+                path("v1", "pods", name, namespace=namespace),
+                {"metadata": {"annotations": {ENDPOINT_ANNOTATION: stub.url}}},
+            )
+        except KubeError:
+            stub.close()
+            raise
+        with self._lock:
+            self._running[uid] = run
+        if prober is not None:
+            prober.start()
+        self._report(pod, run)
+        log.info("started %s/%s at %s", namespace, name, stub.url)
+        return True
+
+    def _report(self, pod: JSON, run: _Running) -> None:
+        namespace, name = key(pod)
+        ready = run.ready
+        spec = pod.get("spec") or {}
+        statuses = [
+            {
+                "name": c["name"],
+                "ready": ready,
+                "started": True,
+                "restartCount": 0,
+                "image": c.get("image", ""),
+                "imageID": f"simulator://{c.get('image', '')}",
+                "containerID": f"simulator://{pod['metadata']['uid']}/{c['name']}",
+                "state": {"running": {"startedAt": run.started}},
+            }
+            for c in spec.get("containers") or ()
+        ]
+        status: dict[str, Any] = {
+            "phase": "Running",
+            "conditions": _conditions(ready, run.started),
+            "hostIP": "127.0.0.1",
+            "podIP": "127.0.0.1",
+            "podIPs": [{"ip": "127.0.0.1"}],
+            "startTime": run.started,
+            "containerStatuses": statuses,
+        }
+        if spec.get("initContainers"):
+            status["initContainerStatuses"] = [
+                {
+                    "name": c["name"],
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": c.get("image", ""),
+                    "imageID": f"simulator://{c.get('image', '')}",
+                    "state": {
+                        "terminated": {
+                            "exitCode": 0,
+                            "reason": "Completed",
+                            "startedAt": run.started,
+                            "finishedAt": run.started,
+                        }
+                    },
+                }
+                for c in spec["initContainers"]
+            ]
+        self.kube.strategic_patch(
+            path("v1", "pods", name, namespace=namespace, subresource="status"), {"status": status}
+        )
+        run.reported_ready = ready
+
+    def _waiting(self, pod: JSON, containers: Sequence[Mapping[str, Any]], message: str) -> bool:
+        for status in (pod.get("status") or {}).get("containerStatuses") or ():
+            waiting = (status.get("state") or {}).get("waiting") or {}
+            if waiting.get("message") == message:
+                return False
+        namespace, name = key(pod)
+        now = _now()
+        status = {
+            "phase": "Pending",
+            "conditions": _conditions(False, now),
+            "hostIP": "127.0.0.1",
+            "podIP": "127.0.0.1",
+            "podIPs": [{"ip": "127.0.0.1"}],
+            "startTime": now,
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "ready": False,
+                    "started": False,
+                    "restartCount": 0,
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "state": {
+                        "waiting": {"reason": "CreateContainerConfigError", "message": message}
+                    },
+                }
+                for c in containers
+            ],
+        }
+        self.kube.strategic_patch(
+            path("v1", "pods", name, namespace=namespace, subresource="status"), {"status": status}
+        )
+        log.info("%s/%s cannot start: %s", namespace, name, message)
+        return True
+
+    def _secret(self, namespace: str, name: str) -> dict[str, str] | None:
+        secret = self.kube.get(path("v1", "secrets", name, namespace=namespace))
+        if secret is None:
+            return None
+        data = {
+            k: base64.b64decode(v).decode(errors="replace")
+            for k, v in (secret.get("data") or {}).items()
+        }
+        data.update(secret.get("stringData") or {})
+        return data
+
+    def _config_map(self, namespace: str, name: str) -> dict[str, str] | None:
+        config_map = self.kube.get(path("v1", "configmaps", name, namespace=namespace))
+        return None if config_map is None else dict(config_map.get("data") or {})
+
+
+def _conditions(ready: bool, now: str) -> list[dict[str, Any]]:
+    flag = "True" if ready else "False"
+    return [
+        {"type": "Initialized", "status": "True", "lastProbeTime": None, "lastTransitionTime": now},
+        {"type": "Ready", "status": flag, "lastProbeTime": None, "lastTransitionTime": now},
+        {
+            "type": "ContainersReady",
+            "status": flag,
+            "lastProbeTime": None,
+            "lastTransitionTime": now,
+        },
+        {
+            "type": "PodScheduled",
+            "status": "True",
+            "lastProbeTime": None,
+            "lastTransitionTime": now,
+        },
+    ]
+
+
+class _Owners:
+    """Pod -> ReplicaSet -> Deployment annotations, listed at most once per pass."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self._annotations: dict[tuple[str, str, str], dict[str, str]] | None = None
+        self._parents: dict[tuple[str, str, str], tuple[str, str, str]] = {}
+
+    def deployment_annotations(self, pod: Mapping[str, Any]) -> dict[str, str]:
+        if self._annotations is None:
+            self._load()
+        assert self._annotations is not None
+        namespace = str(pod["metadata"].get("namespace", ""))
+        for ref in pod["metadata"].get("ownerReferences") or ():
+            if ref.get("kind") != "ReplicaSet":
+                continue
+            parent = self._parents.get((namespace, "ReplicaSet", str(ref.get("name"))))
+            if parent is not None:
+                return self._annotations.get(parent, {})
+        return {}
+
+    def _load(self) -> None:
+        self._annotations = {}
+        try:
+            deployments, _ = self.kube.list(path("apps/v1", "deployments"))
+            replica_sets, _ = self.kube.list(path("apps/v1", "replicasets"))
+        except KubeError as err:
+            log.info("reading Deployments for the fail knob: %s", err)
+            return
+        for deployment in deployments:
+            meta = deployment["metadata"]
+            self._annotations[(meta["namespace"], "Deployment", meta["name"])] = dict(
+                meta.get("annotations") or {}
+            )
+        for replica_set in replica_sets:
+            meta = replica_set["metadata"]
+            for ref in meta.get("ownerReferences") or ():
+                if ref.get("kind") == "Deployment" and ref.get("controller"):
+                    self._parents[(meta["namespace"], "ReplicaSet", meta["name"])] = (
+                        meta["namespace"],
+                        "Deployment",
+                        str(ref["name"]),
+                    )
+
+
+def _failure(pod: Mapping[str, Any], owners: _Owners) -> str | None:
+    annotations = pod["metadata"].get("annotations") or {}
+    if FAIL_ANNOTATION in annotations:
+        return str(annotations[FAIL_ANNOTATION]) or None
+    return owners.deployment_annotations(pod).get(FAIL_ANNOTATION) or None
