@@ -15,16 +15,17 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from kubernetes import client
 
-from adapters.kubernetes import queueing, tokens
+from adapters.kubernetes import errors, queueing, tokens
 from adapters.kubernetes.manifests import Applier
 from adapters.kubernetes.rendering import OrderRef, RenderError, endpoint_url, render_workload
 from adapters.kubernetes.settings import CatalogMode, Settings
 from adapters.kubernetes.watching import Obj
 from adapters.kubernetes.world import ClusterCache
+from adapters.kubernetes.writing import Writer
 from adapters.models import (
     CatalogReader,
     HubResolver,
@@ -39,7 +40,7 @@ from adapters.probes.targets import TargetResolver
 from fsm import capacity, decide, effects, planner, policy, recipes
 from fsm import observations as ob
 from fsm.fold import fold
-from fsm.reasons import Reason
+from fsm.reasons import ConditionStatus, Reason
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, OrderState
 from fsm.values import (
     ClassOutcome,
@@ -139,6 +140,7 @@ class Reconciler:
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
         self._applier = Applier(api)
+        self._writer = Writer(api)
         self._hub = hub
         self._catalog = CatalogReader(self._custom)
         self._targets = targets
@@ -182,11 +184,43 @@ class Reconciler:
             p.key, events, expected_version=p.state.version, epoch=self._epoch(), recorded_at=p.now
         )
         before = p.state.version
+        previous = p.state
         p.state = fold(events, start=p.state)
         self._states[p.uid] = p.state
+        self._tell(p, previous)
         if version // SNAPSHOT_EVERY > before // SNAPSHOT_EVERY:
             self._log.save_snapshot(p.uid, version, p.state.model_dump(mode="json"))
         return True
+
+    def _tell(self, p: _Pass, previous: OrderState) -> None:
+        """A Kubernetes Event per judged condition change, so `kubectl describe` tells
+        the story; the log, not these Events, is the record (they expire)."""
+        old = {c.type: (c.status, c.reason) for c in previous.conditions}
+        involved = {
+            "apiVersion": "ai.deckhouse.io/v1alpha1",
+            "kind": "InferenceService",
+            "metadata": {"name": p.order.name, "namespace": p.order.namespace, "uid": p.uid},
+        }
+        for cond in p.state.conditions:
+            if cond.status is ConditionStatus.UNKNOWN or old.get(cond.type) == (
+                cond.status,
+                cond.reason,
+            ):
+                continue
+            kind: Literal["Normal", "Warning"] = (
+                "Warning" if cond.status is ConditionStatus.FALSE else "Normal"
+            )
+            try:
+                self._writer.event(
+                    involved,
+                    str(cond.reason),
+                    f"{cond.type}={cond.status}: {cond.message}"[:1000],
+                    event_type=kind,
+                )
+            except errors.APIError as exc:
+                log.warning(
+                    "could not record an Event for %s/%s: %s", p.order.namespace, p.order.name, exc
+                )
 
     # -- the pass --------------------------------------------------------------------------
 

@@ -91,6 +91,13 @@ def test_minimal_order_reaches_ready_and_serves_with_its_token(platform, alice) 
     assert chat.status_code == 200 and chat.json()["choices"]
     assert httpx.get(f"{url}/v1/models", timeout=5).status_code == 401
 
+    # kubectl describe tells the story: an Event per judged condition change.
+    events = client.CoreV1Api(platform.api("admin")).list_namespaced_event(
+        "support", field_selector=f"involvedObject.uid={obj['metadata']['uid']}"
+    )
+    told = {e.reason for e in events.items}
+    assert {"ClassAdmitted", "ModelResolved", "PlanComputed", "EndpointServing"} <= told
+
     # Steady state costs no status writes: nothing changes, nothing is appended.
     before = platform.log.stream(obj["metadata"]["uid"]).version
     platform.controller.queue.add(obj["metadata"]["uid"])
