@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,11 @@ def register(subparsers: Any) -> None:
     at = add("status", "an order's status exactly as it was at a time or version", _status)
     at.add_argument("order", metavar="NS/NAME", help="the order, or uid:UID")
     point = at.add_mutually_exclusive_group()
-    point.add_argument("--at", type=_instant, help="RFC 3339 time, e.g. 2026-12-02T10:00:00Z")
+    point.add_argument(
+        "--at",
+        type=_instant,
+        help="RFC 3339 time, e.g. 2026-12-02T10:00:00Z (whole seconds: to the end of that second)",
+    )
     point.add_argument("--version", type=int, help="stream version (event count)")
 
     why = add("why", "where an order is, why, and what would unblock it", _why)
@@ -155,7 +159,12 @@ def _deleted(info: StreamInfo) -> str:
 def _status(args: argparse.Namespace) -> int:
     def body(log: store.EventLog) -> int:
         info = _find(log, args.order)
-        records = log.read(info.uid, upto_version=args.version, upto_time=args.at)
+        upto = args.at
+        if upto is not None and upto.microsecond == 0:
+            # Kubernetes (lastTransitionTime) and `history` print whole seconds; such a time
+            # means the end of that second, or the event printed at it would be left out.
+            upto += timedelta(seconds=1, microseconds=-1)
+        records = log.read(info.uid, upto_version=args.version, upto_time=upto)
         if not records:
             sys.stderr.write(f"{args.order} had no events yet at that point\n")
             return 1
