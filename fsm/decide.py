@@ -14,6 +14,8 @@ Also the pure questions the controller asks before it calls the planner:
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from fsm import events as ev
 from fsm import observations as ob
 from fsm.fold import plan_basis
@@ -223,19 +225,28 @@ def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:
             )
         )
     plan = s.plan_in_force
+    waited_since = _waiting_since(s, o.unallocated_since)
     if (
         plan is not None
         and o.available == 0
-        and o.unallocated_since is not None
-        and (o.at - o.unallocated_since).total_seconds() >= o.grace_seconds
+        and waited_since is not None
+        and (o.at - waited_since).total_seconds() >= o.grace_seconds
         and plan.device_class not in s.tried_device_classes
     ):
-        waited = int((o.at - o.unallocated_since).total_seconds())
+        waited = int((o.at - waited_since).total_seconds())
         message = f"Device claims on {plan.device_class} stayed unallocated for {waited}s."
         out.append(
             ev.DeviceClassTried(observed_at=o.at, device_class=plan.device_class, message=message)
         )
     return out
+
+
+def _waiting_since(s: OrderState, unallocated_since: datetime | None) -> datetime | None:
+    """Since when the plan in force waits for devices: a pod of an earlier plan (still
+    pending through a rolling update) does not use up the grace of the plan applied after."""
+    if unallocated_since is None or s.applied_at is None:
+        return unallocated_since
+    return max(unallocated_since, s.applied_at)
 
 
 def _endpoint(s: OrderState, o: ob.EndpointSeen) -> list[ev.Event]:

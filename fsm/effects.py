@@ -152,7 +152,10 @@ def _allocation_recheck(state: OrderState, grace_seconds: float) -> Recheck | No
         return None
     if w.unallocated_since is None or state.last_event_at is None:
         return None
-    waited = (state.last_event_at - w.unallocated_since).total_seconds()
+    since = w.unallocated_since
+    if state.applied_at is not None and state.applied_at > since:
+        since = state.applied_at  # the grace of the plan in force starts at its apply
+    waited = (state.last_event_at - since).total_seconds()
     return Recheck(
         after_seconds=max(grace_seconds - waited, 1.0),
         why="device claims unallocated: mark the device class tried when the grace period ends",

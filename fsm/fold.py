@@ -152,6 +152,7 @@ def _applied(s: OrderState, e: ev.WorkloadApplied) -> Updates:
         "plan_in_force": e.plan,
         "apply_error": None,
         "applied_revision": s.plan_revision if current else s.applied_revision,
+        "applied_at": e.observed_at,
     }
 
 
