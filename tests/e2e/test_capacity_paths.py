@@ -1,0 +1,471 @@
+"""The user guide's capacity paths, end to end: waiting for room, device classes that do
+not hold an order, a class that cannot be judged, replans of a serving order.
+
+Every test publishes its own node and DeviceClass beside the default capacity (through
+`platform.simulator.set_capacity`) and orders under its own class that names only that
+DeviceClass, so other tests' orders never land on it and it never lands on theirs; the
+default capacity is restored afterwards. A node and a class are named after the test, so
+a workload still being garbage-collected cannot reach the next test's devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from adapters.platform import LocalPlatform
+from adapters.simulator.capacity import CapacitySpec, DeviceClassSpec, GpuSpec, NodeSpec
+from fsm import events as ev
+from tests.e2e.conftest import Orders, conditions, wait_for
+
+pytestmark = pytest.mark.cluster
+
+GROUP, VERSION, CLASSES = "ai.deckhouse.io", "v1alpha1", "inferenceserviceclasses"
+QWEN_SMALL = "Qwen/Qwen2.5-0.5B-Instruct"  # ~1 GB of weights: fits any accelerator here
+QWEN_7B = "Qwen/Qwen2.5-7B-Instruct"  # ~15 GB in bf16: needs a 24 GiB device to itself
+L4 = "NVIDIA L4"
+L40S = "NVIDIA L40S"
+GPU_SELECTOR = (
+    "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+)
+
+CLASS = ("ClassResolved", "True", "ClassAdmitted")
+MODEL = ("ModelResolved", "True", "ModelResolved")
+PLANNED = ("Planned", "True", "PlanComputed")
+WORKLOAD = ("WorkloadReady", "True", "WorkloadAvailable")
+SERVING = ("Ready", "True", "EndpointServing")
+GROWTH = ("ScalingHealthy", "True", "ScalingWithinBounds")
+READY = [CLASS, MODEL, PLANNED, WORKLOAD, SERVING, GROWTH]
+
+
+def hf(name: str) -> dict[str, Any]:
+    return {"src": "HuggingFace", "ref": {"name": name}}
+
+
+def gpu_node(name: str, products: list[tuple[str, str]], *, cordoned: bool = False) -> NodeSpec:
+    """A node with one whole GPU per (product, memory); `cordoned`: its devices are
+    published but the scheduler places nothing there."""
+    return NodeSpec(
+        name=name,
+        cpu="64",
+        memory="512Gi",
+        unschedulable=cordoned,
+        gpus=tuple(
+            GpuSpec(product=product, memory=memory, architecture="Ada Lovelace")
+            for product, memory in products
+        ),
+    )
+
+
+def product_class(name: str, product: str) -> DeviceClassSpec:
+    """A platform DeviceClass: whole devices of one product, held exclusively."""
+    return DeviceClassSpec(
+        name=name,
+        labels={"ai.deckhouse.io/placement": "WholeDevice", "ai.deckhouse.io/sharing": "Dedicated"},
+        selectors=(GPU_SELECTOR, f"device.attributes['gpu.nvidia.com'].productName == '{product}'"),
+    )
+
+
+Publish = Callable[[list[NodeSpec], list[DeviceClassSpec]], None]
+
+
+@contextmanager
+def extra_capacity(
+    platform: LocalPlatform, nodes: list[NodeSpec], classes: list[DeviceClassSpec]
+) -> Iterator[Publish]:
+    """The capacity in force plus `nodes` and `classes`; yields a function that replaces
+    the extras (the base stays), and restores the capacity in force on exit."""
+    original: CapacitySpec = platform.simulator.capacity
+
+    def publish(more_nodes: list[NodeSpec], more_classes: list[DeviceClassSpec]) -> None:
+        platform.simulator.set_capacity(
+            original.model_copy(
+                update={
+                    "nodes": (*original.nodes, *more_nodes),
+                    "device_classes": (*original.device_classes, *more_classes),
+                }
+            )
+        )
+
+    publish(nodes, classes)
+    try:
+        yield publish
+    finally:
+        platform.simulator.set_capacity(original)
+
+
+def class_spec(
+    device_classes: list[str], *, scaling: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A cluster-local class without a token, one whole dedicated device per replica."""
+    spec: dict[str, Any] = {
+        "modelPolicy": {"allowedEndpointTypes": ["Chat"]},
+        "acceleratorPolicy": {
+            "allowedDeviceClasses": device_classes,
+            "allowedPlacementTypes": ["WholeDevice"],
+            "allowedSharingModes": ["Dedicated"],
+            "maxAcceleratorCount": 1,
+        },
+        "exposurePolicy": {"type": "ClusterLocal", "authentication": "None"},
+    }
+    if scaling is not None:
+        spec["scalingPolicy"] = scaling
+    return spec
+
+
+class Admin:
+    """The administrator's side of a test: classes and DeviceClasses, deleted on close."""
+
+    def __init__(self, platform: LocalPlatform) -> None:
+        self.api = platform.api("admin")
+        self.custom = client.CustomObjectsApi(self.api)
+        self.apps = client.AppsV1Api(self.api)
+        self.core = client.CoreV1Api(self.api)
+        self._made: list[tuple[str, str, str, str]] = []
+
+    def create_class(self, name: str, spec: dict[str, Any]) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "InferenceServiceClass",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        self.custom.create_cluster_custom_object(GROUP, VERSION, CLASSES, body)
+        self._made.append((GROUP, VERSION, CLASSES, name))
+
+    def create_device_class(self, name: str, selectors: list[str]) -> None:
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": e}} for e in selectors]},
+        }
+        self.custom.create_cluster_custom_object("resource.k8s.io", "v1", "deviceclasses", body)
+        self._made.append(("resource.k8s.io", "v1", "deviceclasses", name))
+
+    def close(self) -> None:
+        for group, version, plural, name in reversed(self._made):
+            try:
+                self.custom.delete_cluster_custom_object(group, version, plural, name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+    def deployment(self, namespace: str, name: str) -> Any:
+        try:
+            return self.apps.read_namespaced_deployment(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def runtime_args(self, namespace: str, name: str) -> list[str]:
+        deployment = self.deployment(namespace, name)
+        container = next(c for c in deployment.spec.template.spec.containers if c.name == "runtime")
+        return list(container.args or [])
+
+    def pods(self, namespace: str, uid: str) -> list[Any]:
+        selector = f"ai.deckhouse.io/inference-service-uid={uid}"
+        return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+
+@pytest.fixture
+def admin(platform: LocalPlatform) -> Iterator[Admin]:
+    handle = Admin(platform)
+    yield handle
+    handle.close()
+
+
+@pytest.fixture
+def orders(alice: Orders, admin_orders: Orders) -> Iterator[Callable[[str, dict[str, Any]], str]]:
+    """alice's orders in `support`; each is deleted (and gone) after the test."""
+    made: list[str] = []
+
+    def create(name: str, spec: dict[str, Any]) -> str:
+        made.append(name)
+        obj = alice.create("support", name, spec)
+        return str(obj["metadata"]["uid"])
+
+    yield create
+    for name in made:
+        alice.delete("support", name)
+    for name in made:
+        wait_for(lambda n=name: admin_orders.get("support", n) is None, timeout=30, what="deletion")
+
+
+def class_ready(platform: LocalPlatform, name: str) -> None:
+    """Wait for the controller to judge a new class Ready, so orders see it admitted."""
+    custom = client.CustomObjectsApi(platform.api("admin"))
+
+    def ready() -> bool:
+        obj = custom.get_cluster_custom_object(GROUP, VERSION, CLASSES, name)
+        return any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in (obj.get("status") or {}).get("conditions") or []
+        )
+
+    wait_for(ready, timeout=30, what=f"class {name} Ready")
+
+
+def events_of(platform: LocalPlatform, uid: str, kind: type[ev.Event]) -> list[Any]:
+    return [r.event for r in platform.log.read(uid) if isinstance(r.event, kind)]
+
+
+def waiting(phase: str, *, condition: str, reason: str) -> Callable[[dict[str, Any] | None], bool]:
+    """A predicate: the order is in `phase` with `condition` carrying `reason`."""
+
+    def check(obj: dict[str, Any] | None) -> bool:
+        status = (obj or {}).get("status") or {}
+        return status.get("phase") == phase and any(
+            c["type"] == condition and c["reason"] == reason for c in status.get("conditions", [])
+        )
+
+    return check
+
+
+def wait_order(
+    who: Orders, name: str, check: Callable[[dict[str, Any] | None], bool], *, timeout: float = 60
+) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        obj = who.get("support", name)
+        return obj if check(obj) else None
+
+    return wait_for(reached, timeout=timeout, what=f"support/{name}")
+
+
+# --- 1. NoCapacity, then Ready when capacity appears -------------------------------------
+
+
+def test_order_waits_with_no_capacity_and_is_ready_once_capacity_appears(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    node = gpu_node("e2e-nocap", [(L4, "24Gi")])
+    device_class = product_class("e2e-nocap-l4", L4)
+    with extra_capacity(platform, [node], [device_class]) as publish:
+        admin.create_class("e2e-nocap", class_spec(["e2e-nocap-l4"]))
+        class_ready(platform, "e2e-nocap")
+        publish([], [device_class])  # the node goes: the class selects nothing now
+
+        orders(
+            "cap-nocapacity", {"inferenceServiceClassName": "e2e-nocap", "model": hf(QWEN_SMALL)}
+        )
+        obj = alice.wait_phase("support", "cap-nocapacity", "Pending", reason="NoCapacity")
+        assert conditions(obj) == [
+            CLASS,
+            MODEL,
+            ("Planned", "False", "NoCapacity"),
+            ("WorkloadReady", "Unknown", "AwaitingPlan"),
+            ("Ready", "Unknown", "AwaitingWorkload"),
+            ("ScalingHealthy", "Unknown", "NotServing"),
+        ]
+        planned = obj["status"]["conditions"][2]
+        assert (
+            "e2e-nocap-l4" in planned["message"] or "no allowed DeviceClass" in planned["message"]
+        )
+        assert "resolved" not in obj["status"]
+        assert "toolCallingSupported" not in obj["status"].get("endpoint", {})
+        assert obj["status"]["constraints"] == {"minReplicas": 1, "maxReplicas": 1}
+        assert admin.deployment("support", "cap-nocapacity") is None
+
+        publish([node], [device_class])  # capacity appears: the order is planned again
+        obj = alice.wait_phase("support", "cap-nocapacity", "Ready", timeout=60)
+        assert conditions(obj) == READY
+        resolved = obj["status"]["resolved"]
+        assert resolved["deviceClass"] == "e2e-nocap-l4"
+        assert resolved["acceleratorProductName"] == L4
+        assert resolved["acceleratorMemoryGiB"] == 24
+        assert (resolved["placementMode"], resolved["sharingMode"]) == ("WholeDevice", "Dedicated")
+        # replanCount counts planner verdicts after the first, failed or not
+        # (docs/state-machine.md): the NoCapacity verdict was the first.
+        assert resolved["replanCount"] == 1
+        assert obj["status"]["endpoint"]["type"] == "ClusterLocal"
+        assert "authSecretName" not in obj["status"]
+
+
+# --- 2. ResourceClaimExhausted -----------------------------------------------------------
+
+
+def test_device_classes_that_never_allocate_are_tried_one_by_one_then_exhausted(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    """A cordoned node publishes its devices in slices (the planner sees room) but the
+    scheduler places nothing there: each class gets its grace period, is marked tried,
+    and the order replans on the next; with all tried it is ResourceClaimExhausted."""
+    grace = 3.0
+    node = gpu_node("e2e-cordoned", [(L4, "24Gi"), (L40S, "48Gi")], cordoned=True)
+    classes = [product_class("e2e-exh-l4", L4), product_class("e2e-exh-l40s", L40S)]
+    reconciler = platform.controller.reconciler
+    before = reconciler.allocation_grace_seconds
+    reconciler.allocation_grace_seconds = grace
+    try:
+        with extra_capacity(platform, [node], classes):
+            admin.create_class("e2e-exhausted", class_spec(["e2e-exh-l4", "e2e-exh-l40s"]))
+            class_ready(platform, "e2e-exhausted")
+            uid = orders(
+                "cap-exhausted",
+                {"inferenceServiceClassName": "e2e-exhausted", "model": hf(QWEN_SMALL)},
+            )
+            # First the class's first choice, waiting for its devices.
+            obj = alice.wait_phase(
+                "support", "cap-exhausted", "Pending", reason="DevicesNotAllocated"
+            )
+            assert obj["status"]["resolved"]["deviceClass"] == "e2e-exh-l4"
+            assert conditions(obj)[3] == ("WorkloadReady", "False", "DevicesNotAllocated")
+
+            obj = alice.wait_phase(
+                "support", "cap-exhausted", "Pending", reason="ResourceClaimExhausted", timeout=60
+            )
+            assert conditions(obj) == [
+                CLASS,
+                MODEL,
+                ("Planned", "False", "ResourceClaimExhausted"),
+                ("WorkloadReady", "Unknown", "AwaitingPlan"),
+                ("Ready", "Unknown", "AwaitingWorkload"),
+                ("ScalingHealthy", "Unknown", "NotServing"),
+            ]
+            message = obj["status"]["conditions"][2]["message"]
+            assert "e2e-exh-l4" in message and "e2e-exh-l40s" in message
+            assert "resolved" not in obj["status"]
+
+            tried = events_of(platform, uid, ev.DeviceClassTried)
+            assert [e.device_class for e in tried] == ["e2e-exh-l4", "e2e-exh-l40s"]
+            # Each class had its own grace period, counted from its own plan's rollout.
+            assert tried[1].observed_at - tried[0].observed_at >= timedelta(seconds=grace)
+            plans = [e.plan.device_class for e in events_of(platform, uid, ev.PlanComputed)]
+            assert plans == ["e2e-exh-l4", "e2e-exh-l40s"]
+    finally:
+        reconciler.allocation_grace_seconds = before
+
+
+# --- 3. PlacementUndecidable -------------------------------------------------------------
+
+
+def test_class_whose_device_selector_cannot_be_evaluated_is_placement_undecidable(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    # An attribute no device publishes: in CEL an unknown key is a runtime error, so the
+    # class cannot be judged — nothing to wait for, the administrator must fix it.
+    admin.create_device_class(
+        "e2e-undecidable", ["device.attributes['gpu.nvidia.com'].noSuchAttribute == 'x'"]
+    )
+    wait_for(
+        lambda: platform.controller.cache.device_classes.get_by_name(None, "e2e-undecidable"),
+        timeout=10,
+        what="the DeviceClass in the controller's cache",
+    )
+    admin.create_class("e2e-undecidable", class_spec(["e2e-undecidable"]))
+    class_ready(platform, "e2e-undecidable")
+    orders(
+        "cap-undecidable", {"inferenceServiceClassName": "e2e-undecidable", "model": hf(QWEN_SMALL)}
+    )
+    obj = alice.wait_phase("support", "cap-undecidable", "Pending", reason="PlacementUndecidable")
+    assert conditions(obj) == [
+        CLASS,
+        MODEL,
+        ("Planned", "False", "PlacementUndecidable"),
+        ("WorkloadReady", "Unknown", "AwaitingPlan"),
+        ("Ready", "Unknown", "AwaitingWorkload"),
+        ("ScalingHealthy", "Unknown", "NotServing"),
+    ]
+    message = obj["status"]["conditions"][2]["message"]
+    assert message.startswith("nothing to try") and "e2e-undecidable" in message
+    assert "noSuchAttribute" in message
+    assert "resolved" not in obj["status"]
+    assert admin.deployment("support", "cap-undecidable") is None
+
+
+# --- 4. editing the model of a Ready order replans it --------------------------------------
+
+
+def test_editing_the_model_of_a_ready_order_replans_and_reapplies(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    node = gpu_node("e2e-replan", [(L4, "24Gi"), (L4, "24Gi")])
+    with extra_capacity(platform, [node], [product_class("e2e-replan-l4", L4)]):
+        admin.create_class("e2e-replan", class_spec(["e2e-replan-l4"]))
+        class_ready(platform, "e2e-replan")
+        uid = orders(
+            "cap-replan", {"inferenceServiceClassName": "e2e-replan", "model": hf(QWEN_SMALL)}
+        )
+        obj = alice.wait_phase("support", "cap-replan", "Ready")
+        assert conditions(obj) == READY
+        first = obj["status"]["resolved"]
+        assert first["replanCount"] == 0 and obj["status"]["observedGeneration"] == 1
+        assert f"--served-model-name={QWEN_SMALL}" in admin.runtime_args("support", "cap-replan")
+
+        alice.patch_spec("support", "cap-replan", {"model": hf(QWEN_7B)})
+
+        def replanned_and_serving(o: dict[str, Any] | None) -> bool:
+            status = (o or {}).get("status") or {}
+            pods = admin.pods("support", uid)
+            return (
+                status.get("phase") == "Ready"
+                and status.get("observedGeneration") == 2
+                and (status.get("resolved") or {}).get("replanCount") == 1
+                and bool(pods)
+                # The old pod is gone: only the re-applied workload serves.
+                and all(
+                    f"--served-model-name={QWEN_7B}" in (p.spec.containers[0].args or [])
+                    for p in pods
+                )
+            )
+
+        obj = wait_order(alice, "cap-replan", replanned_and_serving, timeout=90)
+        assert conditions(obj) == READY
+        resolved = obj["status"]["resolved"]
+        assert resolved["deviceClass"] == "e2e-replan-l4"
+        # The new model is ~15 GB: more host memory and a bigger volume than the old one.
+        assert resolved["memory"] != first["memory"]
+        assert resolved["modelVolume"] != first["modelVolume"]
+        assert all(c["observedGeneration"] == 2 for c in obj["status"]["conditions"])
+        assert f"--served-model-name={QWEN_7B}" in admin.runtime_args("support", "cap-replan")
+        assert len(events_of(platform, uid, ev.PlanComputed)) == 2
+        assert len(events_of(platform, uid, ev.WorkloadApplied)) == 2
+
+
+# --- 5. a failed replan keeps the plan in force --------------------------------------------
+
+
+def test_failed_replan_of_a_ready_order_keeps_serving_on_the_plan_in_force(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    """One device: the order's own place is not offered to its replan (SPEC §3.1), so
+    the bigger model finds no room and the order keeps serving the model it runs."""
+    node = gpu_node("e2e-inforce", [(L4, "24Gi")])
+    with extra_capacity(platform, [node], [product_class("e2e-inforce-l4", L4)]):
+        admin.create_class("e2e-inforce", class_spec(["e2e-inforce-l4"]))
+        class_ready(platform, "e2e-inforce")
+        uid = orders(
+            "cap-inforce", {"inferenceServiceClassName": "e2e-inforce", "model": hf(QWEN_SMALL)}
+        )
+        obj = alice.wait_phase("support", "cap-inforce", "Ready")
+        held = obj["status"]["resolved"]
+
+        alice.patch_spec("support", "cap-inforce", {"model": hf(QWEN_7B)})
+        obj = wait_order(
+            alice, "cap-inforce", waiting("Ready", condition="Planned", reason="LaunchPlanInForce")
+        )
+        assert conditions(obj) == [
+            CLASS,
+            MODEL,
+            ("Planned", "True", "LaunchPlanInForce"),
+            WORKLOAD,
+            SERVING,
+            GROWTH,
+        ]
+        message = obj["status"]["conditions"][2]["message"]
+        assert message.startswith("Recalculation failed (NoCapacity)")
+        assert "e2e-inforce-l4" in message
+        status = obj["status"]
+        assert status["observedGeneration"] == 2
+        # The plan in force is the one it holds; only the count of recalculations moved.
+        assert status["resolved"] == {**held, "replanCount": 1}
+        assert f"--served-model-name={QWEN_SMALL}" in admin.runtime_args("support", "cap-inforce")
+        assert len(events_of(platform, uid, ev.WorkloadApplied)) == 1
+        assert len(events_of(platform, uid, ev.PlanFailed)) == 1
