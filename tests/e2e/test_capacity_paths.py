@@ -175,15 +175,17 @@ class Admin:
         return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
 
 
-@pytest.fixture
-def admin(platform: LocalPlatform) -> Iterator[Admin]:
+@pytest.fixture(name="admin")
+def admin_fixture(platform: LocalPlatform) -> Iterator[Admin]:
     handle = Admin(platform)
     yield handle
     handle.close()
 
 
-@pytest.fixture
-def orders(alice: Orders, admin_orders: Orders) -> Iterator[Callable[[str, dict[str, Any]], str]]:
+@pytest.fixture(name="orders")
+def orders_fixture(
+    alice: Orders, admin_orders: Orders
+) -> Iterator[Callable[[str, dict[str, Any]], str]]:
     """alice's orders in `support`; each is deleted (and gone) after the test."""
     made: list[str] = []
 

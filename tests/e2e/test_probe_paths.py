@@ -1,0 +1,176 @@
+"""The user guide's probe paths, end to end: a failing API before the first Ready, after
+it, and the recovery.
+
+The simulator's failure knob (annotation `simulator.ai-inference.deckhouse.io/fail` on
+the runtime Deployment) makes the stub answer every `/v1` request with HTTP 500 while
+the pod itself stays Ready — an API that fails in a process that lives, which only the
+controller's own probe can tell. The ModuleConfig sets probe.intervalSeconds to 1 for
+the test (and is restored after), so three failures take seconds, not half a minute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from adapters.kubernetes.manifests import Applier
+from adapters.platform import LocalPlatform
+from adapters.simulator.kubelet import FAIL_ANNOTATION
+from fsm import events as ev
+from fsm.reasons import CATALOGUE, Reason
+from tests.e2e.conftest import Orders, conditions, wait_for
+# admin_fixture and orders_fixture are the `admin` and `orders` fixtures, imported for pytest.
+from tests.e2e.test_capacity_paths import (  # noqa: F401
+    CLASS,
+    L4,
+    MODEL,
+    PLANNED,
+    QWEN_SMALL,
+    READY,
+    WORKLOAD,
+    Admin,
+    admin_fixture,
+    class_ready,
+    class_spec,
+    events_of,
+    extra_capacity,
+    gpu_node,
+    hf,
+    orders_fixture,
+    product_class,
+)
+
+pytestmark = pytest.mark.cluster
+
+MODULE_CONFIG = ("deckhouse.io", "v1alpha1", "moduleconfigs")
+
+
+@contextmanager
+def module_settings(platform: LocalPlatform, settings: dict[str, Any]) -> Iterator[None]:
+    """ModuleConfig ai-inference with `settings`; the previous one (or none) restored."""
+    api = platform.api("admin")
+    custom = client.CustomObjectsApi(api)
+    try:
+        previous = custom.get_cluster_custom_object(*MODULE_CONFIG, "ai-inference")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        previous = None
+    body = {
+        "apiVersion": "deckhouse.io/v1alpha1",
+        "kind": "ModuleConfig",
+        "metadata": {"name": "ai-inference"},
+        "spec": {"enabled": True, "version": 1, "settings": settings},
+    }
+    Applier(api).apply_all([body])
+    wait_for(
+        lambda: (
+            platform.controller.settings().probe.interval_seconds
+            == settings["probe"]["intervalSeconds"]
+        ),
+        timeout=15,
+        what="the controller to reload its settings",
+    )
+    try:
+        yield
+    finally:
+        if previous is None:
+            custom.delete_cluster_custom_object(*MODULE_CONFIG, "ai-inference")
+        else:
+            custom.patch_cluster_custom_object(
+                *MODULE_CONFIG, "ai-inference", {"spec": previous["spec"]}
+            )
+
+
+def set_fail_knob(admin: Admin, name: str, value: str | None) -> None:
+    """The stub's failure knob on the order's Deployment (None removes it)."""
+    admin.apps.patch_namespaced_deployment(
+        name, "support", {"metadata": {"annotations": {FAIL_ANNOTATION: value}}}
+    )
+
+
+def reached(
+    who: Orders, name: str, phase: str, condition: tuple[str, str, str], *, timeout: float = 60
+) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        obj = who.get("support", name)
+        status = (obj or {}).get("status") or {}
+        if status.get("phase") == phase and condition in conditions(obj or {"status": status}):
+            return obj
+        return None
+
+    return wait_for(check, timeout=timeout, what=f"support/{name} {phase} {condition}")
+
+
+def test_probe_failures_before_and_after_ready_and_recovery(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    name = "probe-paths"
+    cordoned = gpu_node("e2e-probe", [(L4, "24Gi")], cordoned=True)
+    device_class = product_class("e2e-probe-l4", L4)
+    fast = {"probe": {"intervalSeconds": 1, "timeoutSeconds": 1}}
+    with (
+        module_settings(platform, fast),
+        extra_capacity(platform, [cordoned], [device_class]) as publish,
+    ):
+        admin.create_class("e2e-probe", class_spec(["e2e-probe-l4"]))
+        class_ready(platform, "e2e-probe")
+        # The node is cordoned until the knob is on, so the very first probe already fails.
+        uid = orders(name, {"inferenceServiceClassName": "e2e-probe", "model": hf(QWEN_SMALL)})
+        wait_for(lambda: admin.deployment("support", name), timeout=30, what="the Deployment")
+        set_fail_knob(admin, name, "500")
+        publish([gpu_node("e2e-probe", [(L4, "24Gi")])], [device_class])
+
+        # 1. Failing before the first Ready: Pending, HealthCheckFailed.
+        obj = reached(alice, name, "Pending", ("Ready", "False", "HealthCheckFailed"))
+        assert conditions(obj) == [
+            CLASS,
+            MODEL,
+            PLANNED,
+            WORKLOAD,
+            ("Ready", "False", "HealthCheckFailed"),
+            ("ScalingHealthy", "Unknown", "NotServing"),
+        ]
+        assert "HTTP 500" in obj["status"]["conditions"][4]["message"]
+        assert obj["status"]["endpoint"]["type"] == "ClusterLocal"
+        assert obj["status"]["resolved"]["deviceClass"] == "e2e-probe-l4"
+        assert not events_of(platform, uid, ev.ProbeSucceeded)
+
+        # 2. The API answers: Ready.
+        set_fail_knob(admin, name, None)
+        obj = reached(alice, name, "Ready", ("Ready", "True", "EndpointServing"))
+        assert conditions(obj) == READY
+
+        # 3. Persistent failures after Ready: Failed, ServiceUnhealthy.
+        set_fail_knob(admin, name, "500")
+        obj = reached(alice, name, "Failed", ("Ready", "False", "ServiceUnhealthy"))
+        assert conditions(obj) == [
+            CLASS,
+            MODEL,
+            PLANNED,
+            WORKLOAD,
+            ("Ready", "False", "ServiceUnhealthy"),
+            ("ScalingHealthy", "Unknown", "NotServing"),
+        ]
+        message = obj["status"]["conditions"][4]["message"]
+        assert message.startswith("Probes failed 3 times in a row") and "HTTP 500" in message
+        # The pod itself never stopped being Ready: only the API failed.
+        assert all(
+            any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+            for p in admin.pods("support", uid)
+        )
+
+        # 4. The endpoint recovers: Ready again, the streak forgotten.
+        set_fail_knob(admin, name, None)
+        obj = reached(alice, name, "Ready", ("Ready", "True", "EndpointServing"))
+        assert conditions(obj) == READY
+        assert (
+            obj["status"]["conditions"][4]["message"] == CATALOGUE[Reason.ENDPOINT_SERVING].meaning
+        )
+        streak = events_of(platform, uid, ev.ProbeFailed)
+        assert len(streak) >= 4  # one before the first Ready, three after it
