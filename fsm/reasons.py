@@ -110,6 +110,7 @@ class Reason(StrEnum):
     ROLLOUT_IN_PROGRESS = "RolloutInProgress"
     DEVICES_NOT_ALLOCATED = "DevicesNotAllocated"
     WORKLOAD_APPLY_FAILED = "WorkloadApplyFailed"
+    PREEMPTED_BY_PRIORITY = "PreemptedByPriority"
     # Ready
     ENDPOINT_SERVING = "EndpointServing"
     AWAITING_FIRST_PROBE = "AwaitingFirstProbe"
@@ -290,6 +291,13 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
     ),
     Reason.ROLLOUT_IN_PROGRESS: ReasonInfo(
         _C.WORKLOAD_READY, _F, Who.WAIT, "The workload is applied and rolling out."
+    ),
+    Reason.PREEMPTED_BY_PRIORITY: ReasonInfo(
+        _C.WORKLOAD_READY,
+        _F,
+        Who.WAIT,
+        "A higher-priority order took every replica (docs/priority.md); the order waits at "
+        "zero replicas and comes back by itself when capacity frees.",
     ),
     Reason.DEVICES_NOT_ALLOCATED: ReasonInfo(
         _C.WORKLOAD_READY,

@@ -90,6 +90,16 @@ def _workload(s: OrderState) -> Verdict:
     if w is not None and w.available_replicas >= 1:
         replicas = f"{w.available_replicas}/{w.desired_replicas} replicas available."
         return _verdict(_C.WORKLOAD_READY, Reason.WORKLOAD_AVAILABLE, replicas, gen)
+    taken = s.scaling
+    if (
+        w is not None
+        and w.desired_replicas == 0
+        and taken is not None
+        and taken.reason is Reason.CAPACITY_TAKEN_BY_PRIORITY
+    ):
+        # Scaled to zero for a higher-priority order: not serving, so ScalingHealthy is
+        # not evaluated and this condition is where the user reads why.
+        return _verdict(_C.WORKLOAD_READY, Reason.PREEMPTED_BY_PRIORITY, taken.message, gen)
     if w is not None and w.unallocated_since is not None:
         since = f"Device claims unallocated since {rfc3339(w.unallocated_since)}."
         return _verdict(_C.WORKLOAD_READY, Reason.DEVICES_NOT_ALLOCATED, since, gen)

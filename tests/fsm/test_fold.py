@@ -69,6 +69,15 @@ SCENARIOS: list[tuple[Reason, ConditionType, tuple[ob.Observation, ...]]] = [
     (R.WORKLOAD_AVAILABLE, C.WORKLOAD_READY, AVAILABLE),
     (R.DEVICES_NOT_ALLOCATED, C.WORKLOAD_READY, (*ROLLING, workload(6, 0, unallocated_since=5))),
     (
+        R.PREEMPTED_BY_PRIORITY,
+        C.WORKLOAD_READY,
+        (
+            *SERVING,
+            scaling(9, R.CAPACITY_TAKEN_BY_PRIORITY),
+            ob.WorkloadSeen(at=at(10), desired=0, ready=0, available=0),
+        ),
+    ),
+    (
         R.WORKLOAD_APPLY_FAILED,
         C.WORKLOAD_READY,
         (*PLANNED, ob.ApplyFailed(at=at(4), message="quota exceeded")),
