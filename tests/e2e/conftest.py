@@ -114,3 +114,32 @@ def alice(platform: LocalPlatform) -> Orders:
 @pytest.fixture
 def admin_orders(platform: LocalPlatform) -> Orders:
     return Orders(platform.api("admin"))
+
+
+def delete_and_wait(
+    platform: LocalPlatform, orders: Orders, namespace: str, name: str, *, timeout: float = 60
+) -> None:
+    """Delete an order and wait until its pods and device claims are gone too.
+
+    The next test plans against the same capacity: a claim the garbage collector has not
+    removed yet would still hold its device.
+    """
+    obj = orders.get(namespace, name)
+    orders.delete(namespace, name)
+    if obj is None:
+        return
+    uid = obj["metadata"]["uid"]
+    cache = platform.controller.cache
+
+    def gone() -> bool:
+        claims = [
+            c
+            for c in cache.resource_claims.objects()
+            if ((c.get("metadata") or {}).get("labels") or {}).get(
+                "ai.deckhouse.io/inference-service-uid"
+            )
+            == uid
+        ]
+        return orders.get(namespace, name) is None and not cache.pods_of(uid) and not claims
+
+    wait_for(gone, timeout=timeout, what=f"{namespace}/{name} and its pods and claims to go")
