@@ -130,7 +130,7 @@ def test_claims_are_read_from_the_spec_first() -> None:
 
 
 def test_an_old_server_carries_the_claims_in_an_annotation() -> None:
-    deployment = {
+    deployment: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "support-llm"},
