@@ -57,7 +57,7 @@ def _say(text: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     # Every `ai-inference` call imports every command module; the simulator pulls in the
     # CEL engine (seconds on a busy machine), so only `simulate` itself pays for it.
-    from adapters.simulator.simulator import Simulator  # noqa: PLC0415
+    from adapters.simulator.simulator import Simulator
 
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
