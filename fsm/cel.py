@@ -180,13 +180,18 @@ class _Domains(celtypes.MapType):  # type: ignore[misc]  # celpy's types are unt
         return super().__getitem__(key)
 
 
-_ENV = celpy.Environment()
+@functools.cache
+def _environment() -> celpy.Environment:
+    # Building the environment builds CEL's parser (~0.3 s): only when a selector is
+    # first judged, not whenever the CLI or a module imports this one.
+    return celpy.Environment()
 
 
 @functools.lru_cache(maxsize=1024)
 def _program(expression: str) -> celpy.Runner:
+    env = _environment()
     try:
-        return _ENV.program(_ENV.compile(expression), functions=FUNCTIONS)
+        return env.program(env.compile(expression), functions=FUNCTIONS)
     except Exception as err:  # the parser's own errors vary by grammar rule
         raise SelectorError(expression, f"does not parse: {err}") from err
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from adapters.cluster import bootstrap, identities, local
+from adapters.cluster import identities, local
 
 __all__ = ["DEFAULT_DIR", "register"]
 
@@ -41,6 +41,8 @@ def _say(text: str) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
+    from adapters.cluster import bootstrap  # the Kubernetes client: only when it runs
+
     try:
         state = local.up(args.dir)
         count = bootstrap.bootstrap(state.kubeconfig("admin"))

@@ -12,14 +12,13 @@ import argparse
 import logging
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kubernetes import client, config
+if TYPE_CHECKING:
+    from kubernetes import client
 
-import store
-from adapters.kubernetes.controller import Controller
-from adapters.kubernetes.health import HealthServer
-from adapters.probes.targets import AnnotatedPodTarget, ServiceTarget, TargetResolver
+# The heavy imports (the Kubernetes client, the controller) happen when the command
+# runs, so `ai-inference history` and `--help` start quickly.
 
 __all__ = ["api_client_for", "register"]
 
@@ -46,6 +45,8 @@ def register(subparsers: Any) -> None:
 
 
 def api_client_for(kubeconfig: str | None) -> client.ApiClient:
+    from kubernetes import client, config
+
     if kubeconfig:
         return config.new_client_from_config(config_file=kubeconfig)
     config.load_incluster_config()
@@ -61,6 +62,11 @@ def _terminate(*_: object) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import store
+    from adapters.kubernetes.controller import Controller
+    from adapters.kubernetes.health import HealthServer
+    from adapters.probes.targets import AnnotatedPodTarget, ServiceTarget, TargetResolver
+
     logging.basicConfig(
         level=logging.INFO,
         format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',
