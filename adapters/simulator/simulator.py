@@ -176,6 +176,11 @@ class Simulator:
                 self.last_error = str(err)
                 log.warning("simulator pass failed: %s", err)
                 backoff = min(backoff * 2, 5.0)
+            except Exception as err:  # a bug or an object shaped unlike any we know
+                # The cluster would freeze with the thread: keep running, loudly.
+                self.last_error = repr(err)
+                log.exception("simulator pass crashed")
+                backoff = min(backoff * 2, 5.0)
             elapsed = time.monotonic() - started
             self._wake.wait(max(0.0, backoff - elapsed))
             self._wake.clear()
