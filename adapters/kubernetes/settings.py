@@ -87,11 +87,15 @@ class HttpsSettings(Frozen):
 
 
 class ProbeSettings(Frozen):
-    """How the controller probes an order's inference API."""
+    """How the controller probes an order's inference API.
+
+    How many consecutive failures make a serving order Failed is not a setting: it is
+    the core's PROBE_FAILURE_THRESHOLD (3), because replaying a stream must judge its
+    probe events by the rule they were recorded under.
+    """
 
     interval_seconds: int = Field(default=10, ge=1, le=3600)
     timeout_seconds: int = Field(default=3, ge=1, le=60)
-    failure_threshold: int = Field(default=3, ge=1, le=100)
 
     @model_validator(mode="after")
     def _timeout_within_interval(self) -> ProbeSettings:

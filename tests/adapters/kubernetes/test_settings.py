@@ -37,11 +37,7 @@ def test_without_a_module_config_the_defaults_apply() -> None:
     assert settings.https.mode is HttpsMode.CERT_MANAGER
     assert settings.https.cert_manager.cluster_issuer_name == "letsencrypt"
     assert settings.https.custom_certificate.secret_name is None
-    assert (
-        settings.probe.interval_seconds,
-        settings.probe.timeout_seconds,
-        settings.probe.failure_threshold,
-    ) == (10, 3, 3)
+    assert (settings.probe.interval_seconds, settings.probe.timeout_seconds) == (10, 3)
     assert settings.hugging_face.endpoint == "https://huggingface.co"
 
 
@@ -53,7 +49,7 @@ def test_every_setting_is_read_in_the_platforms_spelling() -> None:
                 "publicDomainTemplate": "%s.apps.corp.internal",
                 "ingressClass": "public",
                 "https": {"mode": "CustomCertificate", "customCertificate": {"secretName": "w"}},
-                "probe": {"intervalSeconds": 30, "timeoutSeconds": 5, "failureThreshold": 5},
+                "probe": {"intervalSeconds": 30, "timeoutSeconds": 5},
                 "huggingFace": {"endpoint": "http://127.0.0.1:8081/"},
             }
         )
