@@ -48,6 +48,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# Our own generator: jitter must not draw from (and perturb) the process-wide one that
+# other code, and property-test frameworks, rely on.
+_JITTER = random.Random()  # noqa: S311 - jitter, not secrets
+
 
 class Clock(Protocol):
     """Monotonic seconds; only differences matter."""
@@ -75,13 +79,13 @@ class Backoff:
     cap: float = 30.0
     jitter: float = 0.25
 
-    def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
+    def delay(self, attempt: int, rand: Callable[[], float] | None = None) -> float:
         """The wait before try number `attempt + 1` (attempt counts failures, from 1)."""
         if attempt <= 0:
             return 0.0
         # min() before the power keeps huge attempt counts from overflowing.
         base = min(self.cap, self.initial * self.factor ** min(attempt - 1, 64))
-        return min(self.cap, base * (1.0 + self.jitter * rand()))
+        return min(self.cap, base * (1.0 + self.jitter * (rand or _JITTER.random)()))
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# Our own generator, so jittered timeouts never perturb the process-wide one.
+_JITTER = random.Random()  # noqa: S311 - jitter, not secrets
+
 Obj = dict[str, Any]
 Handler = Callable[[str, Obj], None]
 Indexer = Callable[[Obj], Iterable[str]]
@@ -504,7 +507,7 @@ class Informer:
                     resource_version=self._rv,
                     allow_watch_bookmarks=True,
                     # Jitter, not secrecy.
-                    timeout_seconds=max(1, int(random.uniform(low, high))),  # noqa: S311
+                    timeout_seconds=max(1, int(_JITTER.uniform(low, high))),
                     _request_timeout=(self._timeouts.connect, self._timeouts.read),
                 ):
                     stream.last_activity = time.monotonic()
