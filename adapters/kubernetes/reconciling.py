@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from kubernetes import client
 
-from adapters.kubernetes import errors, queueing, tokens
+from adapters.kubernetes import arbiter, errors, queueing, tokens
 from adapters.kubernetes.manifests import Applier
 from adapters.kubernetes.rendering import OrderRef, RenderError, endpoint_url, render_workload
 from adapters.kubernetes.settings import CatalogMode, Settings
@@ -149,6 +149,9 @@ class Reconciler:
         self._hpa_api_version = hpa_api_version
         self._states: dict[str, OrderState] = {}
         self._written: dict[str, dict[str, Any]] = {}
+        self._arbiter = arbiter.Arbiter(
+            api, world, snapshot=self._snapshot, states=lambda: dict(self._states)
+        )
 
     # -- state -----------------------------------------------------------------------------
 
@@ -257,6 +260,9 @@ class Reconciler:
             p.model = self._judge_model(p, ref)
             self._observe(p, ob.ModelJudged(at=now, outcome=p.model))
         self._observe_workload(p)
+        scaling = self._arbiter.verdict(p.order, p.state, now)  # priority and growth
+        if scaling is not None:
+            self._observe(p, scaling)
         self._act(p)
         return queueing.RequeueAfter(min(p.requeue)) if p.requeue else queueing.Done()
 
@@ -400,6 +406,8 @@ class Reconciler:
         if isinstance(command, effects.RequestPlan):
             return self._observe(p, ob.PlanJudged(at=p.now, outcome=self._plan(p, command)))
         if isinstance(command, effects.ApplyWorkload):
+            if command.reclaims:  # the plan's place needs these lower-priority claims freed
+                self._arbiter.reclaim(p.order, p.state, command.reclaims)
             return self._observe(p, self._apply(p, command))
         if isinstance(command, effects.ScheduleProbe):
             return self._probe(p, command.after_seconds)
@@ -413,21 +421,7 @@ class Reconciler:
     def _plan(self, p: _Pass, command: effects.RequestPlan) -> Any:
         effective, model = p.state.policy, p.state.model
         assert effective is not None and model is not None  # the core asks only then
-        holders = {
-            uid: prio
-            for uid, state in self._states.items()
-            if state.policy is not None
-            and (prio := self._priority_value(state.policy.constraints.priority_class_name))
-            is not None
-        }
-        claims = self._world.resource_claims.objects()
-        snapshot = capacity.parse_snapshot(
-            self._world.device_classes.objects(),
-            self._world.resource_slices.objects(),
-            [*claims, *self._reservations(p.uid, claims)],
-            priority_classes=self._world.priority_classes.objects(),
-            holder_priorities=holders,
-        )
+        snapshot = self._snapshot(p.uid)
         parsed, problems = recipes.parse_recipes(self._world.recipes.objects())
         for problem in problems:
             log.warning("launch recipe skipped: %s", problem)
@@ -444,6 +438,25 @@ class Reconciler:
             tried_device_classes=command.excluded_device_classes,
         )
         return planner.plan(request, snapshot, parsed)
+
+    def _snapshot(self, uid: str) -> capacity.Snapshot:
+        """The capacity as order `uid` sees it: claims, other orders' planned places, and
+        each holder's priority (what may be reclaimed for whom)."""
+        holders = {
+            other: prio
+            for other, state in self._states.items()
+            if state.policy is not None
+            and (prio := self._priority_value(state.policy.constraints.priority_class_name))
+            is not None
+        }
+        claims = self._world.resource_claims.objects()
+        return capacity.parse_snapshot(
+            self._world.device_classes.objects(),
+            self._world.resource_slices.objects(),
+            [*claims, *self._reservations(uid, claims)],
+            priority_classes=self._world.priority_classes.objects(),
+            holder_priorities=holders,
+        )
 
     def _reservations(self, uid: str, claims: Sequence[Obj]) -> list[Obj]:
         """Places other orders were planned onto but hold no allocated claim for yet.
@@ -462,6 +475,8 @@ class Reconciler:
             plan = state.plan
             if other == uid or other in holding or state.deleted or plan is None:
                 continue
+            if state.workload is not None and state.workload.desired_replicas == 0:
+                continue  # scaled to zero for a higher-priority order: it holds no place
             results = []
             for device in plan.devices:
                 driver, pool, name = device.split("/", 2)
