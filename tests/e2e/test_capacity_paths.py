@@ -19,6 +19,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from adapters.kubernetes.manifests import Applier
 from adapters.platform import LocalPlatform
 from adapters.simulator.capacity import CapacitySpec, DeviceClassSpec, GpuSpec, NodeSpec
 from fsm import events as ev
@@ -197,8 +198,11 @@ def orders_fixture(
     yield create
     for name in made:
         alice.delete("support", name)
-    for name in made:
-        wait_for(lambda n=name: admin_orders.get("support", n) is None, timeout=30, what="deletion")
+
+    def gone() -> bool:
+        return all(admin_orders.get("support", name) is None for name in made)
+
+    wait_for(gone, timeout=30, what="deletion of the test's orders")
 
 
 def class_ready(platform: LocalPlatform, name: str) -> None:
@@ -239,6 +243,46 @@ def wait_order(
         return obj if check(obj) else None
 
     return wait_for(reached, timeout=timeout, what=f"support/{name}")
+
+
+MODULE_CONFIG = ("deckhouse.io", "v1alpha1", "moduleconfigs")
+
+
+@contextmanager
+def module_settings(platform: LocalPlatform, settings: dict[str, Any]) -> Iterator[None]:
+    """ModuleConfig ai-inference with `settings`; the previous one (or none) restored."""
+    api = platform.api("admin")
+    custom = client.CustomObjectsApi(api)
+    try:
+        previous = custom.get_cluster_custom_object(*MODULE_CONFIG, "ai-inference")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        previous = None
+    body = {
+        "apiVersion": "deckhouse.io/v1alpha1",
+        "kind": "ModuleConfig",
+        "metadata": {"name": "ai-inference"},
+        "spec": {"enabled": True, "version": 1, "settings": settings},
+    }
+    Applier(api).apply_all([body])
+    wait_for(
+        lambda: (
+            platform.controller.settings().probe.interval_seconds
+            == settings["probe"]["intervalSeconds"]
+        ),
+        timeout=15,
+        what="the controller to reload its settings",
+    )
+    try:
+        yield
+    finally:
+        if previous is None:
+            custom.delete_cluster_custom_object(*MODULE_CONFIG, "ai-inference")
+        else:
+            custom.patch_cluster_custom_object(
+                *MODULE_CONFIG, "ai-inference", {"spec": previous["spec"]}
+            )
 
 
 # --- 1. NoCapacity, then Ready when capacity appears -------------------------------------
@@ -471,3 +515,147 @@ def test_failed_replan_of_a_ready_order_keeps_serving_on_the_plan_in_force(
         assert f"--served-model-name={QWEN_SMALL}" in admin.runtime_args("support", "cap-inforce")
         assert len(events_of(platform, uid, ev.WorkloadApplied)) == 1
         assert len(events_of(platform, uid, ev.PlanFailed)) == 1
+
+
+# --- 7. priority: preemption, ScaleUpBlocked, capacity given back ------------------------
+
+
+def scale(admin: Admin, name: str, replicas: int) -> None:
+    """Set the runtime's replicas, as the class's HPA would (the local control plane runs
+    no HPA controller and no metrics)."""
+    admin.apps.patch_namespaced_deployment(name, "support", {"spec": {"replicas": replicas}})
+
+
+def available(admin: Admin, name: str) -> int:
+    deployment = admin.deployment("support", name)
+    return int((deployment.status.available_replicas or 0) if deployment is not None else 0)
+
+
+def test_capacity_moves_to_higher_priority_orders_and_comes_back(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    """Two devices. A low-priority order runs two replicas; a high-priority order takes
+    one of them (the low one serves on, Degraded); the high one cannot grow into the low
+    one's last replica (its minimum): Degraded, ScaleUpBlocked; a second high-priority
+    order's minimum takes that replica too (the low one is Pending at zero); the
+    replicas come back, one by one, as the high-priority orders go."""
+    node = gpu_node("e2e-prio", [(L4, "24Gi"), (L4, "24Gi")])
+    scaling = {"minReplicas": 1, "maxReplicas": 2}
+    fast = {"probe": {"intervalSeconds": 1, "timeoutSeconds": 1}}
+    with (
+        module_settings(platform, fast),
+        extra_capacity(platform, [node], [product_class("e2e-prio-l4", L4)]),
+    ):
+        for name, priority in (
+            ("e2e-prio-low", "inference-low"),
+            ("e2e-prio-high", "inference-high"),
+        ):
+            admin.create_class(
+                name,
+                class_spec(
+                    ["e2e-prio-l4"], scaling={**scaling, "allowedPriorityClassNames": [priority]}
+                ),
+            )
+            class_ready(platform, name)
+        low_spec = {"inferenceServiceClassName": "e2e-prio-low", "model": hf(QWEN_SMALL)}
+        high_spec = {"inferenceServiceClassName": "e2e-prio-high", "model": hf(QWEN_SMALL)}
+
+        # The low-priority order grows to both devices.
+        low = orders("prio-low", low_spec)
+        alice.wait_phase("support", "prio-low", "Ready")
+        scale(admin, "prio-low", 2)
+        wait_for(lambda: available(admin, "prio-low") == 2, timeout=30, what="two low replicas")
+        obj = alice.wait_phase("support", "prio-low", "Ready")
+        assert obj["status"]["constraints"]["priorityClassName"] == "inference-low"
+
+        # 1. A high-priority order's minimum takes one low replica; the low one serves on.
+        high = orders("prio-high", high_spec)
+        obj = alice.wait_phase("support", "prio-high", "Ready")
+        assert conditions(obj) == READY
+        assert obj["status"]["constraints"]["priorityClassName"] == "inference-high"
+        assert "needs lower-priority claim(s) freed" in obj["status"]["conditions"][2]["message"]
+        assert events_of(platform, high, ev.PlanComputed)[0].reclaims
+        taken_by_high = ("ScalingHealthy", "False", "CapacityTakenByPriority")
+        obj = wait_order(
+            alice,
+            "prio-low",
+            waiting("Degraded", condition="ScalingHealthy", reason="CapacityTakenByPriority"),
+        )
+        assert conditions(obj) == [CLASS, MODEL, PLANNED, WORKLOAD, SERVING, taken_by_high]
+        message = obj["status"]["conditions"][5]["message"]
+        assert message.startswith("1 replica(s) taken by support/prio-high (inference-high)")
+        assert admin.deployment("support", "prio-low").spec.replicas == 1
+        [taken] = events_of(platform, low, ev.CapacityTaken)
+        assert (taken.taken_by, taken.priority_class_name, taken.replicas) == (
+            "support/prio-high",
+            "inference-high",
+            1,
+        )
+
+        # 2. The high one wants a second replica: only the low one's minimum is left.
+        scale(admin, "prio-high", 2)
+        obj = wait_order(
+            alice,
+            "prio-high",
+            waiting("Degraded", condition="ScalingHealthy", reason="ScaleUpBlocked"),
+        )
+        assert conditions(obj) == [
+            CLASS,
+            MODEL,
+            PLANNED,
+            WORKLOAD,
+            SERVING,
+            ("ScalingHealthy", "False", "ScaleUpBlocked"),
+        ]
+        assert (
+            "no lower-priority replica above its minimum"
+            in obj["status"]["conditions"][5]["message"]
+        )
+        assert admin.deployment("support", "prio-low").spec.replicas == 1  # nothing taken
+        assert available(admin, "prio-high") == 1  # it serves: its endpoint answers
+        scale(admin, "prio-high", 1)
+        obj = alice.wait_phase("support", "prio-high", "Ready")
+        assert conditions(obj) == READY
+        assert len(events_of(platform, high, ev.ScalingBlocked)) == 1
+        assert len(events_of(platform, high, ev.ScalingRecovered)) == 1
+
+        # 3. A second high-priority order's minimum takes the last low replica.
+        orders("prio-high2", high_spec)
+        alice.wait_phase("support", "prio-high2", "Ready")
+        obj = wait_order(
+            alice,
+            "prio-low",
+            waiting("Pending", condition="WorkloadReady", reason="PreemptedByPriority"),
+        )
+        assert conditions(obj) == [
+            CLASS,
+            MODEL,
+            PLANNED,
+            ("WorkloadReady", "False", "PreemptedByPriority"),
+            ("Ready", "Unknown", "AwaitingWorkload"),
+            ("ScalingHealthy", "Unknown", "NotServing"),
+        ]
+        message = obj["status"]["conditions"][3]["message"]
+        assert message.startswith("2 replica(s) taken by support/prio-high, support/prio-high2")
+        assert admin.deployment("support", "prio-low").spec.replicas == 0
+
+        # 4. The high-priority orders go: the low one gets its replicas back.
+        alice.delete("support", "prio-high2")
+        obj = wait_order(
+            alice,
+            "prio-low",
+            waiting("Degraded", condition="ScalingHealthy", reason="CapacityTakenByPriority"),
+            timeout=60,
+        )
+        assert conditions(obj) == [CLASS, MODEL, PLANNED, WORKLOAD, SERVING, taken_by_high]
+        assert obj["status"]["conditions"][5]["message"].startswith(
+            "1 replica(s) taken by support/prio-high (inference-high)"
+        )
+        alice.delete("support", "prio-high")
+        wait_for(lambda: available(admin, "prio-low") == 2, timeout=60, what="both low replicas")
+        obj = alice.wait_phase("support", "prio-low", "Ready")
+        assert conditions(obj) == READY
+        deployment = admin.deployment("support", "prio-low")
+        assert deployment.spec.replicas == 2
+        assert "ai.deckhouse.io/capacity-taken" not in (deployment.metadata.annotations or {})
+        assert len(events_of(platform, low, ev.ScalingRecovered)) == 1

@@ -10,20 +10,16 @@ the test (and is restored after), so three failures take seconds, not half a min
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from adapters.kubernetes.manifests import Applier
 from adapters.platform import LocalPlatform
 from adapters.simulator.kubelet import FAIL_ANNOTATION
 from fsm import events as ev
 from fsm.reasons import CATALOGUE, Reason
 from tests.e2e.conftest import Orders, conditions, wait_for
+
 # admin_fixture and orders_fixture are the `admin` and `orders` fixtures, imported for pytest.
 from tests.e2e.test_capacity_paths import (  # noqa: F401
     CLASS,
@@ -41,50 +37,12 @@ from tests.e2e.test_capacity_paths import (  # noqa: F401
     extra_capacity,
     gpu_node,
     hf,
+    module_settings,
     orders_fixture,
     product_class,
 )
 
 pytestmark = pytest.mark.cluster
-
-MODULE_CONFIG = ("deckhouse.io", "v1alpha1", "moduleconfigs")
-
-
-@contextmanager
-def module_settings(platform: LocalPlatform, settings: dict[str, Any]) -> Iterator[None]:
-    """ModuleConfig ai-inference with `settings`; the previous one (or none) restored."""
-    api = platform.api("admin")
-    custom = client.CustomObjectsApi(api)
-    try:
-        previous = custom.get_cluster_custom_object(*MODULE_CONFIG, "ai-inference")
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        previous = None
-    body = {
-        "apiVersion": "deckhouse.io/v1alpha1",
-        "kind": "ModuleConfig",
-        "metadata": {"name": "ai-inference"},
-        "spec": {"enabled": True, "version": 1, "settings": settings},
-    }
-    Applier(api).apply_all([body])
-    wait_for(
-        lambda: (
-            platform.controller.settings().probe.interval_seconds
-            == settings["probe"]["intervalSeconds"]
-        ),
-        timeout=15,
-        what="the controller to reload its settings",
-    )
-    try:
-        yield
-    finally:
-        if previous is None:
-            custom.delete_cluster_custom_object(*MODULE_CONFIG, "ai-inference")
-        else:
-            custom.patch_cluster_custom_object(
-                *MODULE_CONFIG, "ai-inference", {"spec": previous["spec"]}
-            )
 
 
 def set_fail_knob(admin: Admin, name: str, value: str | None) -> None:
