@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fsm import identity
 from fsm.decide import excluded_device_classes, held_devices, needs_plan
 from fsm.reasons import ConditionStatus, ConditionType, Phase, Reason
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, PROBE_FAILURE_THRESHOLD, OrderState
@@ -53,7 +54,12 @@ class RequestPlan:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApplyWorkload:
-    """Server-side apply every object of the order's workload for `plan`."""
+    """Server-side apply every object of the order's workload for `plan`, and remove
+    what the plan no longer renders.
+
+    `repair`: the plan is applied already; compare what it renders with the live objects
+    and re-apply only what is missing or drifted (a level-based controller repairs on
+    every pass, not only on a new plan)."""
 
     plan: Plan
     model_ref: ModelRef
@@ -63,11 +69,15 @@ class ApplyWorkload:
     auth_secret_name: str | None  # the token Secret the runtime checks requests against
     generation: int
     reclaims: tuple[str, ...] = ()  # free these lower-priority claims first (DRA.md)
+    repair: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EnsureAuthSecret:
-    """Create the order's token Secret (random token, key `token`) unless it exists."""
+    """Create the order's token Secret (random token, key `token`) unless it exists.
+
+    Asked on every pass while the class requires a token: a Secret deleted (to rotate
+    the token, or by mistake) is made again."""
 
     name: str
 
@@ -97,7 +107,7 @@ Command = RequestPlan | ApplyWorkload | EnsureAuthSecret | ScheduleProbe | Reche
 
 def auth_secret_name(state: OrderState) -> str:
     """The order's own token Secret: `{order}-auth` (SPEC §3 step 6)."""
-    return f"{state.name}-auth"
+    return identity.auth_secret_name(state.name)
 
 
 def _status_of(state: OrderState, type_: ConditionType) -> ConditionStatus | None:
@@ -116,8 +126,11 @@ def _apply(state: OrderState) -> ApplyWorkload | None:
         return None
     if state.model_ref is None:
         return None
-    if state.applied_revision == state.plan_revision and state.apply_error is None:
-        return None
+    applied = state.applied_revision == state.plan_revision and state.apply_error is None
+    if applied:
+        if state.plan_in_force is None:
+            return None  # its device class was tried: the next plan replaces it
+        plan = state.plan_in_force
     if _needs_token(state) and state.auth_secret_name is None:
         return None  # the runtime must not start without the token it checks
     return ApplyWorkload(
@@ -128,7 +141,12 @@ def _apply(state: OrderState) -> ApplyWorkload | None:
         policy=policy,
         auth_secret_name=state.auth_secret_name if _needs_token(state) else None,
         generation=state.generation,
-        reclaims=state.attempt.reclaims if state.attempt is not None and state.attempt.ok else (),
+        reclaims=(
+            state.attempt.reclaims
+            if not applied and state.attempt is not None and state.attempt.ok
+            else ()
+        ),
+        repair=applied,
     )
 
 
@@ -176,7 +194,7 @@ def effects(
         return []  # deleted: owner references let the garbage collector clean up
     timings = timings or ProbeTimings()
     commands: list[Command] = []
-    if _needs_token(state) and state.name and state.auth_secret_name != auth_secret_name(state):
+    if _needs_token(state) and state.name:
         commands.append(EnsureAuthSecret(name=auth_secret_name(state)))
     if needs_plan(state):
         commands.append(

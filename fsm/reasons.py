@@ -109,6 +109,7 @@ class Reason(StrEnum):
     WORKLOAD_AVAILABLE = "WorkloadAvailable"
     ROLLOUT_IN_PROGRESS = "RolloutInProgress"
     DEVICES_NOT_ALLOCATED = "DevicesNotAllocated"
+    PODS_UNSCHEDULABLE = "PodsUnschedulable"
     WORKLOAD_APPLY_FAILED = "WorkloadApplyFailed"
     PREEMPTED_BY_PRIORITY = "PreemptedByPriority"
     # Ready
@@ -305,6 +306,14 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         Who.WAIT,
         "The workload's pods wait for their device claims; past the grace period the device "
         "class is marked tried and the order replans.",
+    ),
+    Reason.PODS_UNSCHEDULABLE: ReasonInfo(
+        _C.WORKLOAD_READY,
+        _F,
+        Who.ADMIN,
+        "The workload's pods cannot be scheduled for a reason other than their devices (CPU, "
+        "memory, taints, node selectors); the message quotes the scheduler. The device class "
+        "is not marked tried for it.",
     ),
     Reason.WORKLOAD_APPLY_FAILED: ReasonInfo(
         _C.WORKLOAD_READY,

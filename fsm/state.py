@@ -125,6 +125,7 @@ class Workload(_Value):
     ready_replicas: int
     available_replicas: int
     unallocated_since: datetime | None
+    unschedulable: str | None = None  # the scheduler's message for a non-device reason
 
 
 class Endpoint(_Value):
@@ -169,6 +170,8 @@ class OrderState(_Value):
     applied_at: datetime | None = None
     apply_error: str | None = None
     tried_device_classes: tuple[str, ...] = ()
+    # (device class, free share units when it was tried): a class offering more is retried.
+    tried_free_units: tuple[tuple[str, int], ...] = ()
 
     workload: Workload | None = None
     endpoint: Endpoint | None = None

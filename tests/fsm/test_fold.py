@@ -69,6 +69,16 @@ SCENARIOS: list[tuple[Reason, ConditionType, tuple[ob.Observation, ...]]] = [
     (R.WORKLOAD_AVAILABLE, C.WORKLOAD_READY, AVAILABLE),
     (R.DEVICES_NOT_ALLOCATED, C.WORKLOAD_READY, (*ROLLING, workload(6, 0, unallocated_since=5))),
     (
+        R.PODS_UNSCHEDULABLE,
+        C.WORKLOAD_READY,
+        (
+            *ROLLING,
+            ob.WorkloadSeen(
+                at=at(6), desired=1, ready=0, available=0, unschedulable="Insufficient cpu."
+            ),
+        ),
+    ),
+    (
         R.PREEMPTED_BY_PRIORITY,
         C.WORKLOAD_READY,
         (
