@@ -150,9 +150,11 @@ def _kept(s: OrderState, out: ModelOutcome) -> ModelOutcome:
             facts=m.facts,
             endpoint_type=m.endpoint_type,
         )
-    if out.ok and out.facts is not None and out.facts.model_copy(
-        update={"revision": m.facts.revision}
-    ) == m.facts:
+    if (
+        out.ok
+        and out.facts is not None
+        and out.facts.model_copy(update={"revision": m.facts.revision}) == m.facts
+    ):
         return out.model_copy(update={"facts": m.facts})
     return out
 

@@ -1,11 +1,13 @@
-"""The controller's main loop: caches, a UID-keyed work queue, workers, the leader epoch.
+"""The controller's main loop: caches, work queues, workers, the leader epoch.
 
 `ai-inference controller` and the demo build a `Controller` and `start()` it. Watches
 feed the cache; every change enqueues the UIDs of the orders it can affect; workers run
-`Reconciler.reconcile(uid)` one UID at a time; a StreamConflict (another writer moved the
-stream) drops the in-memory state so the retry re-reads the log. Every append is stamped
-with this process's leader epoch, claimed in the log at start, so an older controller's
-appends are refused.
+`Reconciler.reconcile(uid)` one UID at a time; classes have a queue and a worker of
+their own (their status is a separate, cheap pass keyed by name); a StreamConflict
+(another writer moved the stream) drops the in-memory state so the retry re-reads the
+log. Every append is stamped with this process's leader epoch, claimed in the log at
+start, so an older controller's appends are refused. Every write goes through one
+`Writer`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from adapters.kubernetes.leader import Elector
 from adapters.kubernetes.reconciling import Reconciler
 from adapters.kubernetes.settings import Settings, SettingsError
 from adapters.kubernetes.world import ClusterCache
+from adapters.kubernetes.writing import Writer
 from adapters.models import HubResolver, HubSettings
 from adapters.probes.targets import ServiceTarget, TargetResolver
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS
@@ -76,7 +79,8 @@ class Controller:
         leader_election: bool = True,
         identity: str | None = None,
     ) -> None:
-        self.cache = ClusterCache(api)
+        self.cache = ClusterCache(api, hpa_api_version=hpa_api_version)
+        self.writer = Writer(api)  # every Kubernetes write of the controller goes here
         self._log = log_store
         self._hub_endpoint = hub_endpoint
         self._settings = Settings()
@@ -85,11 +89,12 @@ class Controller:
         self._epoch = 0
         self._sync_timeout = sync_timeout
         self.queue = queueing.WorkQueue()
+        self.class_queue = queueing.WorkQueue()
         self.reconciler = Reconciler(
             world=self.cache,
             log_store=log_store,
             epoch=lambda: self._epoch,
-            api=api,
+            writer=self.writer,
             hub=self._hub,
             targets=targets or ServiceTarget(),
             settings=self.settings,
@@ -98,9 +103,9 @@ class Controller:
             rewrite=_pod_claims_rewrite(api),
             allocation_grace_seconds=allocation_grace_seconds,
         )
-        self._custom = client.CustomObjectsApi(api)
         self._clock = clock
         self._workers = queueing.Workers(self.queue, self._pass, workers=workers)
+        self._class_workers = queueing.Workers(self.class_queue, self._class_pass, workers=1)
         self._stopping = False
         self.leading = threading.Event()
         self.lost = threading.Event()  # leadership was lost: the process must stop
@@ -166,6 +171,7 @@ class Controller:
             log.error("leadership lost: stopping the workers (the process should exit)")
         self.lost.set()
         self.queue.shutdown()
+        self.class_queue.shutdown()
 
     def _run(self, epoch: int) -> None:
         self._epoch = self._log.claim_epoch(epoch)
@@ -184,12 +190,14 @@ class Controller:
         self._enqueue(self.cache.orders.uids())
         self._enqueue_classes()
         self._workers.start()
+        self._class_workers.start()
         log.info("controller leading with epoch %d", self._epoch)
         self.leading.set()
 
     def stop(self) -> None:
         self._stopping = True
         self._workers.stop()
+        self._class_workers.stop()
         self.cache.stop()
         if self._elector is not None:
             self._elector.stop()
@@ -202,17 +210,17 @@ class Controller:
     def _enqueue_class(self, obj: dict[str, object]) -> None:
         name = (obj.get("metadata") or {}).get("name")  # type: ignore[attr-defined]
         if name:
-            self.queue.add(f"{classes.CLASS_KEY_PREFIX}{name}")
+            self.class_queue.add(str(name))
 
     def _enqueue_classes(self) -> None:
         for obj in self.cache.classes.objects():
             self._enqueue_class(obj)
 
+    def _class_pass(self, name: str) -> queueing.Outcome:
+        classes.reconcile_class(name, self.cache, self.writer, self._clock)
+        return queueing.Done()
+
     def _pass(self, uid: str) -> queueing.Outcome:
-        if uid.startswith(classes.CLASS_KEY_PREFIX):
-            name = uid.removeprefix(classes.CLASS_KEY_PREFIX)
-            classes.reconcile_class(name, self.cache, self._custom, self._clock)
-            return queueing.Done()
         try:
             return self.reconciler.reconcile(uid)
         except StreamConflict as exc:
@@ -221,4 +229,5 @@ class Controller:
         except StaleEpoch as exc:
             log.error("a newer controller leads (%s); this one stops writing", exc)
             self.queue.shutdown()
+            self.class_queue.shutdown()
             return queueing.Terminal(exc)

@@ -65,7 +65,13 @@ def _meta(obj: Obj) -> dict[str, Any]:
 class ClusterCache:
     """Informers for every kind the controller reads, started and stopped together."""
 
-    def __init__(self, api: ApiClient, *, timeouts: Timeouts | None = None) -> None:
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        timeouts: Timeouts | None = None,
+        hpa_api_version: str = "autoscaling/v2",
+    ) -> None:
         def informer(resource: Resource, **kwargs: Any) -> Informer:
             return Informer(api, resource, timeouts=timeouts, resync_period=300.0, **kwargs)
 
@@ -93,6 +99,27 @@ class ClusterCache:
         )
         self.pods = informer(
             kinds.PODS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+        )
+        # The rest of what an order owns: compared with what it should have on every pass
+        # (drift is repaired, what is no longer rendered is pruned).
+        self.services = informer(
+            kinds.SERVICES, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+        )
+        self.claim_templates = informer(
+            kinds.RESOURCE_CLAIM_TEMPLATES,
+            label_selector=UID_LABEL,
+            indexers={BY_ORDER: by_label(UID_LABEL)},
+        )
+        self.ingresses = informer(
+            kinds.INGRESSES, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+        )
+        self.autoscalers = informer(
+            kinds.autoscalers(hpa_api_version),
+            label_selector=UID_LABEL,
+            indexers={BY_ORDER: by_label(UID_LABEL)},
+        )
+        self.token_secrets = informer(
+            kinds.SECRETS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
         )
 
     @property
@@ -125,6 +152,22 @@ class ClusterCache:
 
     def pods_of(self, uid: str) -> list[Obj]:
         return self.pods.by_index(BY_ORDER, uid)
+
+    @property
+    def owned_kinds(self) -> list[Informer]:
+        """The informers of every kind an order's workload is made of."""
+        return [
+            self.claim_templates,
+            self.services,
+            self.deployments,
+            self.autoscalers,
+            self.ingresses,
+            self.token_secrets,
+        ]
+
+    def children_of(self, uid: str) -> list[Obj]:
+        """Every object the order owns (by its UID label), of every kind it renders."""
+        return [obj for inf in self.owned_kinds for obj in inf.by_index(BY_ORDER, uid)]
 
     # -- what a change affects -----------------------------------------------------------
 
@@ -162,7 +205,7 @@ class ClusterCache:
         self.cluster_models.add_handler(
             route(lambda o: orders_where(BY_CATALOG, f"ClusterModel//{_meta(o).get('name')}"))
         )
-        for child in (self.deployments, self.pods):
+        for child in (self.pods, *self.owned_kinds):
             child.add_handler(route(lambda o: [str((_meta(o).get("labels") or {}).get(UID_LABEL))]))
         # Capacity, recipes, priorities and settings can change any order's decisions.
         for informer in (
