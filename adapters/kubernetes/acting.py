@@ -97,11 +97,8 @@ class Actor:
                 return self._probe(order, state, command.after_seconds, now)
             case effects.Recheck():
                 return Outcome(requeue=[command.after_seconds])
-            case effects.PublishStatus():
-                self.publish(order, state, dict(command.status))
-                return Outcome()
-            case effects.RequestPlan():
-                raise TypeError("planning is recorded under the planning lock by the pass")
+            case effects.PublishStatus() | effects.RequestPlan():
+                raise TypeError(f"{type(command).__name__} is the pass's own (log and lock)")
         raise TypeError(f"unknown command {type(command).__name__}")
 
     # -- the token ---------------------------------------------------------------------
@@ -157,6 +154,8 @@ class Actor:
         if command.reclaims and not command.repair:
             self._reclaim(order, state, command.reclaims)
         changed = docs if not command.repair else converging.drifted(docs, live)
+        if command.repair:
+            self.repairs += len(changed)
         try:
             for doc in changed:
                 self._apply(order, doc, live.get(converging.key_of(doc)))
@@ -174,10 +173,8 @@ class Actor:
         return ob.ApplySucceeded(at=now, plan=command.plan)
 
     def _apply(self, order: OrderRef, doc: Mapping[str, Any], live: Obj | None) -> None:
-        if live is not None:
-            self.repairs += 1
         try:
-            self._writer.apply(doc)
+            self._read_own_write(self._writer.apply(doc))
         except errors.APIInvalidError:
             if live is None or not converging.owned_by(live, order.uid):
                 raise
@@ -189,7 +186,16 @@ class Actor:
             )
             meta = live["metadata"]
             self._writer.delete(resource, order.namespace, meta["name"], meta["uid"])
-            self._writer.apply(doc)
+            self._read_own_write(self._writer.apply(doc))
+
+    def _read_own_write(self, written: Obj) -> None:
+        """Wait (bounded) for the watch to bring back what was just written, so the next
+        pass compares with it and does not apply the same object again."""
+        kind = str(written.get("kind"))
+        meta = written.get("metadata") or {}
+        for informer in self._world.owned_kinds:
+            if informer.resource.kind == kind:
+                informer.wait_for_rv(str(meta.get("uid")), str(meta.get("resourceVersion")), 5.0)
 
     def _prune(self, order: OrderRef, stray: Mapping[str, Any]) -> None:
         kind, name = converging.key_of(stray)
