@@ -275,7 +275,9 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _C.PLANNED,
         _F,
         Who.ADMIN,
-        "Every device class the order could try was tried and none held it: look for capacity.",
+        "Every device class the order could try was tried and none held it: look for capacity. "
+        "A tried class is tried again by itself once it offers more free capacity than when "
+        "it was tried (a ResourceSlice added, a claim freed).",
     ),
     Reason.PLACEMENT_UNDECIDABLE: ReasonInfo(
         _C.PLANNED,
@@ -305,7 +307,8 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _F,
         Who.WAIT,
         "The workload's pods wait for their device claims; past the grace period the device "
-        "class is marked tried and the order replans.",
+        "class is marked tried and the order replans. Pods pending for anything else are "
+        "PodsUnschedulable.",
     ),
     Reason.PODS_UNSCHEDULABLE: ReasonInfo(
         _C.WORKLOAD_READY,

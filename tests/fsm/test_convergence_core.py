@@ -4,13 +4,12 @@ offers more, and pods pending for CPU or taints are named apart from devices."""
 
 from __future__ import annotations
 
-from strategies import AVAILABLE, ROLLING, SERVING, at, facts, klass, model, run, spec
-
 from fsm import events as ev
 from fsm import observations as ob
 from fsm.decide import STALE_FACTS_NOTE, decide, needs_plan
 from fsm.reasons import ConditionStatus, ConditionType, Phase, Reason
 from fsm.values import ModelOutcome
+from tests.support.strategies import AVAILABLE, ROLLING, SERVING, at, facts, klass, model, run, spec
 
 
 def unreachable(t: float) -> ob.ModelJudged:

@@ -5,7 +5,24 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import (
+
+from fsm import observations as ob
+from fsm.decide import decide, excluded_device_classes, held_devices, needs_plan
+from fsm.effects import (
+    ApplyWorkload,
+    EnsureAuthSecret,
+    PublishStatus,
+    Recheck,
+    RequestPlan,
+    ScheduleProbe,
+    effects,
+)
+from fsm.fold import evolve, fold
+from fsm.reasons import Reason
+from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, PROBE_FAILURE_THRESHOLD, OrderState
+from fsm.status import render_status
+from fsm.values import ClassOutcome, ExposureType, ModelOutcome, PlanOutcome
+from tests.support.strategies import (
     AVAILABLE,
     PLANNED,
     REPLANNED_AND_FAILED,
@@ -28,23 +45,6 @@ from strategies import (
     spec,
     workload,
 )
-
-from fsm import observations as ob
-from fsm.decide import decide, excluded_device_classes, held_devices, needs_plan
-from fsm.effects import (
-    ApplyWorkload,
-    EnsureAuthSecret,
-    PublishStatus,
-    Recheck,
-    RequestPlan,
-    ScheduleProbe,
-    effects,
-)
-from fsm.fold import evolve, fold
-from fsm.reasons import Reason
-from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, PROBE_FAILURE_THRESHOLD, OrderState
-from fsm.status import render_status
-from fsm.values import ClassOutcome, ExposureType, ModelOutcome, PlanOutcome
 
 R = Reason
 PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

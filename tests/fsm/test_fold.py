@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from strategies import (
+
+from fsm import events as ev
+from fsm import machine
+from fsm import observations as ob
+from fsm.decide import decide
+from fsm.fold import evolve, fold
+from fsm.reasons import CATALOGUE, ConditionStatus, ConditionType, Phase, Reason
+from fsm.state import PROBE_FAILURE_THRESHOLD, OrderState
+from tests.support.strategies import (
     AVAILABLE,
     PLANNED,
     REPLANNED_AND_FAILED,
@@ -28,14 +36,6 @@ from strategies import (
     spec,
     workload,
 )
-
-from fsm import events as ev
-from fsm import machine
-from fsm import observations as ob
-from fsm.decide import decide
-from fsm.fold import evolve, fold
-from fsm.reasons import CATALOGUE, ConditionStatus, ConditionType, Phase, Reason
-from fsm.state import PROBE_FAILURE_THRESHOLD, OrderState
 
 C, R = ConditionType, Reason
 T, F, U = ConditionStatus.TRUE, ConditionStatus.FALSE, ConditionStatus.UNKNOWN
