@@ -15,6 +15,7 @@ from typing import Any
 
 from fsm import identity
 from fsm.decide import excluded_device_classes, held_devices, needs_plan
+from fsm.fold import plan_basis
 from fsm.reasons import ConditionStatus, ConditionType, Phase, Reason
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, PROBE_FAILURE_THRESHOLD, OrderState
 from fsm.status import render_status
@@ -121,16 +122,14 @@ def _needs_token(state: OrderState) -> bool:
 
 
 def _apply(state: OrderState) -> ApplyWorkload | None:
+    applied = state.applied_revision == state.plan_revision and state.apply_error is None
+    if applied:
+        return _repair(state)
     plan, policy, model = state.plan, state.policy, state.model
     if plan is None or policy is None or model is None or model.facts is None:
         return None
     if state.model_ref is None:
         return None
-    applied = state.applied_revision == state.plan_revision and state.apply_error is None
-    if applied:
-        if state.plan_in_force is None:
-            return None  # its device class was tried: the next plan replaces it
-        plan = state.plan_in_force
     if _needs_token(state) and state.auth_secret_name is None:
         return None  # the runtime must not start without the token it checks
     return ApplyWorkload(
@@ -141,12 +140,32 @@ def _apply(state: OrderState) -> ApplyWorkload | None:
         policy=policy,
         auth_secret_name=state.auth_secret_name if _needs_token(state) else None,
         generation=state.generation,
-        reclaims=(
-            state.attempt.reclaims
-            if not applied and state.attempt is not None and state.attempt.ok
-            else ()
-        ),
-        repair=applied,
+        reclaims=state.attempt.reclaims if state.attempt is not None and state.attempt.ok else (),
+    )
+
+
+def _repair(state: OrderState) -> ApplyWorkload | None:
+    """The plan in force, rendered from what it was applied with (not from a newer spec
+    whose replan failed), to compare with the live objects."""
+    plan, basis = state.plan_in_force, state.applied_basis
+    if plan is None:
+        return None  # its device class was tried: the next plan replaces it
+    if basis is None:  # a stream older than the applied basis: the current one
+        basis = plan_basis(state)
+    if basis.policy is None or basis.model_ref is None or basis.facts is None:
+        return None
+    token = basis.policy.exposure.authentication is Authentication.TOKEN
+    if token and state.auth_secret_name is None:
+        return None
+    return ApplyWorkload(
+        plan=plan,
+        model_ref=basis.model_ref,
+        facts=basis.facts,
+        endpoint_type=basis.endpoint_type,
+        policy=basis.policy,
+        auth_secret_name=state.auth_secret_name if token else None,
+        generation=basis.generation,
+        repair=True,
     )
 
 

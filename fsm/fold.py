@@ -149,8 +149,14 @@ def _plan_failed(s: OrderState, e: ev.PlanFailed) -> Updates:
 
 def _applied(s: OrderState, e: ev.WorkloadApplied) -> Updates:
     current = e.plan == s.plan
+    a = s.attempt
+    if current and a is not None and a.ok:
+        basis: PlanBasis | None = a.basis
+    else:
+        basis = s.applied_basis or plan_basis(s)
     return {
         "plan_in_force": e.plan,
+        "applied_basis": basis,
         "apply_error": None,
         "applied_revision": s.plan_revision if current else s.applied_revision,
         "applied_at": e.observed_at,

@@ -164,6 +164,9 @@ class OrderState(_Value):
     )
     plan_revision: int = 0  # bumps with every computed plan, so an equal plan is re-applied
     plan_in_force: Plan | None = None  # the plan the workload was last applied with
+    # What the plan in force was computed from (model, facts, policy): a repair renders
+    # the workload from it, so a failed replan never leaks the new spec into the old plan.
+    applied_basis: PlanBasis | None = None
     applied_revision: int = 0
     # When the plan in force was last applied: pods older than this waited for another
     # plan's devices, so a device class's grace period counts from here.

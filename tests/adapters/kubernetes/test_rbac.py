@@ -148,6 +148,8 @@ CONTROLLER_MAY = [
     ("watch", "", "pods", None),
     ("create", "", "secrets", "support"),
     ("get", "", "secrets", "analytics"),
+    # Pruning: the order's own token Secret when its class stops requiring a token.
+    ("delete", "", "secrets", "support"),
     ("patch", "", "services", "support"),
     ("patch", "apps", "deployments", "support"),
     ("delete", "networking.k8s.io", "ingresses", "support"),
@@ -167,7 +169,8 @@ CONTROLLER_MAY_NOT = [
     ("patch", "deckhouse.io", "moduleconfigs", None),
     ("patch", DRA, "resourceclaims", "support"),
     ("patch", DRA, "resourceslices", None),
-    ("delete", "", "secrets", "support"),
+    ("update", "", "secrets", "support"),
+    ("patch", "", "secrets", "support"),
     ("delete", "", "pods", "support"),
     ("create", "", "pods", "support"),
     ("list", "", "nodes", None),
