@@ -18,12 +18,11 @@ import socket
 import threading
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
 
 from kubernetes import client
 from kubernetes.client import ApiClient
 
-from adapters.kubernetes import classes, queueing
+from adapters.kubernetes import classes, oldservers, queueing
 from adapters.kubernetes.leader import Elector
 from adapters.kubernetes.reconciling import Reconciler
 from adapters.kubernetes.settings import Settings, SettingsError
@@ -44,23 +43,6 @@ log = logging.getLogger(__name__)
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def _pod_claims_rewrite(api: ApiClient) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
-    """On a server older than 1.26 (no DRA pod fields: the local 1.20 test server), the
-    pod side of a claim travels in an annotation the simulator reads (podclaims.py)."""
-    version = client.VersionApi(api).get_code()
-    minor = int("".join(ch for ch in str(version.minor) if ch.isdigit()) or 0)
-    if int(version.major) > 1 or minor >= 26:
-        return None
-    from adapters.simulator.podclaims import for_old_server  # noqa: PLC0415 - test servers only
-
-    log.warning(
-        "server %s.%s predates DRA pod fields: claims travel in an annotation",
-        version.major,
-        version.minor,
-    )
-    return for_old_server
 
 
 class Controller:
@@ -100,7 +82,7 @@ class Controller:
             settings=self.settings,
             clock=clock,
             hpa_api_version=hpa_api_version,
-            rewrite=_pod_claims_rewrite(api),
+            rewrite=oldservers.rewrite_for(api),
             allocation_grace_seconds=allocation_grace_seconds,
         )
         self._clock = clock
