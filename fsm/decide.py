@@ -378,6 +378,17 @@ def _capacity(s: OrderState, o: ob.CapacitySeen) -> list[ev.Event]:
     return out
 
 
+def _reclaimed(s: OrderState, o: ob.ReplicasReclaimed) -> list[ev.Event]:
+    if s.last_reclaim == (o.at, o.victim):
+        return []  # this take is in the log already
+    message = f"took {o.replicas} replica(s) of {o.victim}, of lower priority"
+    return [
+        ev.ReplicasReclaimed(
+            observed_at=o.at, victim=o.victim, replicas=o.replicas, message=message
+        )
+    ]
+
+
 def decide(state: OrderState, observation: ob.Observation) -> list[ev.Event]:
     """The events `observation` adds to the order's stream (often none)."""
     if state.deleted:
@@ -407,6 +418,8 @@ def decide(state: OrderState, observation: ob.Observation) -> list[ev.Event]:
             return _scaling(state, observation)
         case ob.CapacitySeen():
             return _capacity(state, observation)
+        case ob.ReplicasReclaimed():
+            return _reclaimed(state, observation)
         case ob.Deleted():
             return [ev.OrderDeleted(observed_at=observation.at)]
     raise TypeError(f"unknown observation {type(observation).__name__}")

@@ -45,6 +45,7 @@ __all__ = [
     "PlanFailed",
     "ProbeFailed",
     "ProbeSucceeded",
+    "ReplicasReclaimed",
     "ScalingBlocked",
     "ScalingRecovered",
     "SpecObserved",
@@ -314,6 +315,16 @@ class CapacityTaken(Event):
     message: str = ""
 
 
+@event("ReplicasReclaimed")
+class ReplicasReclaimed(Event):
+    """This order took replicas of a lower-priority order (docs/priority.md); the victim's
+    stream records the same take as CapacityTaken, both before its Deployment is scaled."""
+
+    victim: str  # namespace/name
+    replicas: int
+    message: str = ""
+
+
 @event("ScalingRecovered")
 class ScalingRecovered(Event):
     message: str = ""
@@ -361,6 +372,7 @@ OrderEvent = (
     | ScalingBlocked
     | CapacityTaken
     | ScalingRecovered
+    | ReplicasReclaimed
     | DeviceClassTried
     | DeviceClassRetried
     | OrderDeleted

@@ -245,6 +245,10 @@ def _device_class_retried(s: OrderState, e: ev.DeviceClassRetried) -> Updates:
     }
 
 
+def _replicas_reclaimed(s: OrderState, e: ev.ReplicasReclaimed) -> Updates:
+    return {"last_reclaim": (e.observed_at, e.victim)}
+
+
 def _deleted(s: OrderState, e: ev.OrderDeleted) -> Updates:
     return {"deleted": True}
 
@@ -269,6 +273,7 @@ _HANDLERS: dict[type[ev.Event], Callable[[OrderState, Any], Updates]] = {
     ev.ScalingRecovered: _scaling_recovered,
     ev.DeviceClassTried: _device_class_tried,
     ev.DeviceClassRetried: _device_class_retried,
+    ev.ReplicasReclaimed: _replicas_reclaimed,
     ev.OrderDeleted: _deleted,
 }
 

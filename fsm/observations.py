@@ -31,6 +31,7 @@ __all__ = [
     "Observation",
     "PlanJudged",
     "ProbeResult",
+    "ReplicasReclaimed",
     "ScalingSeen",
     "SpecSeen",
     "WorkloadSeen",
@@ -156,6 +157,15 @@ class ScalingSeen:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicasReclaimed:
+    """The arbiter decided this order takes `replicas` of order `victim` (fsm.arbitration)."""
+
+    at: datetime
+    victim: str  # namespace/name
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Deleted:
     """The order is gone from the API (or carries a deletionTimestamp)."""
 
@@ -175,5 +185,6 @@ Observation = (
     | ProbeResult
     | ScalingSeen
     | CapacitySeen
+    | ReplicasReclaimed
     | Deleted
 )

@@ -187,6 +187,7 @@ class OrderState(_Value):
     ever_ready: bool = False
 
     scaling: Scaling | None = None
+    last_reclaim: tuple[datetime, str] | None = None  # (when, victim) of the latest take
     deleted: bool = False
 
     phase: Phase = Phase.PENDING

@@ -18,7 +18,6 @@ from typing import Any, Literal
 
 from adapters.kubernetes import converging, errors, kinds, tokens
 from adapters.kubernetes.observing import secret_value
-from adapters.kubernetes.planning import Planning
 from adapters.kubernetes.rendering import (
     AUTH_SECRET_KEY,
     AUTH_SECRET_UID_ANNOTATION,
@@ -33,6 +32,7 @@ from adapters.probes.http import probe
 from adapters.probes.targets import TargetResolver
 from fsm import effects, recipes
 from fsm import observations as ob
+from fsm.arbitration import TAKEN_ANNOTATION, Taking
 from fsm.decide import STALE_FACTS_NOTE
 from fsm.identity import OrderRef, auth_secret_name, tls_secret_name
 from fsm.reasons import ConditionStatus
@@ -43,7 +43,6 @@ __all__ = ["Actor", "Outcome"]
 
 log = logging.getLogger(__name__)
 
-_TAKEN_ANNOTATION = "ai.deckhouse.io/capacity-taken"  # arbiter.TAKEN_ANNOTATION
 _RESOURCES = {
     "ResourceClaimTemplate": kinds.RESOURCE_CLAIM_TEMPLATES,
     "Service": kinds.SERVICES,
@@ -68,21 +67,17 @@ class Actor:
         *,
         world: ClusterCache,
         writer: Writer,
-        planning: Planning,
         targets: TargetResolver,
         settings: Callable[[], Settings],
         hpa_api_version: str,
         rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None,
-        reclaim: Callable[[OrderRef, OrderState, tuple[str, ...]], None],
     ) -> None:
         self._world = world
         self._writer = writer
-        self._planning = planning
         self._targets = targets
         self._settings = settings
         self._hpa_api_version = hpa_api_version
         self._rewrite = rewrite
-        self._reclaim = reclaim
         self.repairs = 0  # objects re-applied or pruned because the live world drifted
 
     def act(
@@ -151,8 +146,6 @@ class Actor:
             return ob.ApplyFailed(at=now, message=str(exc)[:500])
         live = self._live(order)
         _keep_priority_replicas(docs, live)
-        if command.reclaims and not command.repair:
-            self._reclaim(order, state, command.reclaims)
         changed = docs if not command.repair else converging.drifted(docs, live)
         if command.repair:
             self.repairs += len(changed)
@@ -216,6 +209,21 @@ class Actor:
         annotations = ((secret or {}).get("metadata") or {}).get("annotations") or {}
         if secret is not None and annotations.get("cert-manager.io/certificate-name") == name:
             self._writer.delete(kinds.SECRETS, order.namespace, name, secret["metadata"]["uid"])
+
+    def scale(
+        self, order: OrderRef, replicas: int, record: Taking | None, resource_version: str
+    ) -> None:
+        """Scale an order's Deployment for priority, with the record of what is taken, in
+        one patch conditional on the version the decision read (409: decide again)."""
+        body: dict[str, Any] = {
+            "metadata": {
+                "resourceVersion": resource_version or None,
+                "annotations": {TAKEN_ANNOTATION: record.dump() if record else None},
+            },
+            "spec": {"replicas": replicas},
+        }
+        self._writer.patch(kinds.DEPLOYMENTS, order.namespace, order.name, body)
+        log.info("%s: scaled to %d for priority (%s)", order.key, replicas, record and record.by)
 
     # -- probing -----------------------------------------------------------------------
 
@@ -334,5 +342,5 @@ def _keep_priority_replicas(docs: list[dict[str, Any]], live: dict[converging.Ke
             continue
         current = live.get(converging.key_of(doc))
         annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
-        if annotations.get(_TAKEN_ANNOTATION):
+        if annotations.get(TAKEN_ANNOTATION):
             doc.get("spec", {}).pop("replicas", None)

@@ -12,6 +12,7 @@ start, so an older controller's appends are refused. Every write goes through on
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import socket
@@ -45,6 +46,14 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def _pooled(api: ApiClient, size: int) -> ApiClient:
+    """A client whose connection pool fits every watch and every worker at once (the
+    default 10 made urllib3 discard connections: "Connection pool is full")."""
+    configuration = copy.deepcopy(api.configuration)
+    configuration.connection_pool_maxsize = size
+    return ApiClient(configuration)
+
+
 class Controller:
     def __init__(
         self,
@@ -61,6 +70,7 @@ class Controller:
         leader_election: bool = True,
         identity: str | None = None,
     ) -> None:
+        api = _pooled(api, size=32 + workers)
         self.cache = ClusterCache(api, hpa_api_version=hpa_api_version)
         self.writer = Writer(api)  # every Kubernetes write of the controller goes here
         self._log = log_store

@@ -28,7 +28,7 @@ from adapters.kubernetes.world import ClusterCache
 from adapters.kubernetes.writing import Writer
 from adapters.models import HubResolver
 from adapters.probes.targets import TargetResolver
-from fsm import decide, effects
+from fsm import arbitration, decide, effects
 from fsm import observations as ob
 from fsm.fold import fold
 from fsm.identity import OrderRef
@@ -96,12 +96,10 @@ class Reconciler:
         self.actor = Actor(
             world=world,
             writer=writer,
-            planning=self.planning,
             targets=targets,
             settings=settings,
             hpa_api_version=hpa_api_version,
             rewrite=rewrite,
-            reclaim=self._arbiter.reclaim,
         )
 
     # -- the pass ----------------------------------------------------------------------
@@ -129,10 +127,35 @@ class Reconciler:
             ),
         )
         self._record(p, self._observer.endpoint(p.order, p.state, now))
-        self._record(p, self._arbiter.verdict(p.order, p.state, now))  # priority and growth
+        self._arbitrate(p)  # priority and growth: takes on both streams, then scaled
         # Act: the core's commands until the state stops moving.
         self._act(p)
         return self._outcome(p)
+
+    def _arbitrate(self, p: _Pass) -> None:
+        ruling = self._arbiter.ruling(p.order, p.state)
+        if ruling is None:
+            return
+        self._take(p, ruling.reclaims)
+        if ruling.verdict is not None:
+            self._record(p, _scaling_seen(ruling.verdict, p.now))
+        back = ruling.give_back
+        if back is not None:
+            self.actor.scale(p.order, back.replicas, back.record, back.resource_version)
+
+    def _take(self, p: _Pass, reclaims: tuple[str, ...]) -> None:
+        """Free `reclaims` for this order: each take is in the taker's and the victim's
+        streams before the victim's Deployment is scaled."""
+        for take in self._arbiter.takes(p.order, p.state, reclaims) if reclaims else []:
+            self._record(
+                p, ob.ReplicasReclaimed(at=p.now, victim=take.victim_key, replicas=take.taken)
+            )
+            obj = self._world.orders.get(take.victim)
+            if obj is None:
+                continue
+            victim = _Pass(order_of(obj), self.state_of(take.victim), p.now)
+            self._record(victim, _scaling_seen(arbitration.taken_verdict(take.record), p.now))
+            self.actor.scale(victim.order, take.replicas, take.record, take.resource_version)
 
     def _act(self, p: _Pass) -> None:
         for _ in range(_MAX_ROUNDS):
@@ -156,6 +179,8 @@ class Reconciler:
             with self.planning.lock:  # the next plan must see this one
                 outcome = self.planning.plan(p.order.uid, p.state, command)
                 return self._record(p, ob.PlanJudged(at=p.now, outcome=outcome))
+        if isinstance(command, effects.ApplyWorkload) and not command.repair:
+            self._take(p, command.reclaims)  # the plan's place needs these claims freed
         if isinstance(command, effects.PublishStatus):
             if self.actor.publish(p.order, p.state, dict(command.status)):
                 # What `verify` compares a replay with: the status as last written.
@@ -234,3 +259,14 @@ class Reconciler:
             self._record(_Pass(order, state, now), ob.Deleted(at=now))
             self._log.mark_deleted(uid, now)
         self.forget(uid)
+
+
+def _scaling_seen(verdict: arbitration.Verdict, at: datetime) -> ob.ScalingSeen:
+    return ob.ScalingSeen(
+        at=at,
+        reason=verdict.reason,
+        message=verdict.message,
+        taken_by=verdict.taken_by,
+        priority_class_name=verdict.priority_class_name,
+        replicas=verdict.replicas,
+    )
