@@ -14,13 +14,11 @@ Also the pure questions the controller asks before it calls the planner:
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from fsm import events as ev
 from fsm import observations as ob
 from fsm.fold import plan_basis
 from fsm.reasons import Reason
-from fsm.state import PROBE_FAILURE_THRESHOLD, OrderState
+from fsm.state import PROBE_FAILURE_THRESHOLD, OrderState, grace_start, probe_error_text
 from fsm.values import ClassOutcome, ModelOutcome, PlanOutcome
 
 __all__ = ["decide", "excluded_device_classes", "held_devices", "needs_plan"]
@@ -266,7 +264,7 @@ def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:
             )
         )
     plan = s.plan_in_force
-    waited_since = _waiting_since(s, o.unallocated_since)
+    waited_since = grace_start(s, o.unallocated_since)
     if (
         plan is not None
         and o.available == 0
@@ -285,14 +283,6 @@ def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:
             )
         )
     return out
-
-
-def _waiting_since(s: OrderState, unallocated_since: datetime | None) -> datetime | None:
-    """Since when the plan in force waits for devices: a pod of an earlier plan (still
-    pending through a rolling update) does not use up the grace of the plan applied after."""
-    if unallocated_since is None or s.applied_at is None:
-        return unallocated_since
-    return max(unallocated_since, s.applied_at)
 
 
 def _endpoint(s: OrderState, o: ob.EndpointSeen) -> list[ev.Event]:
@@ -315,18 +305,13 @@ def _probe(s: OrderState, o: ob.ProbeResult) -> list[ev.Event]:
         if s.probe_ok and s.probe_failures == 0:
             return []
         return [ev.ProbeSucceeded(observed_at=o.at, status_code=o.status_code)]
-    repeated = s.probe_ok is False and _probe_error(o) == s.probe_error
+    repeated = s.probe_ok is False and probe_error_text(o.status_code, o.error) == s.probe_error
     # Before the first Ready the streak means nothing, and past the threshold the order
     # is Failed already: only a new error is news. In between every failure counts.
     counting = s.ever_ready and s.probe_failures < PROBE_FAILURE_THRESHOLD
     if repeated and not counting:
         return []
     return [ev.ProbeFailed(observed_at=o.at, status_code=o.status_code, error=o.error)]
-
-
-def _probe_error(o: ob.ProbeResult) -> str:
-    # Mirrors the fold's rendering of a failure, so "the same error" compares like for like.
-    return o.error if o.status_code is None else f"HTTP {o.status_code}: {o.error}".rstrip(": ")
 
 
 def _scaling(s: OrderState, o: ob.ScalingSeen) -> list[ev.Event]:

@@ -17,7 +17,12 @@ from fsm import identity
 from fsm.decide import excluded_device_classes, held_devices, needs_plan
 from fsm.fold import plan_basis
 from fsm.reasons import ConditionStatus, ConditionType, Phase, Reason
-from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, PROBE_FAILURE_THRESHOLD, OrderState
+from fsm.state import (
+    DEVICE_ALLOCATION_GRACE_SECONDS,
+    PROBE_FAILURE_THRESHOLD,
+    OrderState,
+    grace_start,
+)
 from fsm.status import render_status
 from fsm.values import Authentication, EffectivePolicy, EndpointType, ModelFacts, ModelRef, Plan
 
@@ -189,9 +194,8 @@ def _allocation_recheck(state: OrderState, grace_seconds: float) -> Recheck | No
         return None
     if w.unallocated_since is None or state.last_event_at is None:
         return None
-    since = w.unallocated_since
-    if state.applied_at is not None and state.applied_at > since:
-        since = state.applied_at  # the grace of the plan in force starts at its apply
+    since = grace_start(state, w.unallocated_since)
+    assert since is not None
     waited = (state.last_event_at - since).total_seconds()
     return Recheck(
         after_seconds=max(grace_seconds - waited, 1.0),

@@ -28,6 +28,7 @@ from fsm.state import (
     PlanBasis,
     Scaling,
     Workload,
+    probe_error_text,
 )
 from fsm.status import Verdict, judge
 
@@ -196,7 +197,7 @@ def _probe_ok(s: OrderState, e: ev.ProbeSucceeded) -> Updates:
 
 
 def _probe_failed(s: OrderState, e: ev.ProbeFailed) -> Updates:
-    error = e.error if e.status_code is None else f"HTTP {e.status_code}: {e.error}".rstrip(": ")
+    error = probe_error_text(e.status_code, e.error)
     return {
         "probe_ok": False,
         "probe_failures": s.probe_failures + 1,

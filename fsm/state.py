@@ -42,6 +42,8 @@ __all__ = [
     "PlanBasis",
     "Scaling",
     "Workload",
+    "grace_start",
+    "probe_error_text",
 ]
 
 # After the first Ready, this many consecutive failed probes make the order Failed
@@ -210,3 +212,16 @@ class OrderState(_Value):
             if cond.type is type_:
                 return cond
         return None
+
+
+def grace_start(state: OrderState, unallocated_since: datetime | None) -> datetime | None:
+    """Since when the plan in force waits for devices: a pod of an earlier plan (still
+    pending through a rolling update) does not use up the grace of the plan applied after."""
+    if unallocated_since is None or state.applied_at is None:
+        return unallocated_since
+    return max(unallocated_since, state.applied_at)
+
+
+def probe_error_text(status_code: int | None, error: str) -> str:
+    """A failed probe as the status and the log say it."""
+    return error if status_code is None else f"HTTP {status_code}: {error}".rstrip(": ")
