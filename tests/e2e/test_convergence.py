@@ -307,7 +307,8 @@ def test_a_class_switched_to_cluster_local_without_token_prunes_and_back(
             timeout=60,
             what="the Ingress and the token Secret back",
         )
-        alice.wait_phase(NS, "conv-prune", "Ready", timeout=90)
+        obj = alice.wait_phase(NS, "conv-prune", "Ready", timeout=90)
+        assert settle(platform, obj["metadata"]["uid"]) == 0
 
 
 @pytest.mark.timeout(300)
@@ -336,6 +337,8 @@ def test_a_burst_never_promises_a_device_twice(
             return found if len(ready) == 2 else None
 
         wait_for(settled, timeout=120, what="two of three orders Ready")
+        for uid in uids.values():
+            assert settle(platform, uid, seconds=1.0) == 0  # the NoCapacity one included
         no_capacity = []
         for name, uid in uids.items():
             planned = events_of(platform, uid, ev.PlanComputed)
@@ -376,6 +379,7 @@ def test_capacity_added_to_an_exhausted_order_makes_it_ready_with_no_edit(
             assert retried.device_class == "e2e-add-l4"
             obj = alice.get(NS, "conv-add")
             assert obj is not None and obj["metadata"]["generation"] == 1  # no edit
+            assert settle(platform, uid) == 0
     finally:
         reconciler.allocation_grace_seconds = before
 
@@ -395,6 +399,7 @@ def test_a_hub_outage_does_not_demote_a_ready_order(
         hub = platform.hub
         host, port = hub.url.removeprefix("http://").rsplit(":", 1)
         hub.close()
+        writes = platform.controller.writer.writes
         try:
             resolver = platform.controller._hub
             deadline = time.monotonic() + 30
@@ -411,6 +416,8 @@ def test_a_hub_outage_does_not_demote_a_ready_order(
             )
             assert (model["status"], model["reason"]) == ("True", "ModelResolved")
             assert "unreachable" in model["message"]
+            # One status and one Warning Event say so, however many passes ask the hub.
+            assert platform.controller.writer.writes - writes <= 2
         finally:
             platform.hub = StandInHub(host=host, port=int(port))
         resolver.clear_cache()

@@ -170,6 +170,19 @@ def test_edits_are_reverted_but_fields_others_add_are_left(bed: Bed) -> None:
     assert bed.writer.calls[("apply", "Deployment")] == 2
 
 
+def test_replicas_outside_the_bounds_are_put_back(bed: Bed) -> None:
+    uid = bed.order("llm")
+    bed.settle(uid)
+    deployment = bed.child("Deployment", "llm")
+    assert deployment is not None and deployment["spec"]["replicas"] == 1  # min = max = 1
+    deployment["spec"]["replicas"] = 5
+    fakes.put(bed.world, deployment)
+    bed.settle(uid)
+    live = bed.child("Deployment", "llm")
+    assert live is not None and live["spec"]["replicas"] == 1
+    assert bed.writer.calls[("apply", "Deployment")] == 2
+
+
 def test_a_service_retyped_to_external_name_is_made_anew(bed: Bed) -> None:
     uid = bed.order("llm")
     bed.settle(uid)
