@@ -25,7 +25,8 @@ Guarantees, and where they come from:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -47,9 +48,13 @@ from store.errors import (
 )
 from store.records import Projection, RecordedEvent, Snapshot, StreamInfo, StreamKey
 
-__all__ = ["EventLog", "open_log"]
+__all__ = ["AppendObserver", "EventLog", "open_log"]
 
 _MAX_EPOCH = 2**63 - 1
+
+# Told of every append: its events, how long it took (seconds) and the error that refused
+# it (None: committed). How metrics see the log without the store knowing them.
+AppendObserver = Callable[[Sequence[Event], float, BaseException | None], None]
 
 
 def open_log(url: str) -> EventLog:
@@ -79,6 +84,17 @@ class EventLog:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+        self._observers: list[AppendObserver] = []
+
+    def observe_appends(self, observer: AppendObserver) -> Callable[[], None]:
+        """Call `observer` after every append; returns the function that stops it."""
+        self._observers.append(observer)
+
+        def remove() -> None:
+            if observer in self._observers:
+                self._observers.remove(observer)
+
+        return remove
 
     @property
     def engine(self) -> Engine:
@@ -109,6 +125,27 @@ class EventLog:
         `expected_version`, StaleEpoch if a newer leader epoch was seen, StreamDeleted if
         the order's stream was marked deleted.
         """
+        started = time.perf_counter()  # a duration for observers, never a recorded time
+        try:
+            version = self._append(stream, events, expected_version, epoch, recorded_at)
+        except BaseException as exc:
+            self._told(events, started, exc)
+            raise
+        self._told(events, started, None)
+        return version
+
+    def _told(self, events: Sequence[Event], started: float, error: BaseException | None) -> None:
+        for observer in list(self._observers):
+            observer(events, time.perf_counter() - started, error)
+
+    def _append(
+        self,
+        stream: StreamKey,
+        events: Sequence[Event],
+        expected_version: int,
+        epoch: int,
+        recorded_at: datetime,
+    ) -> int:
         if not events:
             raise ValueError("nothing to append")
         _check_key(stream)

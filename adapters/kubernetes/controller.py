@@ -21,6 +21,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client import ApiClient
 
+from adapters import logs, metrics
 from adapters.kubernetes import classes, queueing
 from adapters.kubernetes.leader import Elector
 from adapters.kubernetes.reconciling import Reconciler
@@ -102,6 +103,10 @@ class Controller:
         self._clock = clock
         self._workers = queueing.Workers(self.queue, self._pass, workers=workers)
         self._stopping = False
+        self._unmeter = [
+            log_store.observe_appends(metrics.appended),
+            metrics.register_orders(self._orders_for_metrics),
+        ]
         self.leading = threading.Event()
         self.lost = threading.Event()  # leadership was lost: the process must stop
         self._elector = (
@@ -193,6 +198,13 @@ class Controller:
         self.cache.stop()
         if self._elector is not None:
             self._elector.stop()
+        for unmeter in self._unmeter:
+            unmeter()
+
+    def _orders_for_metrics(self) -> list[dict[str, Any]]:
+        # Only a leader's cache runs; a standby reports no orders, so replicas never
+        # count one twice.
+        return self.cache.orders.objects() if self.leading.is_set() else []
 
     def _enqueue(self, uids: Iterable[str]) -> None:
         for uid in uids:
@@ -209,6 +221,22 @@ class Controller:
             self._enqueue_class(obj)
 
     def _pass(self, uid: str) -> queueing.Outcome:
+        """One pass, timed and counted by outcome; its log records name the order."""
+        is_class = uid.startswith(classes.CLASS_KEY_PREFIX)
+        meta = {} if is_class else (self.cache.orders.get(uid) or {}).get("metadata") or {}
+        with (
+            logs.about_order(
+                uid=None if is_class else uid,
+                namespace=meta.get("namespace"),
+                name=meta.get("name"),
+            ),
+            metrics.reconcile_pass("class" if is_class else "order") as record,
+        ):
+            outcome = self._pass_once(uid)
+            record.outcome = outcome
+        return outcome
+
+    def _pass_once(self, uid: str) -> queueing.Outcome:
         if uid.startswith(classes.CLASS_KEY_PREFIX):
             name = uid.removeprefix(classes.CLASS_KEY_PREFIX)
             classes.reconcile_class(name, self.cache, self._custom, self._clock)
