@@ -57,11 +57,20 @@ _MAX_EPOCH = 2**63 - 1
 AppendObserver = Callable[[Sequence[Event], float, BaseException | None], None]
 
 
-def open_log(url: str) -> EventLog:
-    """Open the log at `url` (`sqlite:///path` or `postgresql+psycopg://…`), migrating it."""
-    engine = connecting.create_engine(url)
+def open_log(url: str, *, read_only: bool = False) -> EventLog:
+    """Open the log at `url` (`sqlite:///path` or `postgresql+psycopg://…`).
+
+    A writer (the controller) migrates the schema to this release's head first. A reader
+    (`read_only=True`, the audit CLI) never migrates, locks or writes: its connections
+    refuse writes (SQLite `query_only`, a PostgreSQL read-only session), so a role with
+    only SELECT will do; it raises SchemaError unless the schema is at this release's head.
+    """
+    engine = connecting.create_engine(url, read_only=read_only)
     try:
-        migrating.upgrade(engine)
+        if read_only:
+            migrating.check_current(engine)
+        else:
+            migrating.upgrade(engine)
     except BaseException:
         engine.dispose()
         raise
@@ -293,6 +302,31 @@ class EventLog:
     def streams(self) -> list[StreamInfo]:
         """Every stream, deleted ones included, oldest first."""
         return self._infos(sa.true())
+
+    def orders(
+        self, *, namespace: str | None = None, deleted: bool | None = None
+    ) -> list[tuple[StreamInfo, Projection | None]]:
+        """Every stream (of `namespace`; only deleted or only live ones if `deleted` says
+        so), oldest first, each with the status last recorded for it (None: never)."""
+        where: list[sa.ColumnElement[bool]] = []
+        if namespace is not None:
+            where.append(schema.streams.c.namespace == namespace)
+        if deleted is not None:
+            column = schema.streams.c.deleted_at
+            where.append(column.is_not(None) if deleted else column.is_(None))
+        condition = sa.and_(sa.true(), *where)
+        infos = self._infos(condition)
+        query = (
+            sa.select(schema.projections)
+            .join(schema.streams, schema.streams.c.uid == schema.projections.c.stream_uid)
+            .where(condition)
+        )
+        with _translated(), self._engine.connect() as conn:
+            recorded = {
+                row.stream_uid: Projection(int(row.version), dict(row.status))
+                for row in conn.execute(query)
+            }
+        return [(info, recorded.get(info.uid)) for info in infos]
 
     def load_snapshot(self, uid: str) -> Snapshot | None:
         row = self._latest(schema.snapshots, "state", uid)

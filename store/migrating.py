@@ -28,6 +28,7 @@ from store.errors import SchemaError, StoreUnavailable
 
 __all__ = [
     "alembic_config",
+    "check_current",
     "current_revision",
     "head_revision",
     "migrations_folder",
@@ -70,6 +71,32 @@ def head_revision() -> str:
 
 def current_revision(connection: Connection) -> str | None:
     return MigrationContext.configure(connection).get_current_revision()
+
+
+def check_current(engine: Engine) -> str:
+    """The schema's revision, if it is this release's head; else SchemaError. Reads only."""
+    head = head_revision()
+    try:
+        with engine.connect() as conn:
+            current = current_revision(conn)
+    except sa.exc.OperationalError as exc:
+        raise StoreUnavailable(f"cannot read the event log: {exc}") from exc
+    except sa.exc.ProgrammingError as exc:  # e.g. no SELECT on alembic_version
+        raise SchemaError(f"cannot read the event log's schema revision: {exc}") from exc
+    if current == head:
+        return head
+    if current is None:
+        raise SchemaError("no event log here (no schema): nothing was recorded yet")
+    known = {rev.revision for rev in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+    if current in known:
+        raise SchemaError(
+            f"the event log's schema is at revision {current}, this release reads {head}: "
+            "run `ai-inference migrate` (or start the controller) to upgrade it"
+        )
+    raise SchemaError(
+        f"the event log's schema is at revision {current}, unknown to this release "
+        f"(head {head}): it was written by a newer release"
+    )
 
 
 def upgrade(engine: Engine) -> None:
