@@ -44,7 +44,7 @@ __all__ = [
     "MetricsServer",
     "PassRecord",
     "appended",
-    "exposed_names",
+    "exposed_labels",
     "leading",
     "probed",
     "queue_added",
@@ -411,14 +411,42 @@ def serve(port: int, host: str = "0.0.0.0") -> MetricsServer:  # noqa: S104
     return MetricsServer(port, host)
 
 
-def exposed_names() -> frozenset[str]:
-    """Every sample name the registry can expose: counters as `_total`, histograms as
-    `_bucket`/`_sum`/`_count` (what alert and dashboard expressions may name)."""
-    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count", "")}
-    names: set[str] = set()
-    for family in REGISTRY.collect():
-        if not family.name.startswith("ai_inference_"):
-            continue
+_DEFINED = (
+    PASSES,
+    PASS_SECONDS,
+    QUEUE_DEPTH,
+    QUEUE_ADDS,
+    QUEUE_WAIT,
+    QUEUE_RETRIES,
+    WATCH_RESTARTS,
+    LOG_APPENDS,
+    LOG_APPEND_SECONDS,
+    LOG_EVENTS,
+    PLANNER_VERDICTS,
+    PROBES,
+    PROBE_SECONDS,
+    LEADER,
+    LEADER_EPOCH,
+    LEADER_CHANGES,
+)
+_ORDER_LABELS = {
+    ORDERS: ("phase",),
+    ORDERS_BY_REASON: ("condition", "status", "reason"),
+    ORDER_NOT_READY: ("namespace", "name", "phase", "reason"),
+}
+
+
+def exposed_labels() -> dict[str, frozenset[str]]:
+    """Every sample name this module exposes, with its label names — what alert and
+    dashboard expressions may name: counters as `_total`, histograms as `_bucket` (with
+    `le`), `_sum` and `_count`."""
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
+    exposed: dict[str, frozenset[str]] = {}
+    for metric in _DEFINED:
+        family = metric.describe()[0]
+        labels = frozenset(metric._labelnames)  # no public accessor
         for suffix in suffixes.get(family.type, ("",)):
-            names.add(family.name + suffix)
-    return frozenset(names)
+            exposed[family.name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
+    for name, labels in _ORDER_LABELS.items():
+        exposed[name] = frozenset(labels)
+    return exposed

@@ -193,8 +193,16 @@ def test_the_endpoint_serves_every_family_in_the_text_format() -> None:
     finally:
         server.stop()
     assert answer.status_code == 200
-    families = {f.name for f in text_string_to_metric_families(answer.text)}
-    exposed = {f"{name}_total" for name in families} | families
-    declared = {n for n in metrics.exposed_names() if not n.endswith(("_bucket", "_sum", "_count"))}
+    families = list(text_string_to_metric_families(answer.text))
+    exposed = {
+        f"{f.name}{suffix}"
+        for f in families
+        for suffix in {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}.get(
+            f.type, ("",)
+        )
+    }
+    declared = set(metrics.exposed_labels())
     assert declared <= exposed, declared - exposed
-    assert "process_cpu_seconds" in families  # the process collector is registered too
+    ours = {n for n in exposed if n.startswith("ai_inference_") and not n.endswith("_created")}
+    assert ours == declared
+    assert "process_cpu_seconds" in {f.name for f in families}  # the process collector too
