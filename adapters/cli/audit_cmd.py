@@ -173,8 +173,9 @@ def _missing_sqlite_file(url: str) -> str | None:
     return None if Path(parsed.database).exists() else parsed.database
 
 
-def _unreadable(url: str, exc: BaseException) -> int:
-    sys.stderr.write(f"cannot read the event log {_shown(url)}: {exc}\n")
+def _unreadable(url: str, exc: BaseException, *, opening: bool = True) -> int:
+    doing = "open" if opening else "read"
+    sys.stderr.write(f"cannot {doing} the event log {_shown(url)}: {exc}\n")
     return options.EXIT_UNREADABLE
 
 
@@ -207,7 +208,7 @@ def _with_log(args: argparse.Namespace, body: Callable[[store.EventLog], int]) -
         sys.stderr.write(f"{exc}\n")
         return options.EXIT_DIVERGED
     except (store.StoreError, SQLAlchemyError) as exc:
-        return _unreadable(args.store, exc)
+        return _unreadable(args.store, exc, opening=False)
     finally:
         log.close()
 
