@@ -443,10 +443,10 @@ def exposed_labels() -> dict[str, frozenset[str]]:
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
     exposed: dict[str, frozenset[str]] = {}
     for metric in _DEFINED:
-        family = metric.describe()[0]
+        family = next(iter(metric.describe()))
         labels = frozenset(metric._labelnames)  # no public accessor
         for suffix in suffixes.get(family.type, ("",)):
             exposed[family.name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
-    for name, labels in _ORDER_LABELS.items():
-        exposed[name] = frozenset(labels)
+    for name, order_labels in _ORDER_LABELS.items():
+        exposed[name] = frozenset(order_labels)
     return exposed
