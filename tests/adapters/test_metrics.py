@@ -19,9 +19,17 @@ from adapters import metrics
 from adapters.kubernetes import queueing
 from fsm import events as ev
 from fsm.reasons import Reason
-from tests.store.store_samples import at, things
 
 REG = metrics.REGISTRY
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def probes(*seconds: float) -> list[ev.Event]:
+    return [ev.ProbeSucceeded(observed_at=at(s), status_code=200) for s in seconds]
 
 
 def sample(metric: str, /, **labels: str) -> float:
@@ -83,24 +91,24 @@ def test_appends_are_counted_by_result_with_their_events_and_planner_verdicts(
     conflict = sample("ai_inference_log_appends_total", result="conflict")
     stale = sample("ai_inference_log_appends_total", result="stale_epoch")
     timed = sample("ai_inference_log_append_duration_seconds_count")
-    typed = sample("ai_inference_log_events_total", type="TestThingHappened")
+    typed = sample("ai_inference_log_events_total", type="ProbeSucceeded")
     no_capacity = sample("ai_inference_planner_verdicts_total", verdict="NoCapacity")
     with store.open_log(sqlite_url) as log:
         stop = log.observe_appends(metrics.appended)
-        log.append(key, things(1, 2), expected_version=0, epoch=5, recorded_at=at(0))
+        log.append(key, probes(0, 0.5), expected_version=0, epoch=5, recorded_at=at(0))
         failed = ev.PlanFailed(observed_at=at(1), reason=Reason.NO_CAPACITY, message="full")
         log.append(key, [failed], expected_version=2, epoch=5, recorded_at=at(1))
         with pytest.raises(store.StreamConflict):
-            log.append(key, things(3), expected_version=1, epoch=5, recorded_at=at(2))
+            log.append(key, probes(2), expected_version=1, epoch=5, recorded_at=at(2))
         with pytest.raises(store.StaleEpoch):
-            log.append(key, things(3), expected_version=3, epoch=4, recorded_at=at(2))
+            log.append(key, probes(2), expected_version=3, epoch=4, recorded_at=at(2))
         stop()
-        log.append(key, things(4), expected_version=3, epoch=5, recorded_at=at(3))
+        log.append(key, probes(3), expected_version=3, epoch=5, recorded_at=at(3))
     assert sample("ai_inference_log_appends_total", result="ok") == ok + 2
     assert sample("ai_inference_log_appends_total", result="conflict") == conflict + 1
     assert sample("ai_inference_log_appends_total", result="stale_epoch") == stale + 1
     assert sample("ai_inference_log_append_duration_seconds_count") == timed + 4
-    assert sample("ai_inference_log_events_total", type="TestThingHappened") == typed + 2
+    assert sample("ai_inference_log_events_total", type="ProbeSucceeded") == typed + 2
     assert sample("ai_inference_planner_verdicts_total", verdict="NoCapacity") == no_capacity + 1
 
 
