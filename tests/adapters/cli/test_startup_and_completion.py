@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import store
 from adapters.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -79,9 +80,13 @@ def test_help_imports_none_of_the_machinery(argv: list[str]) -> None:
     assert _loaded(*argv) == []
 
 
-def test_a_history_lookup_imports_the_store_but_not_kubernetes(tmp_path: Path) -> None:
-    loaded = _loaded("history", "support/x", "--store", str(tmp_path / "none.sqlite"))
-    assert "kubernetes" not in loaded and "adapters.simulator" not in loaded
+def test_a_history_lookup_imports_neither_kubernetes_nor_alembic(tmp_path: Path) -> None:
+    path = tmp_path / "log.sqlite"
+    store.open_log(f"sqlite:///{path}").close()  # a migrated, empty log
+    loaded = _loaded("history", "support/x", "--store", str(path))
+    assert "store" in loaded and "sqlalchemy" in loaded  # it did read the log
+    assert "alembic" not in loaded, "a reader checks the revision without Alembic"
+    assert not {"kubernetes", "adapters.simulator", "httpx", "celpy"} & set(loaded)
 
 
 # -- completion --------------------------------------------------------------------------------
