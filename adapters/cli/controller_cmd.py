@@ -19,6 +19,8 @@ from adapters.logs import LEVELS
 if TYPE_CHECKING:
     from kubernetes import client
 
+    from adapters.metrics import MetricsServer
+
 
 # The heavy imports (the Kubernetes client, the controller) happen when the command
 # runs, so `ai-inference history` and `--help` start quickly.
@@ -65,7 +67,7 @@ def _terminate(*_: object) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     import store
-    from adapters import logs, metrics
+    from adapters import logs
     from adapters.kubernetes.controller import Controller
     from adapters.kubernetes.health import HealthServer
     from adapters.probes.targets import AnnotatedPodTarget, ServiceTarget, TargetResolver
@@ -84,7 +86,7 @@ def _run(args: argparse.Namespace) -> int:
             hpa_api_version=args.hpa_api_version,
         )
         signal.signal(signal.SIGTERM, _terminate)
-        served = metrics.serve(args.metrics_port) if args.metrics_port else None
+        served = _serve_metrics(args.metrics_port) if args.metrics_port else None
         health = None
         if args.health_port:
             health = HealthServer(
@@ -106,3 +108,17 @@ def _run(args: argparse.Namespace) -> int:
             if served is not None:
                 served.stop()
     return 1 if controller.lost.is_set() else 0
+
+
+def _serve_metrics(port: int) -> MetricsServer | None:
+    """/metrics on `port`, or None (logged) when the port is taken: a controller without
+    metrics still serves orders, and another process on this machine may hold 8080."""
+    import logging
+
+    from adapters import metrics
+
+    try:
+        return metrics.serve(port)
+    except OSError as exc:
+        logging.getLogger(__name__).error("cannot serve /metrics on port %d: %s", port, exc)
+        return None
