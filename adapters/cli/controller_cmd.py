@@ -9,13 +9,18 @@ HuggingFace endpoint (tests and the demo point it at the stand-in hub on 127.0.0
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from adapters.cli import options
+from adapters.logs import LEVELS
+
 if TYPE_CHECKING:
     from kubernetes import client
+
+    from adapters.metrics import MetricsServer
+
 
 # The heavy imports (the Kubernetes client, the controller) happen when the command
 # runs, so `ai-inference history` and `--help` start quickly.
@@ -26,11 +31,7 @@ __all__ = ["api_client_for", "register"]
 def register(subparsers: Any) -> None:
     sub = subparsers.add_parser("controller", help="run the controller (the main job)")
     sub.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
-    sub.add_argument(
-        "--store",
-        default="sqlite:///ai-inference.sqlite",
-        help="event log: a SQLite URL/path or postgresql+psycopg://... (default %(default)s)",
-    )
+    options.add_store(sub)
     sub.add_argument("--hub-endpoint", help="HuggingFace hub endpoint (overrides the settings)")
     sub.add_argument(
         "--probe-target",
@@ -40,6 +41,13 @@ def register(subparsers: Any) -> None:
     )
     sub.add_argument("--workers", type=int, default=2)
     sub.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz (0: off)")
+    sub.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics (0: off)")
+    sub.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        default="info",
+        help="least severe level logged (JSON lines on stderr)",
+    )
     sub.add_argument("--hpa-api-version", default="autoscaling/v2")
     sub.set_defaults(run=_run)
 
@@ -53,31 +61,22 @@ def api_client_for(kubeconfig: str | None) -> client.ApiClient:
     return client.ApiClient()
 
 
-def _store_url(value: str) -> str:
-    return value if "://" in value else f"sqlite:///{value}"
-
-
 def _terminate(*_: object) -> None:
     raise KeyboardInterrupt
 
 
 def _run(args: argparse.Namespace) -> int:
     import store
+    from adapters import logs
     from adapters.kubernetes.controller import Controller
     from adapters.kubernetes.health import HealthServer
     from adapters.probes.targets import AnnotatedPodTarget, ServiceTarget, TargetResolver
 
-    logging.basicConfig(
-        level=logging.INFO,
-        format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',
-    )
-    # Per-request and per-transition chatter from libraries would drown the decisions.
-    for noisy in ("transitions", "httpx", "httpx2", "alembic", "huggingface_hub"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logs.configure(args.log_level)
     targets: TargetResolver = (
         AnnotatedPodTarget() if args.probe_target == "simulator" else ServiceTarget()
     )
-    with store.open_log(_store_url(args.store)) as log_store:
+    with store.open_log(args.store) as log_store:
         controller = Controller(
             api_client_for(args.kubeconfig),
             log_store,
@@ -87,6 +86,7 @@ def _run(args: argparse.Namespace) -> int:
             hpa_api_version=args.hpa_api_version,
         )
         signal.signal(signal.SIGTERM, _terminate)
+        served = _serve_metrics(args.metrics_port) if args.metrics_port else None
         health = None
         if args.health_port:
             health = HealthServer(
@@ -105,4 +105,20 @@ def _run(args: argparse.Namespace) -> int:
             controller.stop()
             if health is not None:
                 health.stop()
+            if served is not None:
+                served.stop()
     return 1 if controller.lost.is_set() else 0
+
+
+def _serve_metrics(port: int) -> MetricsServer | None:
+    """/metrics on `port`, or None (logged) when the port is taken: a controller without
+    metrics still serves orders, and another process on this machine may hold 8080."""
+    import logging
+
+    from adapters import metrics
+
+    try:
+        return metrics.serve(port)
+    except OSError as exc:
+        logging.getLogger(__name__).error("cannot serve /metrics on port %d: %s", port, exc)
+        return None

@@ -19,10 +19,12 @@ import socket
 import threading
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client import ApiClient
 
+from adapters import logs, metrics
 from adapters.kubernetes import classes, oldservers, queueing
 from adapters.kubernetes.leader import Elector
 from adapters.kubernetes.reconciling import Reconciler
@@ -81,7 +83,7 @@ class Controller:
         self._epoch = 0
         self._sync_timeout = sync_timeout
         self.queue = queueing.WorkQueue()
-        self.class_queue = queueing.WorkQueue()
+        self.class_queue = queueing.WorkQueue(name="classes")
         self.reconciler = Reconciler(
             world=self.cache,
             log_store=log_store,
@@ -99,6 +101,10 @@ class Controller:
         self._workers = queueing.Workers(self.queue, self._pass, workers=workers)
         self._class_workers = queueing.Workers(self.class_queue, self._class_pass, workers=1)
         self._stopping = False
+        self._unmeter = [
+            log_store.observe_appends(metrics.appended),
+            metrics.register_orders(self._orders_for_metrics),
+        ]
         self.leading = threading.Event()
         self.lost = threading.Event()  # leadership was lost: the process must stop
         self._elector = (
@@ -193,6 +199,13 @@ class Controller:
         self.cache.stop()
         if self._elector is not None:
             self._elector.stop()
+        for unmeter in self._unmeter:
+            unmeter()
+
+    def _orders_for_metrics(self) -> list[dict[str, Any]]:
+        # Only a leader's cache runs; a standby reports no orders, so replicas never
+        # count one twice.
+        return self.cache.orders.objects() if self.leading.is_set() else []
 
     def _enqueue(self, uids: Iterable[str]) -> None:
         for uid in uids:
@@ -209,10 +222,23 @@ class Controller:
             self._enqueue_class(obj)
 
     def _class_pass(self, name: str) -> queueing.Outcome:
-        classes.reconcile_class(name, self.cache, self.writer, self._clock)
-        return queueing.Done()
+        with metrics.reconcile_pass("class") as record:
+            classes.reconcile_class(name, self.cache, self.writer, self._clock)
+            record.outcome = queueing.Done()
+        return record.outcome
 
     def _pass(self, uid: str) -> queueing.Outcome:
+        """One pass, timed and counted by outcome; its log records name the order."""
+        meta = (self.cache.orders.get(uid) or {}).get("metadata") or {}
+        with (
+            logs.about_order(uid=uid, namespace=meta.get("namespace"), name=meta.get("name")),
+            metrics.reconcile_pass("order") as record,
+        ):
+            outcome = self._pass_once(uid)
+            record.outcome = outcome
+        return outcome
+
+    def _pass_once(self, uid: str) -> queueing.Outcome:
         try:
             return self.reconciler.reconcile(uid)
         except StreamConflict as exc:

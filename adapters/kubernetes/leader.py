@@ -30,6 +30,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from adapters import metrics
 from adapters.kubernetes import errors, queueing
 
 __all__ = ["Elector"]
@@ -169,6 +170,7 @@ class Elector:
         if self._leading:
             return
         self._leading, self._epoch = True, epoch
+        metrics.leading(True, epoch)
         log.info("%s leads %s/%s at epoch %d", self.identity, self.namespace, self.name, epoch)
         self._on_started(epoch)
 
@@ -176,6 +178,7 @@ class Elector:
         if not self._leading:
             return
         self._leading = False
+        metrics.leading(False)
         log.warning("%s stopped leading %s/%s", self.identity, self.namespace, self.name)
         self._on_stopped()
 

@@ -51,6 +51,7 @@ from kubernetes import watch
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from adapters import metrics
 from adapters.kubernetes import errors, queueing
 
 __all__ = [
@@ -391,10 +392,13 @@ class Informer:
                     need_list = False
                 if self._watch_once():
                     failures = 0
+                    self._restarted("ended")
                     continue
                 failures += 1
                 delay = self._backoff.delay(failures)
+                self._restarted("ended")
             except errors.APIGoneError as exc:
+                self._restarted("gone")
                 self.stats.gone += 1
                 log.info("%s: %s; listing again", self.name, exc)
                 need_list = True
@@ -402,21 +406,28 @@ class Informer:
                 # The first 410 re-lists at once; a loop of them backs off.
                 delay = self._backoff.delay(failures - 1)
             except errors.APITooManyRequestsError as exc:
+                self._restarted("throttled")
                 self.stats.throttled += 1
                 failures += 1
                 delay = max(self._backoff.delay(failures), exc.retry_after or 0.0)
             except errors.APIError as exc:
+                self._restarted("error")
                 self.stats.errors += 1
                 failures += 1
                 delay = self._backoff.delay(failures)
                 log.warning("%s: %s; retrying in %.1fs", self.name, exc, delay)
             except Exception:
+                self._restarted("error")
                 self.stats.errors += 1
                 failures += 1
                 delay = self._backoff.delay(failures)
                 log.exception("%s: watch loop failed; retrying in %.1fs", self.name, delay)
             if delay:
                 self._stopping.wait(delay)
+
+    def _restarted(self, reason: str) -> None:
+        if not self._stopping.is_set():  # stopping the informer is not a restart
+            metrics.watch_restarted(self.resource.plural, reason)
 
     def _list_all(self) -> tuple[list[Obj], str]:
         items: list[Obj] = []
@@ -536,6 +547,7 @@ class Informer:
                 if not stream.stopped_by_watchdog:
                     stream.stopped_by_watchdog = True
                     self.stats.watchdog_stops += 1
+                    metrics.watch_restarted(self.resource.plural, "watchdog")
                     log.info("%s: silent for %.0fs; restarting the watch", self.name, inactivity)
                 # Repeated: a stop before the response headers came back cannot cut the
                 # socket (the client has not handed it over yet); the read timeout bounds

@@ -270,6 +270,10 @@ LEVELS = [
     ("bob", ("create", AI, "inferenceservices", "analytics"), False),
     ("bob", ("get", "", "secrets", "analytics"), False),
     ("bob", ("list", AI, "inferenceservices", "support"), False),
+    ("bob", ("list", "", "events", "analytics"), True),  # the Events tell the order's why
+    ("bob", ("get", "events.k8s.io", "events", "analytics"), True),
+    ("bob", ("create", "", "events", "analytics"), False),
+    ("bob", ("list", "", "events", "support"), False),
     ("carol", ("create", AI, "inferenceserviceclasses", None), True),
     ("carol", ("delete", AI, "launchrecipes", None), True),
     ("carol", ("get", AI, "inferenceserviceclasses/status", None), True),
