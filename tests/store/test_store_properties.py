@@ -2,7 +2,7 @@
 
 Two families: the suite's own sample events (any batch split, any recorded times, so
 time travel is exercised with clocks that step back), and real order streams drawn by
-`tests/fsm/strategies.py` (decide + evolve on random observations), where the oracle is
+`tests/support/strategies.py` (decide + evolve on random observations), where the oracle is
 the core's own fold: folding what the store returns, with or without a snapshot taken
 midway, equals folding the events in memory.
 """

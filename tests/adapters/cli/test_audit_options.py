@@ -26,8 +26,8 @@ from fsm.reasons import Reason
 from fsm.state import OrderState
 from store import schema
 from tests.adapters.cli.test_audit_cli import UID, _write_life
-from tests.fsm import strategies as s
 from tests.store.conftest import PG_HOST, PG_PORT
+from tests.support import strategies as s
 
 OTHER_UID = "0b7c2a8e-2222-4c1e-9a55-000000000002"
 OTHER = store.StreamKey(OTHER_UID, "analytics", "embedder")
