@@ -1,6 +1,8 @@
 """Every kind the controller reads or writes, as `watching.Resource` values.
 
 One list, so the informers, the RBAC in deploy/ and the tests speak of the same kinds.
+`OPTIONAL` are the kinds a plain cluster may not serve: the ai-models catalog, Deckhouse's
+ModuleConfig and DRA v1. The controller runs without them and picks them up later.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ __all__ = [
     "LAUNCH_RECIPES",
     "MODELS",
     "MODULE_CONFIGS",
+    "OPTIONAL",
     "PODS",
     "PRIORITY_CLASSES",
     "RESOURCE_CLAIMS",
@@ -46,3 +49,7 @@ PRIORITY_CLASSES = Resource(
 SECRETS = Resource("", "v1", "secrets", "Secret")
 PODS = Resource("", "v1", "pods", "Pod")
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
+
+OPTIONAL = frozenset(
+    {MODELS, CLUSTER_MODELS, MODULE_CONFIGS, DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS}
+)

@@ -7,6 +7,7 @@ decisions it can change, so exactly those are re-evaluated.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -65,9 +66,25 @@ def _meta(obj: Obj) -> dict[str, Any]:
 class ClusterCache:
     """Informers for every kind the controller reads, started and stopped together."""
 
-    def __init__(self, api: ApiClient, *, timeouts: Timeouts | None = None) -> None:
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        timeouts: Timeouts | None = None,
+        discovery_period: float = 30.0,
+    ) -> None:
         def informer(resource: Resource, **kwargs: Any) -> Informer:
-            return Informer(api, resource, timeouts=timeouts, resync_period=300.0, **kwargs)
+            # Kinds of other modules and of DRA may be absent: empty until they appear.
+            optional = resource in kinds.OPTIONAL
+            return Informer(
+                api,
+                resource,
+                timeouts=timeouts,
+                resync_period=300.0,
+                optional=optional,
+                absent_poll=discovery_period,
+                **kwargs,
+            )
 
         self.orders = informer(
             kinds.INFERENCE_SERVICES,
@@ -104,7 +121,12 @@ class ClusterCache:
             inf.start()
 
     def wait_synced(self, timeout: float) -> bool:
-        return all(inf.wait_synced(timeout) for inf in self.informers)
+        deadline = time.monotonic() + timeout
+        return all(inf.wait_synced(max(0.0, deadline - time.monotonic())) for inf in self.informers)
+
+    def unsynced(self) -> list[str]:
+        """The informers still waiting for their first LIST (for the error message)."""
+        return [inf.name for inf in self.informers if not inf.has_synced()]
 
     def stop(self) -> None:
         for inf in self.informers:
@@ -117,6 +139,11 @@ class ClusterCache:
         if obj is None:
             return None
         return obj
+
+    def catalog_installed(self, kind: str) -> bool:
+        """Whether the cluster serves this ai-models kind (its CRD is installed)."""
+        informer = self.cluster_models if kind == "ClusterModel" else self.models
+        return informer.present is not False
 
     def catalog_object(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         if kind == "ClusterModel":
