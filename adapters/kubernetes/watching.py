@@ -337,6 +337,11 @@ class Informer:
             uids = self._indexes[index].values.get(value, set())
             return [copy.deepcopy(self._objects[uid]) for uid in sorted(uids)]
 
+    def index_values(self, index: str) -> list[str]:
+        """Every value some cached object has in `index`."""
+        with self._cond:
+            return list(self._indexes[index].values)
+
     def wait_for_rv(self, uid: str, resource_version: str, timeout: float) -> bool:
         """Wait until the cache reflects the write that returned `resource_version`."""
         with self._cond:

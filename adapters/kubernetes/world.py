@@ -15,6 +15,7 @@ from kubernetes.client import ApiClient
 
 from adapters.kubernetes import kinds
 from adapters.kubernetes.rendering import UID_LABEL
+from adapters.kubernetes.secret_lookup import NamedSecrets
 from adapters.kubernetes.watching import Informer, Obj, Resource, Timeouts, by_label
 
 __all__ = ["ClusterCache"]
@@ -72,6 +73,7 @@ class ClusterCache:
         *,
         timeouts: Timeouts | None = None,
         discovery_period: float = 30.0,
+        secret_refresh: float = 30.0,
     ) -> None:
         def informer(resource: Resource, **kwargs: Any) -> Informer:
             # Kinds of other modules and of DRA may be absent: empty until they appear.
@@ -103,7 +105,15 @@ class ClusterCache:
         self.resource_slices = informer(kinds.RESOURCE_SLICES)
         self.resource_claims = informer(kinds.RESOURCE_CLAIMS)
         self.priority_classes = informer(kinds.PRIORITY_CLASSES)
-        self.secrets = informer(kinds.SECRETS)
+        # Never every Secret of the cluster: our token Secrets by label, and the Secrets
+        # orders name read by name (secret_lookup.py).
+        self.token_secrets = informer(kinds.SECRETS, label_selector=UID_LABEL)
+        self.secrets = NamedSecrets(
+            api,
+            own=self.token_secrets,
+            named=lambda: self.orders.index_values(BY_SECRET),
+            refresh=secret_refresh,
+        )
         # Children carry the order's UID label; the selector keeps the cache to ours.
         self.deployments = informer(
             kinds.DEPLOYMENTS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
@@ -119,6 +129,7 @@ class ClusterCache:
     def start(self) -> None:
         for inf in self.informers:
             inf.start()
+        self.secrets.start()
 
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -129,6 +140,7 @@ class ClusterCache:
         return [inf.name for inf in self.informers if not inf.has_synced()]
 
     def stop(self) -> None:
+        self.secrets.stop()
         for inf in self.informers:
             inf.stop()
 

@@ -168,6 +168,8 @@ CONTROLLER_MAY_NOT = [
     ("patch", DRA, "resourceclaims", "support"),
     ("patch", DRA, "resourceslices", None),
     ("delete", "", "secrets", "support"),
+    ("update", "", "secrets", "support"),
+    ("patch", "", "secrets", "analytics"),
     ("delete", "", "pods", "support"),
     ("create", "", "pods", "support"),
     ("list", "", "nodes", None),
