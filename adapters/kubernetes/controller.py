@@ -11,7 +11,8 @@ Leadership never wedges: a leader whose caches do not sync or whose log fails at
 take-over, or that meets a newer epoch in the log (StaleEpoch), gives the Lease up and
 sets `lost`; `ai-inference controller` then exits non-zero and liveness fails. `stop()`
 (SIGTERM) releases the Lease so a standby leads within a renewal round. `still_leading()`
-is the check a pass makes before each write.
+is the check before each write: the passes' client (`writer`, fencing.py) makes it
+before every request that is not a read.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client import ApiClient
 
-from adapters.kubernetes import classes, queueing
+from adapters.kubernetes import classes, fencing, queueing
 from adapters.kubernetes.leader import Elector
 from adapters.kubernetes.reconciling import Reconciler
 from adapters.kubernetes.settings import Settings, SettingsError, Source
@@ -104,11 +105,13 @@ class Controller:
         self._epoch = 0
         self._sync_timeout = sync_timeout
         self.queue = queueing.WorkQueue()
+        # Passes write through a client that refuses once still_leading() is false.
+        self.writer = fencing.fenced(api, self.still_leading)
         self.reconciler = Reconciler(
             world=self.cache,
             log_store=log_store,
             epoch=lambda: self._epoch,
-            api=api,
+            api=self.writer,
             hub=self._hub,
             targets=targets or ServiceTarget(),
             settings=self.settings,
@@ -117,7 +120,7 @@ class Controller:
             rewrite=_pod_claims_rewrite(api),
             allocation_grace_seconds=allocation_grace_seconds,
         )
-        self._custom = client.CustomObjectsApi(api)
+        self._custom = client.CustomObjectsApi(self.writer)
         self._clock = clock
         self._workers = queueing.Workers(self.queue, self._pass, workers=workers)
         self._stopping = False
@@ -286,15 +289,18 @@ class Controller:
     def _pass(self, uid: str) -> queueing.Outcome:
         if not self.still_leading():
             return queueing.Done()  # an old leader starts nothing; the next one re-reads all
-        if uid.startswith(classes.CLASS_KEY_PREFIX):
-            name = uid.removeprefix(classes.CLASS_KEY_PREFIX)
-            classes.reconcile_class(name, self.cache, self._custom, self._clock)
-            return queueing.Done()
         try:
+            if uid.startswith(classes.CLASS_KEY_PREFIX):
+                name = uid.removeprefix(classes.CLASS_KEY_PREFIX)
+                classes.reconcile_class(name, self.cache, self._custom, self._clock)
+                return queueing.Done()
             return self.reconciler.reconcile(uid)
         except StreamConflict as exc:
             self.reconciler.forget(uid)  # someone else moved the stream: re-read it
             return queueing.Retry(exc)
+        except fencing.NotLeading as exc:
+            log.info("pass over %s stopped before a write: %s", uid, exc)
+            return queueing.Done()  # the next leader re-reads everything
         except StaleEpoch as exc:
             # A newer controller appends to the log: end leadership as a lost Lease would.
             self._abdicate(f"a newer controller leads ({exc})")

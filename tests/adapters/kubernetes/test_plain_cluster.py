@@ -9,6 +9,7 @@ and runs controllers against it, in-process and as `ai-inference controller` pro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -19,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,7 @@ from adapters.kubernetes.controller import (
     Controller,
     LeadershipLost,
 )
+from adapters.kubernetes.fencing import NotLeading
 from adapters.kubernetes.manifests import Applier, load_documents, manifest_files
 from adapters.kubernetes.settings import Source
 from adapters.kubernetes.watching import Informer
@@ -392,3 +395,44 @@ def test_a_leader_that_cannot_work_exits_non_zero_and_frees_the_lease(
         assert plain.holder() == ""
     finally:
         proc.kill()
+
+
+def _secret(name: str) -> dict[str, Any]:
+    # A kind the controller's RBAC lets it create (its token Secrets).
+    return {"metadata": {"name": name}, "stringData": {"written": "yes"}}
+
+
+def test_after_the_lease_is_taken_the_old_leader_writes_nothing(
+    plain: Plain, no_lease: None, tmp_path: Path
+) -> None:
+    log = store.open_log(f"sqlite:///{tmp_path / 'log.sqlite'}")
+    controller = Controller(
+        plain.api("controller"), log, identity="old", discovery_period=1.0, sync_timeout=20
+    )
+    admin = plain.api("admin")
+    leases, core = client.CoordinationV1Api(admin), client.CoreV1Api(admin)
+    name = f"fence-{uuid.uuid4().hex[:6]}"
+    try:
+        controller.start(wait=30)
+        writes = client.CoreV1Api(controller.writer)  # what every pass writes through
+        writes.create_namespaced_secret("support", _secret(f"{name}-before"))
+        # Another candidate takes the Lease (as after a partition): a fresh renewal.
+        lease = leases.read_namespaced_lease(LEASE_NAME, LEASE_NAMESPACE)
+        lease.spec.holder_identity = "new"
+        lease.spec.renew_time = datetime.now(UTC)
+        lease.spec.lease_transitions += 1
+        leases.replace_namespaced_lease(LEASE_NAME, LEASE_NAMESPACE, lease)
+        eventually(controller.lost.is_set, what="the old leader noticed")
+        assert not controller.still_leading() and not controller.alive()
+        with pytest.raises(NotLeading):
+            writes.create_namespaced_secret("support", _secret(f"{name}-after"))
+        assert writes.read_namespaced_secret(f"{name}-before", "support")  # reads work
+        with pytest.raises(ApiException) as absent:
+            core.read_namespaced_secret(f"{name}-after", "support")
+        assert absent.value.status == 404
+        assert plain.holder() == "new"  # the old leader did not release another's Lease
+    finally:
+        controller.stop()
+        log.close()
+        with contextlib.suppress(ApiException):
+            core.delete_namespaced_secret(f"{name}-before", "support")
