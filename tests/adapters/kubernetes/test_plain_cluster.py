@@ -436,3 +436,60 @@ def test_after_the_lease_is_taken_the_old_leader_writes_nothing(
         log.close()
         with contextlib.suppress(ApiException):
             core.delete_namespaced_secret(f"{name}-before", "support")
+
+
+def test_a_module_config_appearing_later_replaces_the_file_and_re_points_the_hub(
+    plain: Plain, no_lease: None, tmp_path: Path
+) -> None:
+    first, second = StandInHub(), StandInHub()
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(f"huggingFace: {{endpoint: '{first.url}'}}\ningressClass: plain\n")
+    log = store.open_log(f"sqlite:///{tmp_path / 'log.sqlite'}")
+    controller = Controller(
+        plain.api("controller"),
+        log,
+        settings=Source.from_file(settings),
+        sync_timeout=20,
+        discovery_period=0.5,
+    )
+    admin = plain.api("admin")
+    crds = [d for d in _standin_crds() if d["spec"]["group"] == "deckhouse.io"]
+    custom = client.CustomObjectsApi(admin)
+    try:
+        controller.start(wait=30)
+        assert controller.hub_endpoint == first.url
+        Applier(admin).apply_all(crds)
+        config = {
+            "apiVersion": "deckhouse.io/v1alpha1",
+            "kind": "ModuleConfig",
+            "metadata": {"name": "ai-inference"},
+            "spec": {"version": 1, "settings": {"huggingFace": {"endpoint": second.url}}},
+        }
+        eventually(
+            lambda: _try_create_cluster(custom, "deckhouse.io", "moduleconfigs", config),
+            what="the ModuleConfig CRD to be served",
+        )
+        eventually(lambda: controller.hub_endpoint == second.url, what="the hub re-pointed")
+        in_force = controller.settings()
+        assert in_force.hugging_face.endpoint == second.url  # what HF_ENDPOINT renders
+        assert in_force.ingress_class == "nginx"  # the file no longer applies at all
+    finally:
+        controller.stop()
+        log.close()
+        first.close()
+        second.close()
+        extensions = client.ApiextensionsV1Api(admin)
+        for crd in crds:
+            extensions.delete_custom_resource_definition(crd["metadata"]["name"])
+
+
+def _try_create_cluster(
+    custom: client.CustomObjectsApi, group: str, plural: str, body: dict[str, Any]
+) -> bool:
+    try:
+        custom.create_cluster_custom_object(group, "v1alpha1", plural, body)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
