@@ -120,10 +120,49 @@ def _class(s: OrderState, o: ob.ClassJudged) -> list[ev.Event]:
     ]
 
 
+# A source that cannot be reached says nothing about the model: an order that resolved
+# keeps the facts it resolved (SPEC §3.1 — a Ready order is not demoted by a blip).
+TRANSIENT_MODEL_REASONS = frozenset({Reason.MODEL_SOURCE_UNREACHABLE})
+STALE_FACTS_NOTE = "the model source is unreachable, keeping the facts read earlier"
+
+
+def _resolved_now(s: OrderState) -> bool:
+    m = s.model
+    return (
+        m is not None
+        and m.generation == s.generation
+        and m.facts is not None
+        and m.reason is Reason.MODEL_RESOLVED
+    )
+
+
+def _kept(s: OrderState, out: ModelOutcome) -> ModelOutcome:
+    """The outcome to record: a transient failure or a new upstream revision of an order
+    that resolved keeps the facts it resolved (a new commit alone does not replan)."""
+    m = s.model
+    if m is None or m.facts is None or not _resolved_now(s):
+        return out
+    if out.reason in TRANSIENT_MODEL_REASONS:
+        note = f"{STALE_FACTS_NOTE}: {out.message}" if out.message else STALE_FACTS_NOTE
+        return ModelOutcome(
+            reason=Reason.MODEL_RESOLVED,
+            message=note,
+            facts=m.facts,
+            endpoint_type=m.endpoint_type,
+        )
+    if (
+        out.ok
+        and out.facts is not None
+        and out.facts.model_copy(update={"revision": m.facts.revision}) == m.facts
+    ):
+        return out.model_copy(update={"facts": m.facts})
+    return out
+
+
 def _model(s: OrderState, o: ob.ModelJudged) -> list[ev.Event]:
     if not s.spec_seen:
         return []
-    out: ModelOutcome = o.outcome
+    out: ModelOutcome = _kept(s, o.outcome)
     m = s.model
     endpoint_type = out.endpoint_type if out.ok else None
     if (
@@ -214,7 +253,8 @@ def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:
         w.ready_replicas,
         w.available_replicas,
         w.unallocated_since,
-    ) != (o.desired, o.ready, o.available, o.unallocated_since):
+        w.unschedulable,
+    ) != (o.desired, o.ready, o.available, o.unallocated_since, o.unschedulable):
         out.append(
             ev.WorkloadObserved(
                 observed_at=o.at,
@@ -222,6 +262,7 @@ def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:
                 ready_replicas=o.ready,
                 available_replicas=o.available,
                 unallocated_since=o.unallocated_since,
+                unschedulable=o.unschedulable,
             )
         )
     plan = s.plan_in_force
@@ -236,7 +277,12 @@ def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:
         waited = int((o.at - waited_since).total_seconds())
         message = f"Device claims on {plan.device_class} stayed unallocated for {waited}s."
         out.append(
-            ev.DeviceClassTried(observed_at=o.at, device_class=plan.device_class, message=message)
+            ev.DeviceClassTried(
+                observed_at=o.at,
+                device_class=plan.device_class,
+                message=message,
+                free_units=o.free_units,
+            )
         )
     return out
 
@@ -313,6 +359,25 @@ def _scaling(s: OrderState, o: ob.ScalingSeen) -> list[ev.Event]:
     raise ValueError(f"{o.reason} is not a ScalingHealthy verdict")
 
 
+def _capacity(s: OrderState, o: ob.CapacitySeen) -> list[ev.Event]:
+    """A tried device class is tried again once it offers more than when it was tried:
+    an administrator added a slice, or a claim was freed (the seed: "look for capacity")."""
+    when_tried = dict(s.tried_free_units)
+    out: list[ev.Event] = []
+    for device_class, free in o.free_units:
+        if device_class not in s.tried_device_classes:
+            continue
+        before = when_tried.get(device_class, 0)
+        if free > before:
+            message = (
+                f"{device_class} offers {free} free share units now, {before} when it was tried"
+            )
+            out.append(
+                ev.DeviceClassRetried(observed_at=o.at, device_class=device_class, message=message)
+            )
+    return out
+
+
 def decide(state: OrderState, observation: ob.Observation) -> list[ev.Event]:
     """The events `observation` adds to the order's stream (often none)."""
     if state.deleted:
@@ -340,6 +405,8 @@ def decide(state: OrderState, observation: ob.Observation) -> list[ev.Event]:
             return _probe(state, observation)
         case ob.ScalingSeen():
             return _scaling(state, observation)
+        case ob.CapacitySeen():
+            return _capacity(state, observation)
         case ob.Deleted():
             return [ev.OrderDeleted(observed_at=observation.at)]
     raise TypeError(f"unknown observation {type(observation).__name__}")

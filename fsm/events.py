@@ -33,6 +33,7 @@ __all__ = [
     "CapacityTaken",
     "ClassFailed",
     "ClassResolved",
+    "DeviceClassRetried",
     "DeviceClassTried",
     "EndpointPublished",
     "Event",
@@ -268,6 +269,8 @@ class WorkloadObserved(Event):
     ready_replicas: int = 0
     available_replicas: int = 0
     unallocated_since: datetime | None = None  # pods wait for device claims since then
+    # The scheduler's word on pods pending for anything but their devices (CPU, taints).
+    unschedulable: str | None = None
 
 
 @event("EndpointPublished")
@@ -322,6 +325,17 @@ class DeviceClassTried(Event):
 
     device_class: str
     message: str = ""
+    # Share units (100 a device) the class had free when it was marked tried: the class
+    # is tried again once it offers more (DeviceClassRetried). None in older streams.
+    free_units: int | None = None
+
+
+@event("DeviceClassRetried")
+class DeviceClassRetried(Event):
+    """A tried device class offers more capacity than when it was tried: plan on it again."""
+
+    device_class: str
+    message: str = ""
 
 
 @event("OrderDeleted")
@@ -348,5 +362,6 @@ OrderEvent = (
     | CapacityTaken
     | ScalingRecovered
     | DeviceClassTried
+    | DeviceClassRetried
     | OrderDeleted
 )

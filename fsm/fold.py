@@ -61,6 +61,7 @@ def _spec(s: OrderState, e: ev.SpecObserved) -> Updates:
         # An edited order is a new search: device classes that did not hold the old one
         # may hold this one.
         updates["tried_device_classes"] = ()
+        updates["tried_free_units"] = ()
     return updates
 
 
@@ -148,8 +149,14 @@ def _plan_failed(s: OrderState, e: ev.PlanFailed) -> Updates:
 
 def _applied(s: OrderState, e: ev.WorkloadApplied) -> Updates:
     current = e.plan == s.plan
+    a = s.attempt
+    if current and a is not None and a.ok:
+        basis: PlanBasis | None = a.basis
+    else:
+        basis = s.applied_basis or plan_basis(s)
     return {
         "plan_in_force": e.plan,
+        "applied_basis": basis,
         "apply_error": None,
         "applied_revision": s.plan_revision if current else s.applied_revision,
         "applied_at": e.observed_at,
@@ -166,6 +173,7 @@ def _workload(s: OrderState, e: ev.WorkloadObserved) -> Updates:
         ready_replicas=e.ready_replicas,
         available_replicas=e.available_replicas,
         unallocated_since=e.unallocated_since,
+        unschedulable=e.unschedulable,
     )
     return {"workload": workload}
 
@@ -221,10 +229,20 @@ def _device_class_tried(s: OrderState, e: ev.DeviceClassTried) -> Updates:
     updates: Updates = {}
     if e.device_class not in s.tried_device_classes:
         updates["tried_device_classes"] = (*s.tried_device_classes, e.device_class)
+    if e.free_units is not None:
+        others = tuple(t for t in s.tried_free_units if t[0] != e.device_class)
+        updates["tried_free_units"] = (*others, (e.device_class, e.free_units))
     if s.plan_in_force is not None and s.plan_in_force.device_class == e.device_class:
         # Its claims were never allocated: the order holds no place on that plan.
         updates["plan_in_force"] = None
     return updates
+
+
+def _device_class_retried(s: OrderState, e: ev.DeviceClassRetried) -> Updates:
+    return {
+        "tried_device_classes": tuple(d for d in s.tried_device_classes if d != e.device_class),
+        "tried_free_units": tuple(t for t in s.tried_free_units if t[0] != e.device_class),
+    }
 
 
 def _deleted(s: OrderState, e: ev.OrderDeleted) -> Updates:
@@ -250,6 +268,7 @@ _HANDLERS: dict[type[ev.Event], Callable[[OrderState, Any], Updates]] = {
     ev.CapacityTaken: _capacity_taken,
     ev.ScalingRecovered: _scaling_recovered,
     ev.DeviceClassTried: _device_class_tried,
+    ev.DeviceClassRetried: _device_class_retried,
     ev.OrderDeleted: _deleted,
 }
 

@@ -125,6 +125,7 @@ class Workload(_Value):
     ready_replicas: int
     available_replicas: int
     unallocated_since: datetime | None
+    unschedulable: str | None = None  # the scheduler's message for a non-device reason
 
 
 class Endpoint(_Value):
@@ -163,12 +164,17 @@ class OrderState(_Value):
     )
     plan_revision: int = 0  # bumps with every computed plan, so an equal plan is re-applied
     plan_in_force: Plan | None = None  # the plan the workload was last applied with
+    # What the plan in force was computed from (model, facts, policy): a repair renders
+    # the workload from it, so a failed replan never leaks the new spec into the old plan.
+    applied_basis: PlanBasis | None = None
     applied_revision: int = 0
     # When the plan in force was last applied: pods older than this waited for another
     # plan's devices, so a device class's grace period counts from here.
     applied_at: datetime | None = None
     apply_error: str | None = None
     tried_device_classes: tuple[str, ...] = ()
+    # (device class, free share units when it was tried): a class offering more is retried.
+    tried_free_units: tuple[tuple[str, int], ...] = ()
 
     workload: Workload | None = None
     endpoint: Endpoint | None = None

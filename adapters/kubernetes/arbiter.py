@@ -38,11 +38,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from kubernetes import client
-
+from adapters.kubernetes import kinds
 from adapters.kubernetes.rendering import OrderRef
 from adapters.kubernetes.watching import Obj
 from adapters.kubernetes.world import ClusterCache
+from adapters.kubernetes.writing import Writer
 from fsm import observations as ob
 from fsm import planner
 from fsm.capacity import ORDER_UID_LABEL, Allocation, Place, Snapshot
@@ -233,13 +233,13 @@ class Arbiter:
 
     def __init__(
         self,
-        api: client.ApiClient,
+        writer: Writer,
         world: ClusterCache,
         *,
         snapshot: Callable[[str], Snapshot],
         states: Callable[[], Mapping[str, OrderState]],
     ) -> None:
-        self._apps = client.AppsV1Api(api)
+        self._writer = writer
         self._world = world
         self._snapshot = snapshot  # the capacity as the planner sees it, for an order UID
         self._states = states
@@ -300,13 +300,9 @@ class Arbiter:
     ) -> None:
         # The replicas from a live read, not the cache: an earlier pass's scale-down must be
         # seen, or one claim would be taken twice.
-        try:
-            live = self._apps.read_namespaced_deployment(name, namespace)
-        except client.ApiException as exc:
-            if exc.status == 404:
-                return
-            raise
-        obj = self._apps.api_client.sanitize_for_serialization(live)
+        obj = self._writer.get(kinds.DEPLOYMENTS, namespace, name)
+        if obj is None:
+            return
         desired = int((obj.get("spec") or {}).get("replicas", 1))
         held = self._held(uid, snapshot)
         if held > desired:
@@ -332,7 +328,7 @@ class Arbiter:
             },
             "spec": {"replicas": replicas},
         }
-        self._apps.patch_namespaced_deployment(meta.get("name"), meta.get("namespace"), body)
+        self._writer.patch(kinds.DEPLOYMENTS, meta.get("namespace"), str(meta.get("name")), body)
 
     # -- the verdict ---------------------------------------------------------------------
 
@@ -435,13 +431,9 @@ class Arbiter:
                 break
         if back == 0:
             return taking
-        try:
-            live = self._apps.read_namespaced_deployment(order.name, order.namespace)
-        except client.ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        obj = self._apps.api_client.sanitize_for_serialization(live)
+        obj = self._writer.get(kinds.DEPLOYMENTS, order.namespace, order.name)
+        if obj is None:
+            return None
         current = Taking.of(obj)
         if current is None:
             return None

@@ -1,18 +1,20 @@
-"""The controller's main loop: caches, a UID-keyed work queue, workers, the leader epoch.
+"""The controller's main loop: caches, work queues, workers, the leader epoch.
 
 `ai-inference controller` and the demo build a `Controller` and `start()` it. Watches
 feed the cache; every change enqueues the UIDs of the orders it can affect; workers run
-`Reconciler.reconcile(uid)` one UID at a time; a StreamConflict (another writer moved the
-stream) drops the in-memory state so the retry re-reads the log. Every append is stamped
-with this process's leader epoch, claimed in the log at start, so an older controller's
-appends are refused.
+`Reconciler.reconcile(uid)` one UID at a time; classes have a queue and a worker of
+their own (their status is a separate, cheap pass keyed by name); a StreamConflict
+(another writer moved the stream) drops the in-memory state so the retry re-reads the
+log. Every append is stamped with this process's leader epoch, claimed in the log at
+start, so an older controller's appends are refused. Every write goes through one
+`Writer`.
 
 Leadership never wedges: a leader whose caches do not sync or whose log fails at
 take-over, or that meets a newer epoch in the log (StaleEpoch), gives the Lease up and
 sets `lost`; `ai-inference controller` then exits non-zero and liveness fails. `stop()`
 (SIGTERM) releases the Lease so a standby leads within a renewal round. `still_leading()`
-is the check before each write: the passes' client (`writer`, fencing.py) makes it
-before every request that is not a read.
+is the check before each write: the Writer's client (`write_api`, fencing.py) makes it
+before every request that is not a read, so no write of an old leader lands.
 """
 
 from __future__ import annotations
@@ -24,16 +26,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
 
 from kubernetes import client
 from kubernetes.client import ApiClient
 
-from adapters.kubernetes import classes, fencing, queueing
+from adapters.kubernetes import classes, fencing, oldservers, queueing
 from adapters.kubernetes.leader import Elector
 from adapters.kubernetes.reconciling import Reconciler
 from adapters.kubernetes.settings import Settings, SettingsError, Source
 from adapters.kubernetes.world import ClusterCache
+from adapters.kubernetes.writing import Writer
 from adapters.models import HubResolver, HubSettings
 from adapters.probes.targets import ServiceTarget, TargetResolver
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS
@@ -55,23 +57,6 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def _pod_claims_rewrite(api: ApiClient) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
-    """On a server older than 1.26 (no DRA pod fields: the local 1.20 test server), the
-    pod side of a claim travels in an annotation the simulator reads (podclaims.py)."""
-    version = client.VersionApi(api).get_code()
-    minor = int("".join(ch for ch in str(version.minor) if ch.isdigit()) or 0)
-    if int(version.major) > 1 or minor >= 26:
-        return None
-    from adapters.simulator.podclaims import for_old_server  # noqa: PLC0415 - test servers only
-
-    log.warning(
-        "server %s.%s predates DRA pod fields: claims travel in an annotation",
-        version.major,
-        version.minor,
-    )
-    return for_old_server
-
-
 class Controller:
     def __init__(
         self,
@@ -91,7 +76,13 @@ class Controller:
         discovery_period: float = 30.0,
     ) -> None:
         # `discovery_period`: how often a kind the cluster does not serve is looked for.
-        self.cache = ClusterCache(api, discovery_period=discovery_period)
+        self.cache = ClusterCache(
+            api, hpa_api_version=hpa_api_version, discovery_period=discovery_period
+        )
+        # Every Kubernetes write of the controller goes through the Writer, and its client
+        # refuses any request but a read once still_leading() is false.
+        self.write_api = fencing.fenced(api, self.still_leading)
+        self.writer = Writer(self.write_api)
         self._log = log_store
         # `settings`: the file and flags (settings.Source); `hub_endpoint` is one more
         # flag on top. A ModuleConfig, once seen, replaces the file (not the flags).
@@ -105,24 +96,23 @@ class Controller:
         self._epoch = 0
         self._sync_timeout = sync_timeout
         self.queue = queueing.WorkQueue()
-        # Passes write through a client that refuses once still_leading() is false.
-        self.writer = fencing.fenced(api, self.still_leading)
+        self.class_queue = queueing.WorkQueue()
         self.reconciler = Reconciler(
             world=self.cache,
             log_store=log_store,
             epoch=lambda: self._epoch,
-            api=self.writer,
+            writer=self.writer,
             hub=self._hub,
             targets=targets or ServiceTarget(),
             settings=self.settings,
             clock=clock,
             hpa_api_version=hpa_api_version,
-            rewrite=_pod_claims_rewrite(api),
+            rewrite=oldservers.rewrite_for(api),
             allocation_grace_seconds=allocation_grace_seconds,
         )
-        self._custom = client.CustomObjectsApi(self.writer)
         self._clock = clock
         self._workers = queueing.Workers(self.queue, self._pass, workers=workers)
+        self._class_workers = queueing.Workers(self.class_queue, self._class_pass, workers=1)
         self._stopping = False
         self.leading = threading.Event()
         self.lost = threading.Event()  # leadership was lost: the process must stop
@@ -208,9 +198,13 @@ class Controller:
         # The elector's thread must not block: caches sync on a thread of their own.
         threading.Thread(target=self._run, args=(epoch,), name="lead", daemon=True).start()
 
-    def _lose(self) -> None:
+    def _halt_work(self) -> None:
         self.leading.clear()
         self.queue.shutdown()
+        self.class_queue.shutdown()
+
+    def _lose(self) -> None:
+        self._halt_work()
         if self._stopping:
             return  # we released the Lease ourselves: a clean stop, not a loss
         log.error("leadership lost: stopping the workers (the process should exit)")
@@ -225,9 +219,8 @@ class Controller:
         """
         log.error("giving up leadership: %s", reason)
         self.failure = self.failure or reason
-        self.leading.clear()
+        self._halt_work()
         self.lost.set()
-        self.queue.shutdown()
         if self._elector is not None:
             threading.Thread(target=self._elector.stop, name="abdicate", daemon=True).start()
 
@@ -260,6 +253,7 @@ class Controller:
         # Leading before the workers start: a pass asks still_leading() first.
         self.leading.set()
         self._workers.start()
+        self._class_workers.start()
         log.info("controller leading with epoch %d", self._epoch)
 
     def stop(self) -> None:
@@ -268,6 +262,7 @@ class Controller:
         self._stopping = True
         self.leading.clear()
         self._workers.stop()
+        self._class_workers.stop()
         if self._elector is not None:
             self._elector.stop()
         self.cache.stop()
@@ -280,20 +275,25 @@ class Controller:
     def _enqueue_class(self, obj: dict[str, object]) -> None:
         name = (obj.get("metadata") or {}).get("name")  # type: ignore[attr-defined]
         if name:
-            self.queue.add(f"{classes.CLASS_KEY_PREFIX}{name}")
+            self.class_queue.add(str(name))
 
     def _enqueue_classes(self) -> None:
         for obj in self.cache.classes.objects():
             self._enqueue_class(obj)
 
+    def _class_pass(self, name: str) -> queueing.Outcome:
+        if not self.still_leading():
+            return queueing.Done()
+        try:
+            classes.reconcile_class(name, self.cache, self.writer, self._clock)
+        except fencing.NotLeading as exc:
+            log.info("class pass over %s stopped before a write: %s", name, exc)
+        return queueing.Done()
+
     def _pass(self, uid: str) -> queueing.Outcome:
         if not self.still_leading():
             return queueing.Done()  # an old leader starts nothing; the next one re-reads all
         try:
-            if uid.startswith(classes.CLASS_KEY_PREFIX):
-                name = uid.removeprefix(classes.CLASS_KEY_PREFIX)
-                classes.reconcile_class(name, self.cache, self._custom, self._clock)
-                return queueing.Done()
             return self.reconciler.reconcile(uid)
         except StreamConflict as exc:
             self.reconciler.forget(uid)  # someone else moved the stream: re-read it

@@ -76,6 +76,9 @@ class NamedSecrets:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.reads = 0  # GETs sent, for tests and metrics
+        # The one I/O seam: (namespace, name) -> the Secret or None. A fake world without a
+        # server swaps it (tests/support/fakes.py).
+        self.read: Callable[[str, str], Obj | None] = self._get
 
     # -- reading -------------------------------------------------------------------------
 
@@ -93,14 +96,25 @@ class NamedSecrets:
             self._entries[key] = _Entry(obj, self._clock())
         return copy.deepcopy(obj)
 
+    def _read(self, key: tuple[str, str]) -> Obj | None:
+        self.reads += 1
+        return self.read(*key)
+
     def cached_keys(self) -> list[tuple[str, str]]:
         """The users' Secrets held now (tests check nothing else is)."""
         with self._lock:
             return sorted(self._entries)
 
-    def _read(self, key: tuple[str, str]) -> Obj | None:
-        namespace, name = key
-        self.reads += 1
+    def _apply(self, event_type: str, obj: Obj) -> None:
+        """Take a Secret as if just read (`DELETED`: as gone), as Informer._apply does for
+        a watch event; the pass's fake world (tests/support/fakes.py) feeds it this way."""
+        meta = obj.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name")))
+        with self._lock:
+            self._entries[key] = _Entry(None if event_type == "DELETED" else obj, self._clock())
+        self._emit(event_type, obj)
+
+    def _get(self, namespace: str, name: str) -> Obj | None:
         try:
             obj = call(self._api, "GET", kinds.SECRETS.object_path(namespace, name))
         except errors.APINotFoundError:

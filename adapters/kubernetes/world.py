@@ -72,6 +72,7 @@ class ClusterCache:
         api: ApiClient,
         *,
         timeouts: Timeouts | None = None,
+        hpa_api_version: str = "autoscaling/v2",
         discovery_period: float = 30.0,
         secret_refresh: float = 30.0,
     ) -> None:
@@ -105,21 +106,41 @@ class ClusterCache:
         self.resource_slices = informer(kinds.RESOURCE_SLICES)
         self.resource_claims = informer(kinds.RESOURCE_CLAIMS)
         self.priority_classes = informer(kinds.PRIORITY_CLASSES)
-        # Never every Secret of the cluster: our token Secrets by label, and the Secrets
-        # orders name read by name (secret_lookup.py).
-        self.token_secrets = informer(kinds.SECRETS, label_selector=UID_LABEL)
-        self.secrets = NamedSecrets(
-            api,
-            own=self.token_secrets,
-            named=lambda: self.orders.index_values(BY_SECRET),
-            refresh=secret_refresh,
-        )
         # Children carry the order's UID label; the selector keeps the cache to ours.
         self.deployments = informer(
             kinds.DEPLOYMENTS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
         )
         self.pods = informer(
             kinds.PODS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+        )
+        # The rest of what an order owns: compared with what it should have on every pass
+        # (drift is repaired, what is no longer rendered is pruned).
+        self.services = informer(
+            kinds.SERVICES, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+        )
+        self.claim_templates = informer(
+            kinds.RESOURCE_CLAIM_TEMPLATES,
+            label_selector=UID_LABEL,
+            indexers={BY_ORDER: by_label(UID_LABEL)},
+        )
+        self.ingresses = informer(
+            kinds.INGRESSES, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+        )
+        self.autoscalers = informer(
+            kinds.autoscalers(hpa_api_version),
+            label_selector=UID_LABEL,
+            indexers={BY_ORDER: by_label(UID_LABEL)},
+        )
+        self.token_secrets = informer(
+            kinds.SECRETS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+        )
+        # Never every Secret of the cluster: our token Secrets by label (above), and the
+        # Secrets orders name read by name (secret_lookup.py).
+        self.secrets = NamedSecrets(
+            api,
+            own=self.token_secrets,
+            named=lambda: self.orders.index_values(BY_SECRET),
+            refresh=secret_refresh,
         )
 
     @property
@@ -165,6 +186,22 @@ class ClusterCache:
     def pods_of(self, uid: str) -> list[Obj]:
         return self.pods.by_index(BY_ORDER, uid)
 
+    @property
+    def owned_kinds(self) -> list[Informer]:
+        """The informers of every kind an order's workload is made of."""
+        return [
+            self.claim_templates,
+            self.services,
+            self.deployments,
+            self.autoscalers,
+            self.ingresses,
+            self.token_secrets,
+        ]
+
+    def children_of(self, uid: str) -> list[Obj]:
+        """Every object the order owns (by its UID label), of every kind it renders."""
+        return [obj for inf in self.owned_kinds for obj in inf.by_index(BY_ORDER, uid)]
+
     # -- what a change affects -----------------------------------------------------------
 
     def watch_changes(self, enqueue: Callable[[Iterable[str]], None]) -> None:
@@ -201,7 +238,7 @@ class ClusterCache:
         self.cluster_models.add_handler(
             route(lambda o: orders_where(BY_CATALOG, f"ClusterModel//{_meta(o).get('name')}"))
         )
-        for child in (self.deployments, self.pods):
+        for child in (self.pods, *self.owned_kinds):
             child.add_handler(route(lambda o: [str((_meta(o).get("labels") or {}).get(UID_LABEL))]))
         # Capacity, recipes, priorities and settings can change any order's decisions.
         for informer in (

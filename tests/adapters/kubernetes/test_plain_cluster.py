@@ -414,7 +414,7 @@ def test_after_the_lease_is_taken_the_old_leader_writes_nothing(
     name = f"fence-{uuid.uuid4().hex[:6]}"
     try:
         controller.start(wait=30)
-        writes = client.CoreV1Api(controller.writer)  # what every pass writes through
+        writes = client.CoreV1Api(controller.write_api)  # what every write goes through
         writes.create_namespaced_secret("support", _secret(f"{name}-before"))
         # Another candidate takes the Lease (as after a partition): a fresh renewal.
         lease = leases.read_namespaced_lease(LEASE_NAME, LEASE_NAMESPACE)
