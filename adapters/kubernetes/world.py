@@ -76,15 +76,14 @@ class ClusterCache:
         discovery_period: float = 30.0,
         secret_refresh: float = 30.0,
     ) -> None:
-        def informer(resource: Resource, **kwargs: Any) -> Informer:
+        def informer(resource: Resource, optional: bool = False, **kwargs: Any) -> Informer:
             # Kinds of other modules and of DRA may be absent: empty until they appear.
-            optional = resource in kinds.OPTIONAL
             return Informer(
                 api,
                 resource,
                 timeouts=timeouts,
                 resync_period=300.0,
-                optional=optional,
+                optional=optional or resource in kinds.OPTIONAL,
                 absent_poll=discovery_period,
                 **kwargs,
             )
@@ -126,8 +125,11 @@ class ClusterCache:
         self.ingresses = informer(
             kinds.INGRESSES, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
         )
+        # A server without this HPA version must not hold the start: the orders that need
+        # one say why on their status (the apply fails), the others are served.
         self.autoscalers = informer(
             kinds.autoscalers(hpa_api_version),
+            optional=True,
             label_selector=UID_LABEL,
             indexers={BY_ORDER: by_label(UID_LABEL)},
         )

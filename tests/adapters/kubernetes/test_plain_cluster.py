@@ -52,6 +52,7 @@ pytestmark = pytest.mark.cluster
 GROUP, VERSION = "ai.deckhouse.io", "v1alpha1"
 REPO = Path(adapters.__file__).resolve().parent.parent
 QWEN_AWQ = "Qwen/Qwen2.5-32B-Instruct-AWQ"
+HPA = "autoscaling/v2beta2"  # the local 1.20 server
 
 
 def eventually(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
@@ -154,8 +155,8 @@ def test_the_controller_serves_orders_without_catalog_module_config_or_dra(
         plain.api("controller"),
         log,
         settings=Source.from_file(settings),
-        hpa_api_version="autoscaling/v2beta2",
         sync_timeout=20,
+        hpa_api_version=HPA,
         discovery_period=1.0,
     )
     custom = client.CustomObjectsApi(plain.api("admin"))
@@ -288,7 +289,12 @@ def test_a_stale_epoch_ends_leadership_like_a_lost_lease(
     url = f"sqlite:///{tmp_path / 'log.sqlite'}"
     log = store.open_log(url)
     controller = Controller(
-        plain.api("controller"), log, identity="old", discovery_period=1.0, sync_timeout=20
+        plain.api("controller"),
+        log,
+        identity="old",
+        discovery_period=1.0,
+        sync_timeout=20,
+        hpa_api_version=HPA,
     )
     custom = client.CustomObjectsApi(plain.api("admin"))
     try:
@@ -407,7 +413,12 @@ def test_after_the_lease_is_taken_the_old_leader_writes_nothing(
 ) -> None:
     log = store.open_log(f"sqlite:///{tmp_path / 'log.sqlite'}")
     controller = Controller(
-        plain.api("controller"), log, identity="old", discovery_period=1.0, sync_timeout=20
+        plain.api("controller"),
+        log,
+        identity="old",
+        discovery_period=1.0,
+        sync_timeout=20,
+        hpa_api_version=HPA,
     )
     admin = plain.api("admin")
     leases, core = client.CoordinationV1Api(admin), client.CoreV1Api(admin)
@@ -450,6 +461,7 @@ def test_a_module_config_appearing_later_replaces_the_file_and_re_points_the_hub
         log,
         settings=Source.from_file(settings),
         sync_timeout=20,
+        hpa_api_version=HPA,
         discovery_period=0.5,
     )
     admin = plain.api("admin")

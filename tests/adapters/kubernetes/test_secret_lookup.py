@@ -67,7 +67,9 @@ def _secret(name: str, value: str, labels: dict[str, str] | None = None) -> dict
 
 @pytest.fixture
 def cache(cluster: Any) -> Iterator[ClusterCache]:
-    world = ClusterCache(cluster.api_client("controller"), secret_refresh=0.3)
+    world = ClusterCache(
+        cluster.api_client("controller"), hpa_api_version="autoscaling/v2beta2", secret_refresh=0.3
+    )
     changed: list[str] = []
     world.watch_changes(changed.extend)
     world.changed = changed  # type: ignore[attr-defined]
