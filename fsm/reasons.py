@@ -219,7 +219,8 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _C.MODEL_RESOLVED,
         _F,
         Who.ADMIN,
-        "The order names an ai-models catalog model, but settings.catalog.mode is None.",
+        "The order names an ai-models catalog model, but settings.catalog.mode is None "
+        "or the cluster does not serve the ai-models kinds (Model, ClusterModel).",
     ),
     Reason.ENDPOINT_TYPE_POLICY_CONFLICT: ReasonInfo(
         _C.MODEL_RESOLVED,

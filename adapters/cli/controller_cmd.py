@@ -2,8 +2,16 @@
 
 In a cluster it uses the in-cluster config; elsewhere `--kubeconfig`. The event log is a
 SQLite file by default or a PostgreSQL URL. Settings come from the ModuleConfig
-`ai-inference` when present, else the defaults; `--hub-endpoint` overrides the
-HuggingFace endpoint (tests and the demo point it at the stand-in hub on 127.0.0.1).
+`ai-inference` when present, else from `--settings FILE` (YAML shaped as the
+ModuleConfig's `spec.settings`), else the defaults; the setting flags
+(`--public-domain-template`, `--https-mode`, `--ingress-class`, `--hub-endpoint`,
+`--probe-interval`, `--probe-timeout`) apply on top of whichever is used. Everything is
+checked against deploy/openapi/config-values.yaml. The hub endpoint reaches both the
+resolver and the workloads (HF_ENDPOINT); tests and the demo point it at a stand-in hub.
+
+Exit status: 0 after SIGTERM or Ctrl-C (the Lease is released first, so a standby leads
+within seconds); 1 when leadership was lost or could not be used (caches that did not
+sync, an unreachable log at take-over, a newer leader in the log); 2 for bad settings.
 """
 
 from __future__ import annotations
@@ -25,14 +33,34 @@ if TYPE_CHECKING:
 # The heavy imports (the Kubernetes client, the controller) happen when the command
 # runs, so `ai-inference history` and `--help` start quickly.
 
-__all__ = ["api_client_for", "register"]
+__all__ = ["api_client_for", "register", "setting_overrides"]
 
 
 def register(subparsers: Any) -> None:
     sub = subparsers.add_parser("controller", help="run the controller (the main job)")
     sub.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
     options.add_store(sub)
-    sub.add_argument("--hub-endpoint", help="HuggingFace hub endpoint (overrides the settings)")
+    settings = sub.add_argument_group(
+        "settings",
+        "Without a ModuleConfig ai-inference (a plain cluster) settings come from --settings; "
+        "a ModuleConfig, when present, replaces the file. The flags below apply on top of "
+        "either. Schema: deploy/openapi/config-values.yaml; see docs/workload.md.",
+    )
+    settings.add_argument(
+        "--settings", metavar="FILE", help="YAML file shaped as the ModuleConfig's spec.settings"
+    )
+    settings.add_argument("--public-domain-template", help="host template with one %%s")
+    settings.add_argument("--ingress-class", help="IngressClass of External endpoints")
+    settings.add_argument(
+        "--https-mode",
+        choices=("Disabled", "CertManager", "CustomCertificate", "OnlyInURI"),
+        help="TLS of External endpoints",
+    )
+    settings.add_argument(
+        "--hub-endpoint", help="HuggingFace hub endpoint, for the resolver and the workloads"
+    )
+    settings.add_argument("--probe-interval", type=int, help="seconds between probes")
+    settings.add_argument("--probe-timeout", type=int, help="seconds a probe may take")
     sub.add_argument(
         "--probe-target",
         choices=("service", "simulator"),
@@ -40,6 +68,13 @@ def register(subparsers: Any) -> None:
         help="how probes find an order's endpoint: its Service, or the simulator's pod annotation",
     )
     sub.add_argument("--workers", type=int, default=2)
+    sub.add_argument(
+        "--sync-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a new leader waits for its caches; then it releases the Lease and "
+        "exits 1 (default %(default)s)",
+    )
     sub.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz (0: off)")
     sub.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics (0: off)")
     sub.add_argument(
@@ -61,6 +96,30 @@ def api_client_for(kubeconfig: str | None) -> client.ApiClient:
     return client.ApiClient()
 
 
+def setting_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The setting flags given, in the settings' own shape."""
+    out: dict[str, Any] = {}
+    if args.public_domain_template is not None:
+        out["publicDomainTemplate"] = args.public_domain_template
+    if args.ingress_class is not None:
+        out["ingressClass"] = args.ingress_class
+    if args.https_mode is not None:
+        out["https"] = {"mode": args.https_mode}
+    if args.hub_endpoint is not None:
+        out["huggingFace"] = {"endpoint": args.hub_endpoint}
+    probe = {
+        key: value
+        for key, value in (
+            ("intervalSeconds", args.probe_interval),
+            ("timeoutSeconds", args.probe_timeout),
+        )
+        if value is not None
+    }
+    if probe:
+        out["probe"] = probe
+    return out
+
+
 def _terminate(*_: object) -> None:
     raise KeyboardInterrupt
 
@@ -68,7 +127,8 @@ def _terminate(*_: object) -> None:
 def _run(args: argparse.Namespace) -> int:
     import store
     from adapters import logs
-    from adapters.kubernetes.controller import Controller
+    from adapters.kubernetes import settings
+    from adapters.kubernetes.controller import Controller, LeadershipLost
     from adapters.kubernetes.health import HealthServer
     from adapters.probes.targets import AnnotatedPodTarget, ServiceTarget, TargetResolver
 
@@ -76,13 +136,25 @@ def _run(args: argparse.Namespace) -> int:
     targets: TargetResolver = (
         AnnotatedPodTarget() if args.probe_target == "simulator" else ServiceTarget()
     )
+    try:
+        overrides = setting_overrides(args)
+        source = (
+            settings.Source.from_file(args.settings, overrides)
+            if args.settings
+            else settings.Source(None, overrides)
+        )
+        source.resolve(None)
+    except settings.SettingsError as exc:
+        sys.stderr.write(f"ai-inference controller: {exc}\n")
+        return 2
     with store.open_log(args.store) as log_store:
         controller = Controller(
             api_client_for(args.kubeconfig),
             log_store,
-            hub_endpoint=args.hub_endpoint,
+            settings=source,
             targets=targets,
             workers=args.workers,
+            sync_timeout=args.sync_timeout,
             hpa_api_version=args.hpa_api_version,
         )
         signal.signal(signal.SIGTERM, _terminate)
@@ -90,24 +162,30 @@ def _run(args: argparse.Namespace) -> int:
         health = None
         if args.health_port:
             health = HealthServer(
-                lambda: controller.leading.is_set() and not controller.lost.is_set(),
-                port=args.health_port,
+                controller.still_leading, alive=controller.alive, port=args.health_port
             )
             health.start()
+        sys.stdout.write("controller campaigning for the Lease\n")
+        sys.stdout.flush()
         try:
             controller.start(wait=None)  # a standby waits here for the Lease
             sys.stdout.write(f"controller leading, epoch {controller.epoch}\n")
             sys.stdout.flush()
             controller.lost.wait()  # leadership lost: exit, Kubernetes restarts us as standby
+        except LeadershipLost:
+            pass  # the reason is printed below
         except KeyboardInterrupt:
-            pass
+            pass  # SIGTERM: stop() below releases the Lease for the standby
         finally:
             controller.stop()
             if health is not None:
                 health.stop()
             if served is not None:
                 served.stop()
-    return 1 if controller.lost.is_set() else 0
+    if controller.lost.is_set():
+        sys.stderr.write(f"controller stopped leading: {controller.failure}\n")
+        return 1
+    return 0
 
 
 def _serve_metrics(port: int) -> MetricsServer | None:

@@ -1,6 +1,8 @@
 """Every kind the controller reads or writes, as `watching.Resource` values.
 
 One list, so the informers, the RBAC in deploy/ and the tests speak of the same kinds.
+`OPTIONAL` are the kinds a plain cluster may not serve: the ai-models catalog, Deckhouse's
+ModuleConfig and DRA v1. The controller runs without them and picks them up later.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ __all__ = [
     "LAUNCH_RECIPES",
     "MODELS",
     "MODULE_CONFIGS",
+    "OPTIONAL",
     "PODS",
     "PRIORITY_CLASSES",
     "RESOURCE_CLAIMS",
@@ -59,3 +62,16 @@ def autoscalers(api_version: str = "autoscaling/v2") -> Resource:
     """HorizontalPodAutoscalers in the API version the server serves (v2beta2 before 1.23)."""
     group, _, version = api_version.partition("/")
     return Resource(group, version, "horizontalpodautoscalers", "HorizontalPodAutoscaler")
+
+
+OPTIONAL = frozenset(
+    {
+        MODELS,
+        CLUSTER_MODELS,
+        MODULE_CONFIGS,
+        DEVICE_CLASSES,
+        RESOURCE_SLICES,
+        RESOURCE_CLAIMS,
+        RESOURCE_CLAIM_TEMPLATES,
+    }
+)

@@ -175,6 +175,12 @@ class Observer:
                     "(settings.catalog.mode: None); name a HuggingFace model instead",
                 )
             kind, namespace, name = catalog_target(ref, order.namespace)
+            if not self._world.catalog_installed(str(kind)):
+                return ModelUnavailable(
+                    Reason.CATALOG_DISABLED,
+                    f"this cluster does not serve {kind} (the ai-models module is not "
+                    "installed); name a HuggingFace model instead",
+                )
             obj = self._world.catalog_object(str(kind), namespace, name)
             if obj is None:
                 where = f" in namespace {namespace}" if namespace else ""

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from adapters.kubernetes import hosts
 from adapters.kubernetes.settings import Settings
 from fsm import identity, sizing
 from fsm.identity import OrderRef
@@ -187,8 +188,8 @@ def effective_https(policy: EffectivePolicy, settings: Settings) -> Https:
 
 
 def public_host(order: OrderRef, settings: Settings) -> str:
-    """`publicDomainTemplate % "<order>-<namespace>"`, the label kept within 63 characters."""
-    return settings.public_host(_dns_label(f"{order.name}-{order.namespace}"))
+    """`publicDomainTemplate % "<order>-<namespace>"`, unique per order (hosts.py)."""
+    return settings.public_host(hosts.host_label(order.name, order.namespace))
 
 
 def endpoint_url(order: OrderRef, policy: EffectivePolicy, settings: Settings) -> str:
