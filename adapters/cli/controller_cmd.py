@@ -89,20 +89,25 @@ def _run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, _terminate)
         health = None
         if args.health_port:
+            # Ready from here on, leading or standing by; not once leadership is lost
+            # (the process is exiting).
             health = HealthServer(
-                lambda: controller.leading.is_set() and not controller.lost.is_set(),
+                lambda: not controller.lost.is_set(),
+                leading=lambda: controller.leading.is_set() and not controller.lost.is_set(),
                 port=args.health_port,
             )
             health.start()
+        lost = False
         try:
             controller.start(wait=None)  # a standby waits here for the Lease
             sys.stdout.write(f"controller leading, epoch {controller.epoch}\n")
             sys.stdout.flush()
             controller.lost.wait()  # leadership lost: exit, Kubernetes restarts us as standby
+            lost = True
         except KeyboardInterrupt:
-            pass
+            pass  # SIGTERM: stopping releases the Lease, which is not losing it
         finally:
             controller.stop()
             if health is not None:
                 health.stop()
-    return 1 if controller.lost.is_set() else 0
+    return 1 if lost else 0
