@@ -53,6 +53,8 @@ if [[ -z ${SOURCE_DATE_EPOCH:-} ]]; then
 fi
 export SOURCE_DATE_EPOCH
 REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+# The wheel is built from the work tree: say so when it differs from the commit.
+git diff --quiet HEAD -- 2>/dev/null || REVISION="$REVISION-dirty"
 CREATED=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
 mkdir -p "$CACHE"
 

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tomllib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ def test_image_declares_a_non_root_controller(image: Image) -> None:
     revision = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.strip()
+    if subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=REPO, check=False).returncode:
+        revision += "-dirty"  # built from a work tree with uncommitted changes
     assert labels["org.opencontainers.image.revision"] == revision
     # Every time stamp is the last commit's, so a rebuild of the same inputs is the same.
     epoch = subprocess.run(
@@ -63,6 +66,17 @@ def test_image_declares_a_non_root_controller(image: Image) -> None:
 
 def _utc(stamp: str) -> str:
     return datetime.fromisoformat(stamp).astimezone(UTC).isoformat()
+
+
+def test_image_layout_copies_as_a_registry_client_reads_it(image: Image, tmp_path: Path) -> None:
+    # What `skopeo copy oci:build/image:TAG docker://...` does, to an archive instead of a
+    # registry (none is reachable here): the same manifest arrives.
+    archive = f"oci-archive:{tmp_path / 'controller.tar'}:{image.tag}"
+    skopeo("copy", "--quiet", image.ref, archive)
+    source = json.loads(skopeo("inspect", image.ref))
+    copied = json.loads(skopeo("inspect", archive))
+    assert copied["Digest"] == source["Digest"]
+    assert copied["Layers"] == source["Layers"]
 
 
 def test_image_root_is_what_a_read_only_pod_needs(image_root: ImageRoot) -> None:
@@ -104,43 +118,24 @@ def test_image_runs_the_controller_and_an_order_reaches_ready(
     tmp_path: Path,
 ) -> None:
     hub, _ = standins
-    data = tmp_path / "data"  # the Deployment's data volume
-    data.mkdir()
-    kubeconfig = data / "kubeconfig"
-    shutil.copyfile(cluster.kubeconfig("controller"), kubeconfig)
-    for path in (data, kubeconfig):
-        os.chown(path, UID, UID)
-    data.chmod(0o750)
-    kubeconfig.chmod(0o600)
-    health = free_port()
-    controller = ImageProcess(
-        image,
-        image_root,
-        data,
-        [
-            "controller",
-            "--kubeconfig",
-            f"{DATA}/kubeconfig",
-            "--store",
-            f"sqlite:///{DATA}/events.sqlite",
-            "--hub-endpoint",
-            hub.url,
-            "--probe-target",
-            "simulator",
-            "--hpa-api-version",
-            "autoscaling/v2beta2",  # the local server is 1.20
-            "--health-port",
-            str(health),
-        ],
-        tmp_path / "controller.log",
-    )
+    leader = _start(cluster, image, image_root, hub, tmp_path / "leader")
     alice = Orders(cluster.api_client("alice"))
     name = "image-llm"
+    standby: ImageProcess | None = None
     try:
-        controller.wait_for_output("controller leading", timeout=180)
-        base = f"http://127.0.0.1:{health}"
-        assert httpx.get(f"{base}/healthz").status_code == 200
-        assert httpx.get(f"{base}/readyz").status_code == 200
+        leader.process.wait_for_output("controller leading", timeout=180)
+        assert _readyz(leader.health) == (200, "leading\n")
+        # A second pod of the image stands by for the Lease, and is ready all the same.
+        second = _start(cluster, image, image_root, hub, tmp_path / "standby")
+        standby = second.process
+        wait_for(
+            lambda: _readyz(second.health) == (200, "standby\n"),
+            timeout=120,
+            what="the standby's /readyz",
+        )
+        assert "controller leading" not in standby.text()
+        assert standby.stop() == 0, standby.text()
+        standby = None
 
         alice.create(
             "support",
@@ -153,17 +148,58 @@ def test_image_runs_the_controller_and_an_order_reaches_ready(
         obj = alice.wait_phase("support", name, "Ready", timeout=180)
         assert ("Ready", "True", "EndpointServing") in conditions(obj)
         # The log is the image user's file on the data volume, nowhere else.
-        log = data / "events.sqlite"
+        log = leader.data / "events.sqlite"
         assert log.stat().st_uid == UID and log.stat().st_size > 0
-        assert sorted(p.name for p in data.iterdir() if not p.name.startswith("events.sqlite")) == [
-            "kubeconfig"
-        ]
+        assert sorted(
+            p.name for p in leader.data.iterdir() if not p.name.startswith("events.sqlite")
+        ) == ["kubeconfig"]
         _delete_and_wait(cluster, alice, name, obj["metadata"]["uid"])
     finally:
         alice.delete("support", name)
-        code = controller.stop()
-    assert code == 0, controller.text()
-    assert "Traceback" not in controller.text()
+        if standby is not None:
+            standby.stop()
+        code = leader.process.stop()
+    assert code == 0, leader.process.text()
+    assert "Traceback" not in leader.process.text()
+
+
+@dataclass
+class Pod:
+    """One run of the image, as one pod of the Deployment: its data volume, its health port."""
+
+    process: ImageProcess
+    data: Path
+    health: int
+
+
+def _start(cluster: Any, image: Image, root: ImageRoot, hub: StandInHub, folder: Path) -> Pod:
+    data = folder / "data"  # the Deployment's data volume
+    data.mkdir(parents=True)
+    kubeconfig = data / "kubeconfig"
+    shutil.copyfile(cluster.kubeconfig("controller"), kubeconfig)
+    for path in (data, kubeconfig):
+        os.chown(path, UID, UID)
+    data.chmod(0o750)
+    kubeconfig.chmod(0o600)
+    health = free_port()
+    args = [
+        "controller",
+        "--kubeconfig", f"{DATA}/kubeconfig",
+        "--store", f"sqlite:///{DATA}/events.sqlite",
+        "--hub-endpoint", hub.url,
+        "--probe-target", "simulator",
+        "--hpa-api-version", "autoscaling/v2beta2",  # the local server is 1.20
+        "--health-port", str(health),
+    ]  # fmt: skip
+    return Pod(ImageProcess(image, root, data, args, folder / "controller.log"), data, health)
+
+
+def _readyz(port: int) -> tuple[int, str] | None:
+    try:
+        answer = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+    except httpx.TransportError:
+        return None  # not listening yet
+    return answer.status_code, answer.text
 
 
 def _delete_and_wait(cluster: Any, orders: Orders, name: str, uid: str) -> None:
