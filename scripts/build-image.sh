@@ -3,7 +3,7 @@
 # Debian's own tools: no base image from a registry (none is reachable here, and a
 # platform team can rebuild it from the same mirror).
 #
-#   scripts/build-image.sh [--archive FILE]
+#   scripts/build-image.sh [--archive FILE] [--rebuild]
 #
 # 1. mmdebstrap: a minimal root of the machine's Debian release (essential packages,
 #    python3, python3-venv, ca-certificates), docs and man pages left out.
@@ -21,6 +21,8 @@
 # `build/image:0.1.0`; `skopeo copy oci:build/image:0.1.0 docker://REGISTRY/...` pushes it.
 # Cached under $AI_INFERENCE_CACHE/image (default ~/.cache/ai-inference/image), keyed
 # by a hash of every input: a warm run only rebuilds the wheel and copies the layout.
+# `--rebuild` assembles the root and the layout again from the cached Debian root and
+# wheels (the tests use it to show the same inputs give the same digests).
 # Runs as root (mmdebstrap's root mode, chroot, umoci keeping file owners).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,10 +30,12 @@ cd "$(dirname "$0")/.."
 log() { printf '[build-image] %s\n' "$*" >&2; }
 
 archive=""
+rebuild=0
 while (($#)); do
   case $1 in
     --archive) archive=$2; shift 2 ;;
-    *) log "unknown argument $1 (usage: scripts/build-image.sh [--archive FILE])"; exit 2 ;;
+    --rebuild) rebuild=1; shift ;;
+    *) log "unknown argument $1 (usage: scripts/build-image.sh [--archive FILE] [--rebuild])"; exit 2 ;;
   esac
 done
 
@@ -121,7 +125,7 @@ image_key=$(
 layout="$CACHE/oci-$image_key"
 
 # --- 3. the image root and 4. the OCI layout --------------------------------------------
-if [[ ! -f $layout/.complete ]]; then
+if [[ $rebuild == 1 || ! -f $layout/.complete ]]; then
   rm -rf "$layout"
   log "assembling the root"
   root="$work/root"

@@ -68,6 +68,24 @@ def _utc(stamp: str) -> str:
     return datetime.fromisoformat(stamp).astimezone(UTC).isoformat()
 
 
+def test_image_is_reproducible_from_the_same_inputs(image: Image, tmp_path: Path) -> None:
+    # The root and the layout assembled again from the same Debian root and wheels: every
+    # time stamp is SOURCE_DATE_EPOCH and pip's byte code is hash-checked, so the layer,
+    # the configuration and the manifest come out byte for byte the same.
+    again = tmp_path / "oci"
+    subprocess.run(
+        ["bash", str(REPO / "scripts" / "build-image.sh"), "--rebuild"],
+        cwd=REPO,
+        env={**os.environ, "AI_INFERENCE_IMAGE_DIR": str(again)},
+        capture_output=True,
+        check=True,
+        timeout=900,
+    )
+    first = json.loads(skopeo("inspect", image.ref))
+    second = json.loads(skopeo("inspect", f"oci:{again}:{image.tag}"))
+    assert (second["Digest"], second["Layers"]) == (first["Digest"], first["Layers"])
+
+
 def test_image_layout_copies_as_a_registry_client_reads_it(image: Image, tmp_path: Path) -> None:
     # What `skopeo copy oci:build/image:TAG docker://...` does, to an archive instead of a
     # registry (none is reachable here): the same manifest arrives.
