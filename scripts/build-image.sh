@@ -61,6 +61,9 @@ REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD -- 2>/dev/null || REVISION="$REVISION-dirty"
 CREATED=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
 mkdir -p "$CACHE"
+# One build at a time per machine: worktrees and test sessions share the cache.
+exec 9>"$CACHE/.lock"
+flock 9
 
 # --- tools -------------------------------------------------------------------------------
 need=()
@@ -90,11 +93,12 @@ DPKG_OPTS=(
   --dpkgopt='path-exclude=/usr/share/doc/*'
   --dpkgopt='path-include=/usr/share/doc/*/copyright'
 )
-base_key=$(printf '%s\n' "$SUITE" "$MIRROR" "$PACKAGES" "${DPKG_OPTS[@]}" | key_of)
+VARIANT=essential
+base_key=$(printf '%s\n' "$VARIANT" "$SUITE" "$MIRROR" "$PACKAGES" "${DPKG_OPTS[@]}" | key_of)
 base="$CACHE/base-$base_key.tar"
 if [[ ! -f $base ]]; then
   log "mmdebstrap $SUITE ($PACKAGES) — a minute or two on a cold cache"
-  mmdebstrap --mode=root --format=tar --variant=essential --include="$PACKAGES" "${DPKG_OPTS[@]}" \
+  mmdebstrap --mode=root --format=tar --variant="$VARIANT" --include="$PACKAGES" "${DPKG_OPTS[@]}" \
     --quiet "$SUITE" "$base.partial" "$MIRROR"
   mv "$base.partial" "$base"
   find "$CACHE" -maxdepth 1 -name 'base-*.tar' ! -name "base-$base_key.tar" -delete
