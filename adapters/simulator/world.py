@@ -11,8 +11,10 @@ proportion to that change, not to the cluster.
 Read your own writes: what the simulator writes is stored at once (`wrote`), and watch
 events older than that write are skipped until the write's own event (same
 resourceVersion, compared for equality only) or a deletion arrives. Watch order makes
-every event before it older; a bound (`_WRITE_MEMORY`) covers a write whose event is
-never seen (a re-list after `410 Gone`). Stored objects are the API's JSON and are never
+every event before it older. A write whose event came first (or that changed nothing,
+so its RV is one already seen) is not stored: the store is that new already. A bound
+(`_WRITE_MEMORY`) covers a write whose event is never seen (a re-list after `410
+Gone`). Stored objects are the API's JSON and are never
 mutated once stored, so readers may hold them without copying.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -57,6 +60,7 @@ KINDS = (NODES, PODS, CLAIMS, SLICES, CLASSES, DEPLOYMENTS, REPLICA_SETS)
 
 _TERMINAL = ("Succeeded", "Failed")
 _WRITE_MEMORY = 10.0  # seconds a write of ours masks older events at most
+_RECENT = 8  # RVs remembered per object, to know a write's event came before the write
 
 
 def key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -165,6 +169,7 @@ class Store:
         self._objects: dict[str, dict[str, JSON]] = {k.plural: {} for k in KINDS}
         self._names: dict[str, dict[tuple[str, str], str]] = {k.plural: {} for k in KINDS}
         self._written: dict[str, tuple[str, float]] = {}  # uid -> (our RV, when)
+        self._seen: dict[str, deque[str]] = {}  # uid -> RVs its events brought lately
         self.claims_by_pod = _Index()  # controller pod uid -> generated claims
         self.claims_by_reserver = _Index()  # reserving pod uid -> claims
         self.pods_by_owner = _Index()  # owner (ReplicaSet) uid -> pods
@@ -245,6 +250,7 @@ class Store:
         with self.lock:
             if event_type == "DELETED":
                 self._written.pop(uid, None)
+                self._seen.pop(uid, None)
                 old = self._remove(kind, uid)
                 return Change(kind, old, None) if old is not None else None
             rv = str(obj["metadata"].get("resourceVersion", ""))
@@ -256,6 +262,7 @@ class Store:
                 del self._written[uid]
                 if rv == our_rv:
                     return None  # our own write, stored when we made it
+            self._seen.setdefault(uid, deque(maxlen=_RECENT)).append(rv)
             current = self._objects[kind.plural].get(uid)
             if current is not None and current["metadata"].get("resourceVersion") == rv:
                 return None  # a resync or re-list: nothing new
@@ -265,8 +272,13 @@ class Store:
     def wrote(self, kind: Resource, obj: JSON) -> Change:
         """Store what a write of ours returned, ahead of its watch event."""
         uid = _uid(obj)
+        rv = str(obj["metadata"].get("resourceVersion", ""))
         with self.lock:
-            self._written[uid] = (str(obj["metadata"].get("resourceVersion", "")), time.monotonic())
+            if rv in self._seen.get(uid, ()):
+                # Its event came first (or the write changed nothing): what we hold is
+                # that new or newer already.
+                return Change(kind, self._objects[kind.plural].get(uid), None)
+            self._written[uid] = (rv, time.monotonic())
             old = self._put(kind, obj)
             return Change(kind, old, obj)
 

@@ -82,6 +82,18 @@ def test_events_older_than_our_write_are_skipped_until_its_own_arrives() -> None
     assert store.get(PODS, "a") == pod("a", "6", node="n1", labels={"x": "y"})
 
 
+def test_a_write_whose_event_came_first_masks_nothing() -> None:
+    store = Store()
+    store.apply(PODS, "ADDED", pod("a", "1"))
+    store.apply(PODS, "MODIFIED", pod("a", "2", labels={"x": "y"}))
+    store.wrote(PODS, pod("a", "2", labels={"x": "y"}))  # or a write that changed nothing
+    bound = store.apply(PODS, "MODIFIED", pod("a", "3", node="n1"))
+    assert bound is not None and store.get(PODS, "a") == pod("a", "3", node="n1")
+    store.apply(PODS, "MODIFIED", pod("a", "4", node="n1"))
+    store.wrote(PODS, pod("a", "3", node="n1"))  # its event and a newer one came first
+    assert store.get(PODS, "a") == pod("a", "4", node="n1")
+
+
 def test_allocated_claims_hold_devices_until_deallocated_or_deleted() -> None:
     store = Store()
     store.apply(CLAIMS, "ADDED", claim("c1", "1", owner="a"))
