@@ -17,6 +17,7 @@ __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 COMMAND_MODULES: tuple[str, ...] = (
     "adapters.cli.cluster_cmd",
     "adapters.cli.audit_cmd",
+    "adapters.cli.bench_cmd",
     "adapters.cli.controller_cmd",
     "adapters.cli.demo_cmd",
     "adapters.cli.simulate_cmd",
