@@ -153,23 +153,26 @@ class Process:
     popen: subprocess.Popen[str] = field(init=False)
     lines: list[tuple[float, str]] = field(default_factory=list)
     _cond: threading.Condition = field(default_factory=threading.Condition)
+    _reader: threading.Thread = field(init=False)
 
     def start(self) -> Process:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_file = self.log_path.open("a", encoding="utf-8")
         environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.popen = subprocess.Popen(
-            self.argv, stdout=subprocess.PIPE, stderr=log_file, text=True, env=environment
-        )
-        threading.Thread(target=self._read, name=f"{self.name}-out", daemon=True).start()
+        with self.log_path.open("a", encoding="utf-8") as log_file:  # the child keeps its own
+            self.popen = subprocess.Popen(
+                self.argv, stdout=subprocess.PIPE, stderr=log_file, text=True, env=environment
+            )
+        self._reader = threading.Thread(target=self._read, name=f"{self.name}-out", daemon=True)
+        self._reader.start()
         return self
 
     def _read(self) -> None:
         assert self.popen.stdout is not None
-        for line in self.popen.stdout:
-            with self._cond:
-                self.lines.append((time.monotonic(), line.rstrip("\n")))
-                self._cond.notify_all()
+        with self.popen.stdout as stream:
+            for line in stream:
+                with self._cond:
+                    self.lines.append((time.monotonic(), line.rstrip("\n")))
+                    self._cond.notify_all()
 
     def wait_line(self, prefix: str, timeout: float) -> tuple[float, str]:
         """When the process printed a line starting with `prefix`, and the line."""
@@ -207,6 +210,7 @@ class Process:
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait(10)
+        self._reader.join(10)  # the output is read to its end, and its pipe closed
 
 
 # --- the bed -----------------------------------------------------------------------------
