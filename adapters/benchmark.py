@@ -680,28 +680,27 @@ class Benchmark:
             if options.replay:
                 self.result["replay"] = self.replay()
         finally:
-            self.stop()
-            self.clean_up()
+            if self.controller is not None:
+                self.controller.stop()
+            try:
+                self.clean_up()
+            finally:
+                self.stop()
         return self.result
 
     def clean_up(self) -> None:
-        """Delete what the run made in its namespace, and wait until the pods are gone."""
+        """Delete the run's orders and wait until their pods and claims are gone (the
+        simulator, still running, confirms the pods' deletion as a kubelet does)."""
         namespace = self.options.namespace
         page = call(self.admin, "GET", ORDERS.collection_path(namespace))
         for item in page.get("items") or ():
-            call(self.admin, "DELETE", ORDERS.object_path(namespace, item["metadata"]["name"]))
-        pods = self._informer(PODS)
+            with contextlib.suppress(errors.APINotFoundError):
+                call(self.admin, "DELETE", ORDERS.object_path(namespace, item["metadata"]["name"]))
+        claims, pods = self._informer(CLAIMS), self._informer(PODS)
         try:
-            # No simulator runs now: nothing confirms the pods' deletion but the grace 0.
-            for pod in pods.objects():
-                call(
-                    self.admin,
-                    "DELETE",
-                    PODS.object_path(namespace, pod["metadata"]["name"]),
-                    body={"gracePeriodSeconds": 0},
-                )
-            self._wait(lambda: not pods.uids(), 120, "the run's pods gone")
+            self._wait_free(claims, pods)
         finally:
+            claims.stop()
             pods.stop()
 
 
