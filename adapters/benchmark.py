@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import msgpack
 import yaml
 from kubernetes.client import ApiClient
@@ -53,6 +54,7 @@ from adapters.cluster import bootstrap, local
 from adapters.kubernetes import errors
 from adapters.kubernetes.watching import Informer, Resource, call
 from adapters.platform import install_module
+from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION as ENDPOINT
 from adapters.simulator import capacity
 from fsm import fold
 
@@ -249,6 +251,7 @@ class BenchOptions:
     replay: bool = True
     ready_timeout: float = 900.0
     workers: int = 2
+    simulator_only: bool = False
 
 
 def _order(namespace: str, name: str) -> dict[str, Any]:
@@ -662,6 +665,9 @@ class Benchmark:
         self._namespace()
         self.start_simulator()
         try:
+            if options.simulator_only:
+                self.result["simulator_only"] = self.simulator_only()
+                return self.result
             if options.floor:
                 self.start_controller()
                 final, children = self.warm_up()
@@ -688,14 +694,112 @@ class Benchmark:
                 self.stop()
         return self.result
 
+    def simulator_only(self) -> dict[str, Any]:
+        """The bed alone: N bare pods with a device claim each, driven to Ready by the
+        simulator; its CPU beside the API server's, idle, and how fast the stubs answer."""
+        n = self.options.orders
+        namespace = self.options.namespace
+        template = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "bench-gpu", "namespace": namespace},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {"deviceClassName": "nvidia-a100-80gb-physical"},
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+        with contextlib.suppress(errors.APIConflictError):
+            self._create(CHILD_KINDS[4], template)
+        claims = json.dumps([{"name": "gpu", "resourceClaimTemplateName": "bench-gpu"}])
+        pods = self._informer(PODS)
+        ready_at: dict[str, float] = {}
+
+        def on_pod(_event: str, obj: dict[str, Any]) -> None:
+            conditions = (obj.get("status") or {}).get("conditions") or ()
+            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+                ready_at.setdefault(obj["metadata"]["name"], time.monotonic())
+
+        pods.add_handler(on_pod)
+        before, cpu0 = request_counts(self.admin), self._cpu()
+        started = time.monotonic()
+        try:
+            for index in range(n):
+                self._create(
+                    PODS,
+                    {
+                        "metadata": {
+                            "name": f"pod-{index:04d}",
+                            "annotations": {
+                                "simulator.ai-inference.deckhouse.io/resource-claims": claims
+                            },
+                        },
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "vllm",
+                                    "image": "vllm/vllm-openai:v0.10.1",
+                                    "args": ["--model", MODEL, "--served-model-name", f"m{index}"],
+                                    "readinessProbe": {
+                                        "httpGet": {"path": "/health", "port": 8000}
+                                    },
+                                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                                }
+                            ]
+                        },
+                    },
+                )
+            self._wait(lambda: len(ready_at) >= n, self.options.ready_timeout, "every pod Ready")
+            wall = time.monotonic() - started
+            after, cpu1 = request_counts(self.admin), self._cpu()
+            window = min(60.0, self.options.idle_seconds)
+            cpu2 = self._cpu()
+            time.sleep(window)
+            cpu3 = self._cpu()
+            urls = [
+                str((p["metadata"].get("annotations") or {}).get(ENDPOINT, ""))
+                for p in pods.objects()
+            ]
+        finally:
+            pods.stop()
+        latencies = []
+        with httpx.Client(timeout=5) as web:
+            for url in urls:
+                began = time.perf_counter()
+                web.get(url + "/v1/models").raise_for_status()
+                latencies.append(time.perf_counter() - began)
+        return {
+            "pods": n,
+            "wall_s": round(wall, 2),
+            "cpu_s": {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1},
+            "writes_per_pod": per_order(writes_between(before, after), n),
+            "idle_window_s": window,
+            "idle_core_fraction": {k: round((cpu3[k] - cpu2[k]) / window, 4) for k in cpu3},
+            "stub_ms": {
+                "p50": round(percentile(latencies, 0.5) * 1000, 2),
+                "p95": round(percentile(latencies, 0.95) * 1000, 2),
+                "max": round(max(latencies, default=0.0) * 1000, 2),
+            },
+        }
+
     def clean_up(self) -> None:
         """Delete the run's orders and wait until their pods and claims are gone (the
         simulator, still running, confirms the pods' deletion as a kubelet does)."""
         namespace = self.options.namespace
-        page = call(self.admin, "GET", ORDERS.collection_path(namespace))
-        for item in page.get("items") or ():
-            with contextlib.suppress(errors.APINotFoundError):
-                call(self.admin, "DELETE", ORDERS.object_path(namespace, item["metadata"]["name"]))
+        for kind in (ORDERS, PODS):  # the bed-only run's pods are nobody's children
+            page = call(self.admin, "GET", kind.collection_path(namespace))
+            for item in page.get("items") or ():
+                with contextlib.suppress(errors.APINotFoundError):
+                    call(
+                        self.admin, "DELETE", kind.object_path(namespace, item["metadata"]["name"])
+                    )
         claims, pods = self._informer(CLAIMS), self._informer(PODS)
         try:
             self._wait_free(claims, pods)

@@ -30,6 +30,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--no-floor", action="store_true", help="skip the bare client's run")
     parser.add_argument("--no-restart", action="store_true", help="skip the restart")
     parser.add_argument("--no-replay", action="store_true", help="skip the replay figures")
+    parser.add_argument(
+        "--simulator-only",
+        action="store_true",
+        help="only the bed: N bare pods with a claim each, no controller",
+    )
     parser.add_argument("--workers", type=int, default=2, help="the controller's workers")
     parser.add_argument("--keep", action="store_true", help="leave the control plane up")
     parser.set_defaults(run=_run)
@@ -45,6 +50,7 @@ def _run(args: argparse.Namespace) -> int:
         restart=not args.no_restart,
         replay=not args.no_replay,
         workers=args.workers,
+        simulator_only=args.simulator_only,
     )
     args.dir.mkdir(parents=True, exist_ok=True)
     result = run_bench(args.dir.resolve(), options, keep=args.keep)
