@@ -24,7 +24,13 @@ pytestmark = pytest.mark.cluster
 
 ORDERS = 20
 # Children the controller renders (server-side apply) and the one it creates (the token).
-APPLIED = ("deployments", "services", "resourceclaimtemplates", "horizontalpodautoscalers")
+APPLIED = (
+    "deployments",
+    "services",
+    "resourceclaimtemplates",
+    "horizontalpodautoscalers",
+    "ingresses",
+)
 # The API server writes these on its own (its endpoint reconciler, leader election of the
 # controller manager): not ours to count while idle.
 SERVER_OWN = ("leases", "endpoints")
