@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 
 from adapters.kubernetes import kinds
 from adapters.kubernetes.watching import Obj
@@ -20,10 +21,14 @@ from fsm import arbitration
 from fsm.arbitration import Holding, OrderView, Ruling, Take, Taking
 from fsm.capacity import Snapshot
 from fsm.identity import OrderRef
-from fsm.reasons import Reason
+from fsm.reasons import ConditionType, Reason
 from fsm.state import OrderState
 
-__all__ = ["Arbiter"]
+__all__ = ["TAKE_WRITE_SECONDS", "Arbiter"]
+
+# How long a take may be in the log before its scale is in the API: the taker records,
+# then patches, in one pass; longer means the patch was lost (the taker takes again).
+TAKE_WRITE_SECONDS = 30.0
 
 
 def _live(pod: Obj) -> bool:
@@ -55,7 +60,7 @@ class Arbiter:
         self._snapshot = snapshot  # the capacity as the planner sees it, for an order UID
         self._states = states
 
-    def ruling(self, order: OrderRef, state: OrderState) -> Ruling | None:
+    def ruling(self, order: OrderRef, state: OrderState, now: datetime) -> Ruling | None:
         """The order's ruling, or None where growth and taking are not judged."""
         plan, policy, workload = state.plan_in_force, state.policy, state.workload
         if plan is None or policy is None or workload is None:
@@ -64,9 +69,16 @@ class Arbiter:
         if deployment is None:
             return None
         taking = Taking.of(deployment)
-        if taking is not None:  # judged from a live read: the record must not be stale
+        logged = state.scaling is not None and (
+            state.scaling.reason is Reason.CAPACITY_TAKEN_BY_PRIORITY
+        )
+        if taking is not None or logged:  # judged from a live read, never a stale copy
             deployment = self._writer.get(kinds.DEPLOYMENTS, order.namespace, order.name)
             taking = Taking.of(deployment)
+        if taking is None and logged and self._take_pending(state, now):
+            # The log says replicas were taken and the taker has not scaled this order
+            # yet (it records first, then scales): judging now would flap the verdict.
+            return None
         pods = [p for p in self._world.pods_of(order.uid) if _live(p)]
         waiting = any(_unbound(p) for p in pods)
         if taking is None and not waiting:
@@ -136,6 +148,17 @@ class Arbiter:
             if decided is not None:
                 out.append(decided)
         return out
+
+    def _take_pending(self, state: OrderState, now: datetime) -> bool:
+        """A take in the log whose scale is not written yet: recent, and some taker still
+        exists (a record only disappears by this order's own give-back, logged first; a
+        Deployment recreated without it is judged afresh after TAKE_WRITE_SECONDS)."""
+        cond = state.condition(ConditionType.SCALING_HEALTHY)
+        since = cond.last_transition_time if cond is not None else None
+        if since is None or (now - since).total_seconds() > TAKE_WRITE_SECONDS:
+            return False
+        takers = (state.scaling.taken_by or "") if state.scaling is not None else ""
+        return any(self._order_named(t.strip()) for t in takers.split(",") if t.strip())
 
     # -- what the give-back waits for ----------------------------------------------------
 

@@ -133,7 +133,7 @@ class Reconciler:
         return self._outcome(p)
 
     def _arbitrate(self, p: _Pass) -> None:
-        ruling = self._arbiter.ruling(p.order, p.state)
+        ruling = self._arbiter.ruling(p.order, p.state, p.now)
         if ruling is None:
             return
         self._take(p, ruling.reclaims)

@@ -68,6 +68,16 @@ def settle(platform: LocalPlatform, uid: str, seconds: float = 2.0) -> int:
     return writer.writes - before
 
 
+def rolled_out(admin: Admin, name: str) -> bool:
+    status = admin.apps.read_namespaced_deployment(name, NS).status
+    return (
+        (status.updated_replicas or 0)
+        == (status.replicas or 0)
+        == (status.available_replicas or 0)
+        >= 1
+    )
+
+
 def live_uid(read: Any) -> str | None:
     try:
         return str(read().metadata.uid)
@@ -170,16 +180,7 @@ def test_deleted_and_edited_children_come_back_with_no_false_phase(
 
         wait_for(env_restored, timeout=30, what="the runtime's env reverted")
 
-        def rolled_out() -> bool:
-            status = apps.read_namespaced_deployment("conv-repair", NS).status
-            return (
-                (status.updated_replicas or 0)
-                == (status.replicas or 0)
-                == (status.available_replicas or 0)
-                >= 1
-            )
-
-        wait_for(rolled_out, timeout=90, what="the revert rolled out")
+        wait_for(lambda: rolled_out(admin, "conv-repair"), timeout=90, what="the rollout")
         alice.wait_phase(NS, "conv-repair", "Ready", timeout=90)
         core.patch_namespaced_service(
             "conv-repair", NS, {"spec": {"type": "ExternalName", "externalName": "evil.example"}}
@@ -307,6 +308,8 @@ def test_a_class_switched_to_cluster_local_without_token_prunes_and_back(
             timeout=60,
             what="the Ingress and the token Secret back",
         )
+        # The new token's UID rolls the pods: wait for that before counting writes.
+        wait_for(lambda: rolled_out(admin, "conv-prune"), timeout=90, what="the rollout")
         obj = alice.wait_phase(NS, "conv-prune", "Ready", timeout=90)
         assert settle(platform, obj["metadata"]["uid"]) == 0
 

@@ -193,7 +193,9 @@ def test_a_command_line_standby_serves_metrics_and_logs_json(platform, tmp_path)
             value(samples, "ai_inference_orders", phase=p) == 0
             for p in ("Pending", "Ready", "Degraded", "Failed")
         )
-        assert httpx.get(f"http://127.0.0.1:{health_port}/readyz", timeout=5).status_code == 503
+        # Ready as a standby: readiness is not leadership (a rollout waits on it).
+        standby = httpx.get(f"http://127.0.0.1:{health_port}/readyz", timeout=5)
+        assert (standby.status_code, standby.text) == (200, "standby\n")
     finally:
         process.send_signal(signal.SIGTERM)
         _out, err = process.communicate(timeout=60)
