@@ -23,6 +23,7 @@ __all__ = [
     "ApplyFailed",
     "ApplySucceeded",
     "AuthSecretSeen",
+    "CapacitySeen",
     "ClassJudged",
     "Deleted",
     "EndpointSeen",
@@ -30,6 +31,7 @@ __all__ = [
     "Observation",
     "PlanJudged",
     "ProbeResult",
+    "ReplicasReclaimed",
     "ScalingSeen",
     "SpecSeen",
     "WorkloadSeen",
@@ -101,6 +103,16 @@ class WorkloadSeen:
     # The controller's setting, read here because `decide` records the verdict as an event
     # (DeviceClassTried): replay folds that event and never judges the wait again.
     grace_seconds: float = DEVICE_ALLOCATION_GRACE_SECONDS
+    unschedulable: str | None = None  # pods pending for CPU, memory, taints: not devices
+    free_units: int | None = None  # free share units of the plan's device class now
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapacitySeen:
+    """Free share units (100 a device) each tried device class offers now."""
+
+    at: datetime
+    free_units: tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,6 +157,15 @@ class ScalingSeen:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicasReclaimed:
+    """The arbiter decided this order takes `replicas` of order `victim` (fsm.arbitration)."""
+
+    at: datetime
+    victim: str  # namespace/name
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Deleted:
     """The order is gone from the API (or carries a deletionTimestamp)."""
 
@@ -163,5 +184,7 @@ Observation = (
     | AuthSecretSeen
     | ProbeResult
     | ScalingSeen
+    | CapacitySeen
+    | ReplicasReclaimed
     | Deleted
 )

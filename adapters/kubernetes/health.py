@@ -1,10 +1,13 @@
 """`/healthz` and `/readyz` for the kubelet's probes of the controller's own pod.
 
-Alive while the process serves HTTP. Ready while it can serve: its log is open and it
-leads or stands by for the Lease — readiness is not leadership. A standby that reported
-not-ready would hold up every rolling update (the new pod waits for the Lease the old one
-holds) and count as a disruption against the PodDisruptionBudget. `/readyz` says which
-role the process has (`leading` or `standby`), for people; the probe reads only the code.
+Alive while the process can work: `/healthz` fails once the controller gave up (its
+caches did not sync, its log was unreachable at take-over, a newer leader appeared), so
+the kubelet restarts a process that would otherwise sit there. Ready while it can serve:
+it leads or stands by for the Lease — readiness is not leadership. A standby that
+reported not-ready would hold up every rolling update (the new pod waits for the Lease
+the old one holds) and count as a disruption against the PodDisruptionBudget. `/readyz`
+says which role the process has (`leading` or `standby`), for people; the probe reads
+only the code.
 """
 
 from __future__ import annotations
@@ -22,16 +25,17 @@ class HealthServer:
         self,
         ready: Callable[[], bool],
         *,
+        alive: Callable[[], bool] = lambda: True,
         leading: Callable[[], bool] = lambda: False,
         host: str = "0.0.0.0",  # noqa: S104
         port: int = 8081,
     ) -> None:
-        is_ready, is_leading = ready, leading
+        is_ready, is_alive, is_leading = ready, alive, leading
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 if self.path == "/healthz":
-                    code, body = 200, b"ok\n"
+                    code, body = (200, b"ok\n") if is_alive() else (503, b"cannot work\n")
                 elif self.path == "/readyz":
                     if not is_ready():
                         code, body = 503, b"not ready\n"

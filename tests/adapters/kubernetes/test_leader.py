@@ -17,6 +17,7 @@ import urllib3.exceptions
 from kubernetes import client
 
 from adapters.kubernetes import leader
+from tests.support import polling
 
 pytestmark = pytest.mark.cluster
 
@@ -69,12 +70,7 @@ class Candidate:
 
 
 def eventually(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"not true after {timeout}s")
+    return polling.eventually(predicate, timeout=timeout, interval=0.02)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import base64
 import contextlib
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,18 +21,13 @@ import pytest
 from kubernetes import client, config
 
 from adapters.kubernetes import watching
+from tests.support import polling
 
 pytestmark = pytest.mark.cluster
 
 
 def eventually(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not true after {timeout}s: {predicate}")
+    return polling.eventually(predicate, timeout=timeout)
 
 
 class Relay:
