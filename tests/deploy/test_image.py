@@ -143,6 +143,9 @@ def test_image_runs_the_controller_and_an_order_reaches_ready(
     try:
         leader.process.wait_for_output("controller leading", timeout=180)
         assert _readyz(leader.health) == (200, "leading\n")
+        scrape = httpx.get(f"http://127.0.0.1:{leader.metrics}/metrics", timeout=10)
+        assert scrape.status_code == 200
+        assert "\nai_inference_leader 1.0\n" in scrape.text
         # A second pod of the image stands by for the Lease, and is ready all the same.
         second = _start(cluster, image, image_root, hub, tmp_path / "standby")
         standby = second.process
@@ -188,6 +191,7 @@ class Pod:
     process: ImageProcess
     data: Path
     health: int
+    metrics: int
 
 
 def _start(cluster: Any, image: Image, root: ImageRoot, hub: StandInHub, folder: Path) -> Pod:
@@ -199,7 +203,7 @@ def _start(cluster: Any, image: Image, root: ImageRoot, hub: StandInHub, folder:
         os.chown(path, UID, UID)
     data.chmod(0o750)
     kubeconfig.chmod(0o600)
-    health = free_port()
+    health, metrics = free_port(), free_port()
     args = [
         "controller",
         "--kubeconfig", f"{DATA}/kubeconfig",
@@ -208,8 +212,10 @@ def _start(cluster: Any, image: Image, root: ImageRoot, hub: StandInHub, folder:
         "--probe-target", "simulator",
         "--hpa-api-version", "autoscaling/v2beta2",  # the local server is 1.20
         "--health-port", str(health),
+        "--metrics-port", str(metrics),  # two pods share this host's network
     ]  # fmt: skip
-    return Pod(ImageProcess(image, root, data, args, folder / "controller.log"), data, health)
+    process = ImageProcess(image, root, data, args, folder / "controller.log")
+    return Pod(process, data, health, metrics)
 
 
 def _readyz(port: int) -> tuple[int, str] | None:
