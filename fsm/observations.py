@@ -6,7 +6,7 @@ not stored: `decide` turns those that change something into events, which are. E
 observation carries `at`, the moment it was made — the core has no clock of its own, so
 any decision that depends on time (a grace period, the order of probes) reads it here.
 
-The verdicts of `fsm.policy` and `fsm.planner` arrive inside `ClassJudged`,
+The verdicts of `fsm.policy` and `fsm.placement.planner` arrive inside `ClassJudged`,
 `ModelJudged` and `PlanJudged`: the core records outcomes, it does not compute them.
 """
 
@@ -68,7 +68,7 @@ class ModelJudged:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanJudged:
-    """`fsm.planner`'s verdict, computed because `decide.needs_plan` said so."""
+    """`fsm.placement.planner`'s verdict, computed because `decide.needs_plan` said so."""
 
     at: datetime
     outcome: PlanOutcome
@@ -158,7 +158,7 @@ class ScalingSeen:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReplicasReclaimed:
-    """The arbiter decided this order takes `replicas` of order `victim` (fsm.arbitration)."""
+    """The arbiter decided this order takes `replicas` of order `victim` (arbitration.py)."""
 
     at: datetime
     victim: str  # namespace/name

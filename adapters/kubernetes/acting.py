@@ -30,11 +30,12 @@ from adapters.kubernetes.world import ClusterCache
 from adapters.kubernetes.writing import Writer
 from adapters.probes.http import probe
 from adapters.probes.targets import TargetResolver
-from fsm import effects, recipes
+from fsm import effects
 from fsm import observations as ob
-from fsm.arbitration import TAKEN_ANNOTATION, Taking
 from fsm.decide import STALE_FACTS_NOTE
 from fsm.identity import OrderRef, auth_secret_name, tls_secret_name
+from fsm.placement import recipes
+from fsm.placement.arbitration import TAKEN_ANNOTATION, Taking
 from fsm.reasons import ConditionStatus
 from fsm.state import OrderState
 from fsm.values import Authentication

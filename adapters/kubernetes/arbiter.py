@@ -1,4 +1,4 @@
-"""Capacity by priority, gathered: what `fsm.arbitration` weighs, read from the cluster.
+"""Capacity by priority, gathered: what `fsm.placement.arbitration` weighs, read from the cluster.
 
 The decision is pure (fsm/arbitration.py, docs/priority.md); this module only reads —
 the cache for pods, claims and orders, and a live read of a Deployment where a decision
@@ -17,10 +17,10 @@ from adapters.kubernetes import kinds
 from adapters.kubernetes.watching import Obj
 from adapters.kubernetes.world import ClusterCache
 from adapters.kubernetes.writing import Writer
-from fsm import arbitration
-from fsm.arbitration import Holding, OrderView, Ruling, Take, Taking
-from fsm.capacity import Snapshot
 from fsm.identity import OrderRef
+from fsm.placement import arbitration
+from fsm.placement.arbitration import Holding, OrderView, Ruling, Take, Taking
+from fsm.placement.capacity import Snapshot
 from fsm.reasons import ConditionType, Reason
 from fsm.state import OrderState
 

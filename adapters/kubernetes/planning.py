@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 
 from adapters.kubernetes.watching import Obj
 from adapters.kubernetes.world import ClusterCache
-from fsm import capacity, demand, effects, planner, recipes
+from fsm import effects
+from fsm.placement import capacity, demand, planner, recipes
 from fsm.state import OrderState
 from fsm.values import ModelOutcome, PlanOutcome
 

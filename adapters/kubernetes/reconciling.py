@@ -28,10 +28,11 @@ from adapters.kubernetes.world import ClusterCache
 from adapters.kubernetes.writing import Writer
 from adapters.models import HubResolver
 from adapters.probes.targets import TargetResolver
-from fsm import arbitration, decide, effects
+from fsm import decide, effects
 from fsm import observations as ob
 from fsm.fold import fold
 from fsm.identity import OrderRef
+from fsm.placement import arbitration
 from fsm.reasons import ConditionType, Reason
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, OrderState
 from store import EventLog, StreamKey

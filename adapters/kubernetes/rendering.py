@@ -23,10 +23,11 @@ from typing import Any
 
 from adapters.kubernetes import hosts
 from adapters.kubernetes.settings import Settings
-from fsm import identity, sizing
+from fsm import identity
 from fsm.identity import OrderRef
+from fsm.placement import sizing
+from fsm.placement.recipes import Recipe, render_args
 from fsm.quantity import MIB
-from fsm.recipes import Recipe, render_args
 from fsm.values import (
     Authentication,
     CatalogKind,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fsm.arbitration import (
+from fsm.placement.arbitration import (
     TAKEN_ANNOTATION,
     GiveBack,
     Holding,
@@ -25,7 +25,7 @@ from fsm.arbitration import (
     taken_verdict,
     victims_of,
 )
-from fsm.capacity import ORDER_UID_LABEL, Allocation, Snapshot
+from fsm.placement.capacity import ORDER_UID_LABEL, Allocation, Snapshot
 from fsm.reasons import Reason
 from fsm.values import PlacementMode, Plan, SharingMode
 from tests.support import planner_inputs as inputs

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fsm.capacity import FULL_SHARE, find_place, usage_by_device
+from fsm.placement.capacity import FULL_SHARE, find_place, usage_by_device
 from fsm.values import PlacementMode, SharingMode
 from tests.support.planner_inputs import (
     claim,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fsm import cel
-from fsm.capacity import Device
+from fsm.placement import cel
+from fsm.placement.capacity import Device
 from tests.support.planner_inputs import (
     GPU_CLASS,
     MIG_CLASS,

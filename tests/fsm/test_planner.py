@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from fsm import policy
-from fsm.capacity import Snapshot
-from fsm.planner import PlanRequest, plan, room_for
+from fsm.placement.capacity import Snapshot
+from fsm.placement.planner import PlanRequest, plan, room_for
 from fsm.reasons import Reason
 from fsm.values import (
     AcceleratorPolicy,

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fsm import sizing
-from fsm.capacity import FULL_SHARE, Snapshot, usage_by_device
-from fsm.planner import PlanRequest, plan
+from fsm.placement import sizing
+from fsm.placement.capacity import FULL_SHARE, Snapshot, usage_by_device
+from fsm.placement.planner import PlanRequest, plan
 from fsm.values import AcceleratorPolicy, ModelFacts, PlacementMode, Plan, PlanOutcome, SharingMode
 from tests.support.planner_inputs import (
     BGE_M3,

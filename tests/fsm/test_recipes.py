@@ -6,8 +6,14 @@ from typing import Any
 
 import pytest
 
+from fsm.placement.recipes import (
+    RecipeError,
+    choose_recipe,
+    parse_recipe,
+    parse_recipes,
+    render_args,
+)
 from fsm.reasons import Reason
-from fsm.recipes import RecipeError, choose_recipe, parse_recipe, parse_recipes, render_args
 from fsm.values import EndpointType, ModelFormat, PlacementMode, Quantization
 from tests.support.planner_inputs import default_recipes
 

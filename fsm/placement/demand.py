@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from fsm import cel
-from fsm.capacity import FULL_SHARE, Allocation, Snapshot, find_place, usage_by_device
-from fsm.planner import plan_devices
+from fsm.placement import cel
+from fsm.placement.capacity import FULL_SHARE, Allocation, Snapshot, find_place, usage_by_device
+from fsm.placement.planner import plan_devices
 from fsm.values import Plan
 
 __all__ = ["Demand", "free_units", "with_demand"]

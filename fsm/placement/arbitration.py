@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fsm import planner
-from fsm.capacity import ORDER_UID_LABEL, Allocation, Place, Snapshot
+from fsm.placement import planner
+from fsm.placement.capacity import ORDER_UID_LABEL, Allocation, Place, Snapshot
 from fsm.reasons import Reason
 from fsm.values import Plan
 

@@ -33,12 +33,12 @@ from fractions import Fraction
 
 from pydantic import Field
 
-from fsm import cel, sizing
-from fsm.capacity import FULL_SHARE, Device, DeviceClassInfo, Place, Snapshot, find_place
+from fsm.placement import cel, sizing
+from fsm.placement.capacity import FULL_SHARE, Device, DeviceClassInfo, Place, Snapshot, find_place
+from fsm.placement.recipes import Recipe, choose_recipe
 from fsm.policy import ENDPOINT_PREFERENCE, choose_endpoint_type
 from fsm.quantity import GIB, gib_rounded
 from fsm.reasons import Reason
-from fsm.recipes import Recipe, choose_recipe
 from fsm.values import (
     AcceleratorPolicy,
     Candidate,
