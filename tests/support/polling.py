@@ -16,7 +16,7 @@ T = TypeVar("T")
 def eventually(
     probe: Callable[[], T | None],
     *,
-    timeout: float = 20.0,
+    timeout: float = 30.0,
     interval: float = 0.05,
     what: str = "",
     tolerate: tuple[type[BaseException], ...] = (),

@@ -17,7 +17,7 @@ import urllib3.exceptions
 from kubernetes import client
 
 from adapters.kubernetes import leader
-from tests.support import polling
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -67,10 +67,6 @@ class Candidate:
 
     def when(self, what: str) -> float:
         return next(t for w, _, t in self.journal if w == what)
-
-
-def eventually(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    return polling.eventually(predicate, timeout=timeout, interval=0.02)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +46,7 @@ from adapters.kubernetes.watching import Informer
 from adapters.platform import install_module
 from adapters.resources import resource_dir
 from adapters.simulator.hub import StandInHub
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -53,17 +54,6 @@ GROUP, VERSION = "ai.deckhouse.io", "v1alpha1"
 REPO = Path(adapters.__file__).resolve().parent.parent
 QWEN_AWQ = "Qwen/Qwen2.5-32B-Instruct-AWQ"
 HPA = "autoscaling/v2beta2"  # the local 1.20 server
-
-
-def eventually(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"not true after {timeout}s: {what or predicate}; last {last!r}")
 
 
 # deploy/rbac/controller.yaml's ClusterRole of the controller.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,20 +19,12 @@ from kubernetes.client.exceptions import ApiException
 
 from adapters.kubernetes.rendering import UID_LABEL
 from adapters.kubernetes.world import ClusterCache
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.cluster
 
 NS = "support"
 GROUP, VERSION = "ai.deckhouse.io", "v1alpha1"
-
-
-def eventually(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not true after {timeout}s: {what or predicate}")
 
 
 @pytest.fixture

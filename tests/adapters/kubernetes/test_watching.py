@@ -12,7 +12,7 @@ import contextlib
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
@@ -21,13 +21,9 @@ import pytest
 from kubernetes import client, config
 
 from adapters.kubernetes import watching
-from tests.support import polling
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.cluster
-
-
-def eventually(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    return polling.eventually(predicate, timeout=timeout)
 
 
 class Relay:
