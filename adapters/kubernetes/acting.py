@@ -11,7 +11,7 @@ precondition.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -34,8 +34,8 @@ from fsm import effects
 from fsm import observations as ob
 from fsm.decide import STALE_FACTS_NOTE
 from fsm.identity import OrderRef, auth_secret_name, tls_secret_name
-from fsm.placement import recipes
 from fsm.placement.arbitration import TAKEN_ANNOTATION, Taking
+from fsm.placement.recipes import Recipe
 from fsm.reasons import ConditionStatus
 from fsm.state import OrderState
 from fsm.values import Authentication
@@ -71,6 +71,7 @@ class Actor:
         targets: TargetResolver,
         settings: Callable[[], Settings],
         hpa_api_version: str,
+        recipes: Callable[[], Sequence[Recipe]],
         rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None,
     ) -> None:
         self._world = world
@@ -78,6 +79,7 @@ class Actor:
         self._targets = targets
         self._settings = settings
         self._hpa_api_version = hpa_api_version
+        self._recipes = recipes
         self._rewrite = rewrite
         self.repairs = 0  # objects re-applied or pruned because the live world drifted
 
@@ -101,7 +103,7 @@ class Actor:
 
     def _token(self, order: OrderRef, now: datetime) -> ob.AuthSecretSeen:
         name = auth_secret_name(order.name)
-        live = self._world.token_secrets.get_by_name(order.namespace, name)
+        live = self._world.token_secrets.get_by_name(order.namespace, name, copy_=False)
         if live is None or not tokens.owned_by(live, order):
             name = tokens.ensure_auth_secret(self._writer, order)
         return ob.AuthSecretSeen(at=now, name=name)
@@ -117,8 +119,7 @@ class Actor:
     # -- the workload ------------------------------------------------------------------
 
     def _render(self, order: OrderRef, command: effects.ApplyWorkload) -> list[dict[str, Any]]:
-        parsed, _ = recipes.parse_recipes(self._world.recipes.objects())
-        recipe = next((r for r in parsed if r.name == command.plan.recipe), None)
+        recipe = next((r for r in self._recipes() if r.name == command.plan.recipe), None)
         if recipe is None:
             raise RenderError(f"launch recipe {command.plan.recipe!r} is gone")
         docs = render_workload(
@@ -136,7 +137,9 @@ class Actor:
         return [self._rewrite(doc) if self._rewrite else doc for doc in docs]
 
     def _live(self, order: OrderRef) -> dict[converging.Key, Obj]:
-        return {converging.key_of(obj): obj for obj in self._world.children_of(order.uid)}
+        # Read only (compared, never changed): no copy of every child on every pass.
+        children = self._world.children_of(order.uid, copy_=False)
+        return {converging.key_of(obj): obj for obj in children}
 
     def _workload(
         self, order: OrderRef, state: OrderState, command: effects.ApplyWorkload, now: datetime
@@ -257,7 +260,7 @@ class Actor:
 
     def _rolled_out(self, order: OrderRef, secret: Obj) -> bool:
         """The Deployment's pods carry the token Secret's current UID (rotation done)."""
-        deployment = self._world.deployments.get_by_name(order.namespace, order.name)
+        deployment = self._world.deployments.get_by_name(order.namespace, order.name, copy_=False)
         if deployment is None:
             return False
         template = ((deployment.get("spec") or {}).get("template") or {}).get("metadata") or {}
@@ -270,14 +273,14 @@ class Actor:
         return marked == secret["metadata"]["uid"] and settled
 
     def _service_is_ours(self, order: OrderRef) -> bool:
-        service = self._world.services.get_by_name(order.namespace, order.name)
+        service = self._world.services.get_by_name(order.namespace, order.name, copy_=False)
         return service is not None and (service.get("spec") or {}).get("type") == "ClusterIP"
 
     # -- what the order and the people reading it see ----------------------------------
 
     def publish(self, order: OrderRef, state: OrderState, status: dict[str, Any]) -> bool:
         """Write the status if the live one differs; True when written."""
-        current = self._world.orders.get(order.uid)
+        current = self._world.orders.get(order.uid, copy_=False)
         if current is None:
             return False
         try:

@@ -65,7 +65,7 @@ class Arbiter:
         plan, policy, workload = state.plan_in_force, state.policy, state.workload
         if plan is None or policy is None or workload is None:
             return None
-        deployment = self._world.deployments.get_by_name(order.namespace, order.name)
+        deployment = self._world.deployments.get_by_name(order.namespace, order.name, copy_=False)
         if deployment is None:
             return None
         taking = Taking.of(deployment)

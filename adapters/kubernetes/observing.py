@@ -134,9 +134,9 @@ class Observer:
 
     def klass(self, order: OrderRef, state: OrderState, at: datetime) -> ob.ClassJudged:
         name = state.class_name
-        priority = _names(self._world.priority_classes.objects())
-        devices = _names(self._world.device_classes.objects())
-        obj = self._world.classes.get_by_name(None, name) if name else None
+        priority = _names(self._world.priority_classes.objects(copy_=False))
+        devices = _names(self._world.device_classes.objects(copy_=False))
+        obj = self._world.classes.get_by_name(None, name, copy_=False) if name else None
         spec: ClassSpec | None = None
         if obj is not None:
             try:
@@ -214,7 +214,7 @@ class Observer:
         grace_seconds: float,
         free_units: Callable[[str], int],
     ) -> ob.WorkloadSeen | None:
-        deployment = self._world.deployments.get_by_name(order.namespace, order.name)
+        deployment = self._world.deployments.get_by_name(order.namespace, order.name, copy_=False)
         if deployment is None or state.plan_in_force is None:
             return None
         status = deployment.get("status") or {}

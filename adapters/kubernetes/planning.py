@@ -43,6 +43,19 @@ class Planning:
         self._world = world
         self._states = states  # a copy of every order's folded state this process holds
         self.lock = threading.Lock()
+        self._recipes: tuple[str | None, tuple[recipes.Recipe, ...]] = ("", ())
+
+    def recipes(self) -> tuple[recipes.Recipe, ...]:
+        """The launch recipes, parsed once per change of any of them (not every pass)."""
+        version = self._world.recipes.resource_version
+        cached_version, parsed = self._recipes
+        if version is None or version != cached_version:
+            found, problems = recipes.parse_recipes(self._world.recipes.objects(copy_=False))
+            for problem in problems:
+                log.warning("launch recipe skipped: %s", problem)
+            parsed = tuple(found)
+            self._recipes = (version, parsed)
+        return parsed
 
     def priority_value(self, name: str | None) -> int | None:
         objs = self._world.priority_classes.objects()
@@ -114,9 +127,6 @@ class Planning:
         """The planner's verdict for the order; call it holding `lock`."""
         effective, model = state.policy, state.model
         assert effective is not None and model is not None  # the core asks only then
-        parsed, problems = recipes.parse_recipes(self._world.recipes.objects())
-        for problem in problems:
-            log.warning("launch recipe skipped: %s", problem)
         request = planner.PlanRequest.for_order(
             effective,
             ModelOutcome(
@@ -129,4 +139,4 @@ class Planning:
             held=command.plan_in_force,
             tried_device_classes=command.excluded_device_classes,
         )
-        return planner.plan(request, self.snapshot(uid), parsed)
+        return planner.plan(request, self.snapshot(uid), self.recipes())

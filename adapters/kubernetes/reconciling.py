@@ -100,13 +100,14 @@ class Reconciler:
             targets=targets,
             settings=settings,
             hpa_api_version=hpa_api_version,
+            recipes=self.planning.recipes,
             rewrite=rewrite,
         )
 
     # -- the pass ----------------------------------------------------------------------
 
     def reconcile(self, uid: str) -> queueing.Outcome:
-        obj = self._world.orders.get(uid)
+        obj = self._world.orders.get(uid, copy_=False)  # read only
         now = self._clock()
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
             self._close(uid, now)

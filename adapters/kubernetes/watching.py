@@ -315,28 +315,34 @@ class Informer:
         """The RV the next watch resumes from (the last LIST's or the last event's)."""
         return self._rv
 
-    def get(self, uid: str) -> Obj | None:
+    def get(self, uid: str, *, copy_: bool = True) -> Obj | None:
         with self._cond:
             obj = self._objects.get(uid)
-            return copy.deepcopy(obj) if obj is not None else None
+            return copy.deepcopy(obj) if obj is not None and copy_ else obj
 
-    def get_by_name(self, namespace: str | None, name: str) -> Obj | None:
+    def get_by_name(self, namespace: str | None, name: str, *, copy_: bool = True) -> Obj | None:
         with self._cond:
             uid = self._by_name.get((namespace or "", name))
-            return copy.deepcopy(self._objects[uid]) if uid is not None else None
+            obj = self._objects[uid] if uid is not None else None
+            return copy.deepcopy(obj) if obj is not None and copy_ else obj
 
-    def objects(self) -> list[Obj]:
+    def objects(self, *, copy_: bool = True) -> list[Obj]:
+        """Every cached object; `copy_=False` hands out the cached objects themselves (the
+        cache replaces an object on change, never edits it): read them, never change them."""
         with self._cond:
+            if not copy_:
+                return list(self._objects.values())
             return [copy.deepcopy(obj) for obj in self._objects.values()]
 
     def uids(self) -> list[str]:
         with self._cond:
             return list(self._objects)
 
-    def by_index(self, index: str, value: str) -> list[Obj]:
+    def by_index(self, index: str, value: str, *, copy_: bool = True) -> list[Obj]:
         with self._cond:
             uids = self._indexes[index].values.get(value, set())
-            return [copy.deepcopy(self._objects[uid]) for uid in sorted(uids)]
+            found = [self._objects[uid] for uid in sorted(uids)]
+            return [copy.deepcopy(obj) for obj in found] if copy_ else found
 
     def index_values(self, index: str) -> list[str]:
         """Every value some cached object has in `index`."""

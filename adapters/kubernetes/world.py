@@ -200,9 +200,10 @@ class ClusterCache:
             self.token_secrets,
         ]
 
-    def children_of(self, uid: str) -> list[Obj]:
-        """Every object the order owns (by its UID label), of every kind it renders."""
-        return [obj for inf in self.owned_kinds for obj in inf.by_index(BY_ORDER, uid)]
+    def children_of(self, uid: str, *, copy_: bool = True) -> list[Obj]:
+        """Every object the order owns (by its UID label), of every kind it renders;
+        `copy_=False`: the cached objects themselves, to read only."""
+        return [obj for inf in self.owned_kinds for obj in inf.by_index(BY_ORDER, uid, copy_=copy_)]
 
     # -- what a change affects -----------------------------------------------------------
 
