@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from adapters.kubernetes import converging, errors, kinds, tokens
+from adapters.kubernetes.background import Background
 from adapters.kubernetes.observing import secret_value
 from adapters.kubernetes.rendering import (
     AUTH_SECRET_KEY,
@@ -72,6 +73,7 @@ class Actor:
         settings: Callable[[], Settings],
         hpa_api_version: str,
         recipes: Callable[[], Sequence[Recipe]],
+        background: Background,
         rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None,
     ) -> None:
         self._world = world
@@ -80,6 +82,7 @@ class Actor:
         self._settings = settings
         self._hpa_api_version = hpa_api_version
         self._recipes = recipes
+        self._background = background
         self._rewrite = rewrite
         self.repairs = 0  # objects re-applied or pruned because the live world drifted
 
@@ -232,6 +235,13 @@ class Actor:
     # -- probing -----------------------------------------------------------------------
 
     def _probe(self, order: OrderRef, state: OrderState, after: float, now: datetime) -> Outcome:
+        """Probe off the worker: start the probe when due, record its answer when back."""
+        key = ("probe", order.uid)
+        done, answer = self._background.take(key)
+        if done:
+            return Outcome(answer, requeue=[after])
+        if self._background.busy(key):
+            return Outcome()  # its end wakes the order
         last = state.last_probe_at
         if last is not None:
             wait = after - (now - last).total_seconds()
@@ -252,11 +262,17 @@ class Actor:
         url = self._targets.resolve(order, self._world.pods_of(order.uid))
         if url is None:
             return Outcome(requeue=[after])  # no Ready pod yet: its change wakes us
-        answer = probe(url, token, timeout=float(self._settings().probe.timeout_seconds))
-        result = ob.ProbeResult(
-            at=now, ok=answer.ok, status_code=answer.status_code, error=answer.error
-        )
-        return Outcome(result, requeue=[after])
+        timeout = float(self._settings().probe.timeout_seconds)
+
+        def call() -> ob.ProbeResult:
+            answer = probe(url, token, timeout=timeout)
+            return ob.ProbeResult(
+                at=now, ok=answer.ok, status_code=answer.status_code, error=answer.error
+            )
+
+        self._background.start(key, call)
+        done, result = self._background.take(key)  # at once when run inline (tests)
+        return Outcome(result if done else None, requeue=[after])
 
     def _rolled_out(self, order: OrderRef, secret: Obj) -> bool:
         """The Deployment's pods carry the token Secret's current UID (rotation done)."""

@@ -34,6 +34,7 @@ from kubernetes.client import ApiClient
 
 from adapters import logs, metrics
 from adapters.kubernetes import classes, fencing, oldservers, queueing
+from adapters.kubernetes.background import Background
 from adapters.kubernetes.leader import Elector
 from adapters.kubernetes.reconciling import Reconciler
 from adapters.kubernetes.settings import Settings, SettingsError, Source
@@ -121,6 +122,8 @@ class Controller:
             hpa_api_version=hpa_api_version,
             rewrite=oldservers.rewrite_for(api),
             allocation_grace_seconds=allocation_grace_seconds,
+            # Probes and hub lookups on a pool of their own; an answer wakes its order.
+            background=Background(self.queue.add, workers=max(4, 2 * workers)),
         )
         self._clock = clock
         self._workers = queueing.Workers(self.queue, self._pass, workers=workers)
@@ -279,6 +282,7 @@ class Controller:
         self.leading.clear()
         self._workers.stop()
         self._class_workers.stop()
+        self.reconciler.background.stop()
         if self._elector is not None:
             self._elector.stop()
         self.cache.stop()

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from adapters.kubernetes.background import Background
 from adapters.kubernetes.rendering import endpoint_url
 from adapters.kubernetes.settings import CatalogMode, Settings
 from adapters.kubernetes.watching import Obj
@@ -115,10 +116,12 @@ class Observer:
         world: ClusterCache,
         hub: HubResolver,
         settings: Callable[[], Settings],
+        background: Background,
     ) -> None:
         self._world = world
         self._hub = hub
         self._settings = settings
+        self._background = background
 
     def spec(self, obj: Obj, at: datetime) -> ob.SpecSeen:
         order = order_of(obj)
@@ -155,10 +158,13 @@ class Observer:
         return ob.ClassJudged(at=at, outcome=outcome)
 
     def model(self, order: OrderRef, state: OrderState, at: datetime) -> ob.ModelJudged | None:
+        """The model's verdict, or None while the hub is being asked (off this worker)."""
         effective, ref = state.policy, state.model_ref
         if effective is None or ref is None:
             return None
         lookup = self._lookup(order, ref)
+        if lookup is None:
+            return None
         if isinstance(lookup, ModelFound):
             return ob.ModelJudged(at=at, outcome=policy.resolve_model(effective, lookup.facts))
         return ob.ModelJudged(
@@ -166,7 +172,7 @@ class Observer:
             outcome=ModelOutcome(reason=lookup.reason, message=lookup.message),
         )
 
-    def _lookup(self, order: OrderRef, ref: ModelRef) -> ModelLookup:
+    def _lookup(self, order: OrderRef, ref: ModelRef) -> ModelLookup | None:
         if ref.src is ModelSource.AI_MODELS:
             if self._settings().catalog.mode is CatalogMode.NONE:
                 return ModelUnavailable(
@@ -203,7 +209,17 @@ class Observer:
                     Reason.AUTH_SECRET_KEY_MISSING,
                     f"Secret {ref.auth_secret_name!r} has no key {ref.auth_secret_key!r}",
                 )
-        return self._hub.resolve(ref.name, token=token)
+        known = self._hub.peek(ref.name, token=token)
+        if known is not None:
+            return known
+        key = ("hub", order.uid)
+        done, answer = self._background.take(key)
+        if done:
+            return answer  # type: ignore[no-any-return]
+        name = ref.name
+        self._background.start(key, lambda: self._hub.resolve(name, token=token))
+        done, answer = self._background.take(key)  # at once when run inline (tests)
+        return answer if done else None
 
     def workload(
         self,

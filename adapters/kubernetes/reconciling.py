@@ -21,6 +21,7 @@ from typing import Any
 
 from adapters.kubernetes import arbiter, queueing
 from adapters.kubernetes.acting import Actor
+from adapters.kubernetes.background import Background
 from adapters.kubernetes.observing import Observer, model_ref_of, order_of
 from adapters.kubernetes.planning import Planning
 from adapters.kubernetes.settings import Settings
@@ -55,7 +56,7 @@ class _Pass:
     state: OrderState
     now: datetime
     requeue: list[float] = field(default_factory=list)
-    transient: bool = False  # the model source could not be reached
+    transient: bool | None = None  # the model source unreachable; None: not asked now
 
 
 class Reconciler:
@@ -76,6 +77,7 @@ class Reconciler:
         hpa_api_version: str = "autoscaling/v2",
         rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         allocation_grace_seconds: float = DEVICE_ALLOCATION_GRACE_SECONDS,
+        background: Background | None = None,
     ) -> None:
         self._world = world
         # How long pods may wait for devices before the plan's device class counts as
@@ -93,7 +95,10 @@ class Reconciler:
         self._arbiter = arbiter.Arbiter(
             writer, world, snapshot=self.planning.snapshot, states=self.states
         )
-        self._observer = Observer(world, hub, settings)
+        # Probes and hub lookups run off the workers; without a pool (the pass's unit
+        # tests) they run at once.
+        self.background = background or Background(lambda _uid: None, inline=True)
+        self._observer = Observer(world, hub, settings, self.background)
         self.actor = Actor(
             world=world,
             writer=writer,
@@ -101,6 +106,7 @@ class Reconciler:
             settings=settings,
             hpa_api_version=hpa_api_version,
             recipes=self.planning.recipes,
+            background=self.background,
             rewrite=rewrite,
         )
 
@@ -198,7 +204,7 @@ class Reconciler:
             failures = self._transient_failures.get(p.order.uid, 0) + 1
             self._transient_failures[p.order.uid] = failures
             p.requeue.append(_TRANSIENT_RETRY.delay(failures))
-        else:
+        elif p.transient is False:
             self._transient_failures.pop(p.order.uid, None)
         return queueing.RequeueAfter(min(p.requeue)) if p.requeue else queueing.Done()
 
@@ -252,6 +258,7 @@ class Reconciler:
         with self._states_lock:
             self._states.pop(uid, None)
         self._transient_failures.pop(uid, None)
+        self.background.forget(uid)
 
     def _close(self, uid: str, now: datetime) -> None:
         state = self.state_of(uid)

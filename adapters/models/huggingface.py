@@ -164,6 +164,16 @@ class HubResolver:
             log.info("could not resolve %s@%s: %s", name, revision, result.reason)
         return result
 
+    def peek(
+        self, name: str, *, token: str | None = None, revision: str = "main"
+    ) -> ModelLookup | None:
+        """The answer `resolve` would give without asking the hub, or None: an id that is
+        not one, or a cached answer. The controller asks the hub off its workers."""
+        token = (token or "").strip() or None
+        if not is_repo_id(name):
+            return self.resolve(name, token=token, revision=revision)
+        return self._cache.get((name, revision, token_fingerprint(token)))
+
     def clear_cache(self) -> None:
         self._cache.clear()
 

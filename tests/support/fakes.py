@@ -187,6 +187,9 @@ class FakeHub:
         self.down = False
         self.asked = 0
 
+    def peek(self, name: str, *, token: str | None = None) -> None:
+        return None  # nothing cached: every answer comes through the pass's background
+
     def resolve(self, name: str, *, token: str | None = None) -> ModelFound | ModelUnavailable:
         self.asked += 1
         if self.down:

@@ -9,9 +9,11 @@ keeping a resolved order's facts and a Pending one retried soon.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +22,17 @@ import yaml
 
 import store
 from adapters.kubernetes import queueing
+from adapters.kubernetes.background import Background
 from adapters.kubernetes.reconciling import Reconciler
 from adapters.kubernetes.settings import Settings
 from adapters.kubernetes.world import ClusterCache
-from adapters.probes.targets import AnnotatedPodTarget
+from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION, AnnotatedPodTarget
 from fsm import events as ev
 from fsm.identity import OrderRef
 from fsm.status import render_status
 from tests.support import fakes
 from tests.support.planner_inputs import A100, GPU_CLASS, device_class, gpu, model, resource_slice
+from tests.support.polling import eventually
 
 REPO = Path(__file__).resolve().parents[3]
 QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -286,3 +290,95 @@ def test_a_hub_blip_keeps_a_planned_order_and_a_pending_one_is_retried_soon(bed:
     assert isinstance(outcome, queueing.RequeueAfter) and outcome.seconds <= 5
     (failed,) = bed.events(pending, ev.ModelFailed)
     assert failed.reason.value == "ModelSourceUnreachable"
+
+
+# --- probes off the workers -------------------------------------------------------------
+
+
+class HeldEndpoint:
+    """An OpenAI-style endpoint on 127.0.0.1 that answers only once released."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.asked = threading.Event()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                endpoint.asked.set()
+                endpoint.release.wait(30)
+                body = json.dumps({"object": "list", "data": [{"id": QWEN}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def serving(bed: Bed, uid: str, url: str) -> None:
+    """The order's Deployment rolled out and one Ready pod answering at `url`."""
+    deployment = bed.child("Deployment", "llm")
+    assert deployment is not None
+    generation = deployment["metadata"]["generation"]
+    deployment["status"] = {
+        "replicas": 1,
+        "readyReplicas": 1,
+        "availableReplicas": 1,
+        "updatedReplicas": 1,
+        "observedGeneration": generation,
+    }
+    fakes.put(bed.world, deployment)
+    fakes.put(
+        bed.world,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "llm-0",
+                "namespace": "support",
+                "labels": {"ai.deckhouse.io/inference-service-uid": uid},
+                "annotations": {SIMULATOR_ENDPOINT_ANNOTATION: url},
+            },
+            "spec": {"nodeName": "node-a"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        },
+    )
+
+
+def test_a_hung_endpoint_never_holds_a_worker(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    woken: list[str] = []
+    bed.reconciler.background = background = Background(woken.append, workers=2)
+    bed.reconciler.actor._background = background
+    held = HeldEndpoint()
+    try:
+        uid = bed.order("llm")
+        bed.settle(uid)
+        serving(bed, uid, held.url)
+        bed.settle(uid)  # the pass starts the probe and returns while it hangs
+        assert held.asked.wait(10)
+        assert not bed.events(uid, ev.ProbeSucceeded)
+        assert background.busy(("probe", uid))
+        held.release.set()
+        eventually(lambda: woken, timeout=10, what="the probe's end to wake the order")
+        assert woken == [uid]
+        bed.settle(uid, passes=1)
+        (succeeded,) = bed.events(uid, ev.ProbeSucceeded)
+        assert succeeded.observed_at == NOW
+    finally:
+        held.close()
+        background.stop()
+        bed.log.close()
