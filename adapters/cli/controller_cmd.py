@@ -161,28 +161,35 @@ def _run(args: argparse.Namespace) -> int:
         served = _serve_metrics(args.metrics_port) if args.metrics_port else None
         health = None
         if args.health_port:
+            # Ready from here on, leading or standing by; not once leadership is lost
+            # (the process is exiting).
             health = HealthServer(
-                controller.still_leading, alive=controller.alive, port=args.health_port
+                lambda: not controller.lost.is_set(),
+                alive=controller.alive,
+                leading=controller.still_leading,
+                port=args.health_port,
             )
             health.start()
         sys.stdout.write("controller campaigning for the Lease\n")
         sys.stdout.flush()
+        lost = False
         try:
             controller.start(wait=None)  # a standby waits here for the Lease
             sys.stdout.write(f"controller leading, epoch {controller.epoch}\n")
             sys.stdout.flush()
             controller.lost.wait()  # leadership lost: exit, Kubernetes restarts us as standby
+            lost = True
         except LeadershipLost:
-            pass  # the reason is printed below
+            lost = True  # the reason is printed below
         except KeyboardInterrupt:
-            pass  # SIGTERM: stop() below releases the Lease for the standby
+            pass  # SIGTERM: stop() below releases the Lease, which is not losing it
         finally:
             controller.stop()
             if health is not None:
                 health.stop()
             if served is not None:
                 served.stop()
-    if controller.lost.is_set():
+    if lost:
         sys.stderr.write(f"controller stopped leading: {controller.failure}\n")
         return 1
     return 0

@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "adapters.cli.cluster_cmd",
     "adapters.cli.audit_cmd",
     "adapters.cli.completion_cmd",
+    "adapters.cli.bench_cmd",
     "adapters.cli.controller_cmd",
     "adapters.cli.demo_cmd",
     "adapters.cli.simulate_cmd",

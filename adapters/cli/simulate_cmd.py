@@ -38,7 +38,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--no-catalog", action="store_true", help="do not create the ai-models catalog objects"
     )
-    parser.add_argument("--interval", type=float, default=0.25, help="seconds between passes")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        help="seconds between looks at the capacity file and for a missing Secret",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every action")
     parser.set_defaults(run=_run)
 

@@ -2,8 +2,12 @@
 
 Alive while the process can work: `/healthz` fails once the controller gave up (its
 caches did not sync, its log was unreachable at take-over, a newer leader appeared), so
-the kubelet restarts a process that would otherwise sit there. Ready while it leads and
-its workers run (a standby replica is alive but not ready, and shows why).
+the kubelet restarts a process that would otherwise sit there. Ready while it can serve:
+it leads or stands by for the Lease — readiness is not leadership. A standby that
+reported not-ready would hold up every rolling update (the new pod waits for the Lease
+the old one holds) and count as a disruption against the PodDisruptionBudget. `/readyz`
+says which role the process has (`leading` or `standby`), for people; the probe reads
+only the code.
 """
 
 from __future__ import annotations
@@ -22,17 +26,21 @@ class HealthServer:
         ready: Callable[[], bool],
         *,
         alive: Callable[[], bool] = lambda: True,
+        leading: Callable[[], bool] = lambda: False,
         host: str = "0.0.0.0",  # noqa: S104
         port: int = 8081,
     ) -> None:
-        is_ready, is_alive = ready, alive
+        is_ready, is_alive, is_leading = ready, alive, leading
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 if self.path == "/healthz":
                     code, body = (200, b"ok\n") if is_alive() else (503, b"cannot work\n")
                 elif self.path == "/readyz":
-                    code, body = (200, b"ok\n") if is_ready() else (503, b"not leading\n")
+                    if not is_ready():
+                        code, body = 503, b"not ready\n"
+                    else:
+                        code, body = 200, b"leading\n" if is_leading() else b"standby\n"
                 else:
                     code, body = 404, b"not found\n"
                 self.send_response(code)

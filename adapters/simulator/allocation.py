@@ -43,6 +43,7 @@ __all__ = [
 
 CANNOT_ALLOCATE = "cannot allocate all claims"
 _BUDGET = 20000  # search steps per claim and node, as the allocator bounds its own
+_CLAIM = "\x00claim\x00"  # stands for the claim's name in a cached verdict
 
 
 class AllocationError(Exception):
@@ -128,6 +129,9 @@ class Inventory:
     classes: Mapping[str, DeviceClassInfo] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
     class_config: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
+    # Devices per node and candidates per (node, class, selectors): an inventory is
+    # immutable, so what was judged once against it stays judged.
+    _cache: dict[tuple[str, ...], Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_objects(
@@ -152,7 +156,11 @@ class Inventory:
         return cls(devices, {c.name: c for c in snapshot.device_classes}, snapshot.problems, config)
 
     def on_node(self, node: str) -> tuple[SimDevice, ...]:
-        return tuple(d for d in self.devices if d.device.node == node)
+        by_node = self._cache.get(("node", node))
+        if by_node is None:
+            by_node = tuple(d for d in self.devices if d.device.node == node)
+            self._cache[("node", node)] = by_node
+        return by_node
 
 
 @dataclass
@@ -182,6 +190,29 @@ class Usage:
                     held[key] = held.get(key, Fraction(0)) + _q(amount)
                 except QuantityError:
                     continue
+
+    def remove(self, results: Iterable[Mapping[str, Any]]) -> None:
+        """Undo `add` of the same results (a claim deallocated, changed or deleted)."""
+        for result in results:
+            device_id = f"{result['driver']}/{result['pool']}/{result['device']}"
+            consumed = result.get("consumedCapacity")
+            if consumed is None:
+                self.exclusive.discard(device_id)
+                continue
+            held = self.consumed.get(device_id)
+            if held is None:
+                continue
+            for key, amount in consumed.items():
+                try:
+                    left = held.get(key, Fraction(0)) - _q(amount)
+                except QuantityError:
+                    continue
+                if left > 0:
+                    held[key] = left
+                else:
+                    held.pop(key, None)
+            if not held:
+                del self.consumed[device_id]
 
     def copy(self) -> Usage:
         return Usage(set(self.exclusive), {k: dict(v) for k, v in self.consumed.items()})
@@ -237,6 +268,28 @@ def _candidates(
     selectors = [
         str((s.get("cel") or {}).get("expression", "")) for s in body.get("selectors") or ()
     ]
+    cache_key = ("candidates", node, request_name, class_name, *selectors)
+    cached = inventory._cache.get(cache_key)
+    if cached is None:
+        try:
+            cached = _select(inventory, node, request_name, class_name, selectors)
+        except AllocationError as err:
+            cached = str(err)  # judged once; the claim's name is filled in per claim
+        inventory._cache[cache_key] = cached
+    if isinstance(cached, str):
+        raise AllocationError(cached.replace(_CLAIM, claim_key))
+    return tuple(cached)
+
+
+def _select(
+    inventory: Inventory,
+    node: str,
+    request_name: str,
+    class_name: str,
+    selectors: Sequence[str],
+) -> tuple[SimDevice, ...]:
+    claim_key = _CLAIM  # the verdict is the same for every claim asking this
+    device_class = inventory.classes[class_name]
     chosen = []
     for device in inventory.on_node(node):
         try:

@@ -8,14 +8,19 @@ kubelet does), start a `Stub` whose API key is the resolved `VLLM_API_KEY` (or
 `--api-key`) and whose model names come from `--served-model-name` (else `--model`),
 publish its address in the annotation `simulator.ai-inference.deckhouse.io/endpoint`,
 and report the pod Running with IP 127.0.0.1. Readiness follows the container's
-`readinessProbe` when it is an `httpGet` (run against the stub, at most every second);
-without one the pod is Ready once running.
+`readinessProbe` when it is an `httpGet`: judged in-process against the stub (the same
+routing an HTTP request takes, without the socket), at most a second apart while its
+thresholds are being met, then not again until the stub changes — its answer is a pure
+function of the stub's state, so a settled probe costs nothing; without a probe the pod
+is Ready once running.
 
-The failure knob `simulator.ai-inference.deckhouse.io/fail` ("500", "timeout") is read
-from the pod, else from the Deployment that owns it, on every pass, so tests flip it
-through the API. Pods being deleted are stopped and removed (a kubelet confirms deletion
-by deleting with grace 0); pods bound to nodes that no longer exist are removed, as the
-pod garbage collector does.
+The kubelet is event-driven: the `Simulator` calls `sync(uid)` when a pod (or the
+Deployment owning it, or its node) changes, and `probe(uid)` when a probe is due. The
+failure knob `simulator.ai-inference.deckhouse.io/fail` ("500", "timeout") is read from
+the pod, else from the Deployment that owns it, so tests flip it through the API. Pods
+being deleted are stopped and removed (a kubelet confirms deletion by deleting with
+grace 0); pods bound to nodes that no longer exist are removed, as the pod garbage
+collector does.
 """
 
 from __future__ import annotations
@@ -25,16 +30,14 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-
-import httpx
 
 from adapters.simulator.capacity import MANAGED_LABEL
 from adapters.simulator.kube import JSON, Kube, KubeError, path
 from adapters.simulator.stub import Stub
-from adapters.simulator.world import World, key
+from adapters.simulator.world import DEPLOYMENTS, NODES, PODS, REPLICA_SETS, Store, key
 
 __all__ = [
     "API_KEY_ENV",
@@ -189,39 +192,37 @@ def served_model_names(words: Sequence[str]) -> list[str]:
 
 @dataclass
 class _Prober:
-    """A readiness probe against the stub, in its own thread so a hang blocks no pass."""
+    """A container's httpGet readiness probe, judged in-process against its stub.
+
+    The answer is a pure function of the stub's state (its failure knob, its key), so
+    once the thresholds are met and the outcome agrees with `ready` the prober is
+    settled: probing again would say the same. It runs again when the stub changes."""
 
     stub: Stub
     probe: Mapping[str, Any]
     ready: bool = False
-    _stop: threading.Event = field(default_factory=threading.Event)
+    ok: int = 0
+    bad: int = 0
+    probes: int = 0
 
-    def start(self) -> None:
-        threading.Thread(target=self._loop, name=f"probe {self.stub.url}", daemon=True).start()
+    @property
+    def period(self) -> float:
+        return min(float(self.probe.get("periodSeconds") or 10), _PROBE_PERIOD_CAP)
 
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _loop(self) -> None:
+    def run(self) -> bool:
+        """One probe; True when settled (nothing will change until the stub does)."""
         get = self.probe.get("httpGet") or {}
-        url = self.stub.url + str(get.get("path") or "/")
         headers = {str(h["name"]): str(h["value"]) for h in get.get("httpHeaders") or ()}
-        timeout = float(self.probe.get("timeoutSeconds") or 1)
-        period = min(float(self.probe.get("periodSeconds") or 10), _PROBE_PERIOD_CAP)
         need_ok = int(self.probe.get("successThreshold") or 1)
         need_bad = int(self.probe.get("failureThreshold") or 3)
-        ok = bad = 0
-        while not self._stop.is_set():
-            try:
-                passed = 200 <= httpx.get(url, headers=headers, timeout=timeout).status_code < 400
-            except httpx.HTTPError:
-                passed = False
-            ok, bad = (ok + 1, 0) if passed else (0, bad + 1)
-            if ok >= need_ok:
-                self.ready = True
-            elif bad >= need_bad:
-                self.ready = False
-            self._stop.wait(period)
+        self.probes += 1
+        passed = self.stub.probe(str(get.get("path") or "/"), headers)
+        self.ok, self.bad = (self.ok + 1, 0) if passed else (0, self.bad + 1)
+        if self.ok >= need_ok:
+            self.ready = True
+        elif self.bad >= need_bad:
+            self.ready = False
+        return passed == self.ready and (self.ok >= need_ok or self.bad >= need_bad)
 
 
 @dataclass
@@ -237,78 +238,111 @@ class _Running:
         return self.prober.ready if self.prober is not None else True
 
     def stop(self) -> None:
-        if self.prober is not None:
-            self.prober.stop()
         self.stub.close()
 
 
+Requeue = Callable[[str, float], None]
+
+
+def probe_key(uid: str) -> str:
+    return f"probe/{uid}"
+
+
 class Kubelet:
+    """Runs the pods it is told about (`sync`), one at a time, from the store."""
+
     def __init__(
         self,
         kube: Kube,
+        store: Store,
         *,
+        requeue: Requeue,
         host: str = "127.0.0.1",
         hang_seconds: float = 30.0,
         namespaces: Collection[str] | None = None,
+        retry_seconds: float = 1.0,
     ) -> None:
+        """`requeue(key, seconds)`: run `sync`/`probe` of that key again later (a missing
+        Secret is looked for again every `retry_seconds`; probes run at their period)."""
         self.kube = kube
+        self.store = store
         self.namespaces = frozenset(namespaces) if namespaces is not None else None
         self.host = host
         self.hang_seconds = hang_seconds
+        self.retry_seconds = retry_seconds
+        self._requeue = requeue
         self._running: dict[str, _Running] = {}  # pod uid -> its stub
+        self._by_name: dict[tuple[str, str], str] = {}  # (namespace, name) -> uid
         self._lock = threading.Lock()
+        self.probes = 0  # readiness probes judged (tests and benchmarks count them)
 
     def stub(self, namespace: str, name: str) -> Stub | None:
         """The stub serving a pod now (tests read its requests)."""
         with self._lock:
-            for run in self._running.values():
-                if run.label == (namespace, name):
-                    return run.stub
-        return None
+            uid = self._by_name.get((namespace, name))
+            run = self._running.get(uid) if uid is not None else None
+            return run.stub if run is not None else None
+
+    @property
+    def running(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    def running_uids(self) -> list[str]:
+        with self._lock:
+            return list(self._running)
 
     def stop_all(self) -> None:
         with self._lock:
             runs, self._running = list(self._running.values()), {}
+            self._by_name.clear()
         for run in runs:
             run.stop()
 
-    def run_pass(self, world: World) -> bool:
-        ours = {
-            n["metadata"]["name"]
-            for n in world.nodes
-            if (n["metadata"].get("labels") or {}).get(MANAGED_LABEL) == "true"
-        }
-        existing = {n["metadata"]["name"] for n in world.nodes}
-        seen: set[str] = set()
-        wrote = False
-        owners = _Owners(self.kube)
-        for pod in world.pods:
-            node = (pod.get("spec") or {}).get("nodeName")
-            if not node or (self.namespaces is not None and key(pod)[0] not in self.namespaces):
-                continue
-            uid = str(pod["metadata"]["uid"])
-            try:
-                if node not in existing or pod["metadata"].get("deletionTimestamp"):
-                    self._forget(uid)
-                    wrote |= self._remove(pod)
-                    continue
-                if node not in ours or (pod.get("status") or {}).get("phase") in _TERMINAL:
-                    continue
-                seen.add(uid)
-                wrote |= self._sync(pod, uid, owners)
-            except KubeError as err:
-                log.info("kubelet on %s/%s: %s", *key(pod), err)
-        with self._lock:
-            gone = [uid for uid in self._running if uid not in seen]
-        for uid in gone:
+    def mine(self, pod: Mapping[str, Any]) -> bool:
+        return self.namespaces is None or key(pod)[0] in self.namespaces
+
+    def sync(self, uid: str) -> bool:
+        """Make the pod's stub and status what the pod asks; True when it wrote."""
+        pod = self.store.get(PODS, uid)
+        if pod is None:
             self._forget(uid)
-        return wrote
+            return False
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name or not self.mine(pod):
+            return False
+        node = self.store.get_by_name(NODES, "", str(node_name))
+        if node is None or pod["metadata"].get("deletionTimestamp"):
+            self._forget(uid)
+            return self._remove(pod)
+        managed = (node["metadata"].get("labels") or {}).get(MANAGED_LABEL) == "true"
+        if not managed or (pod.get("status") or {}).get("phase") in _TERMINAL:
+            self._forget(uid)
+            return False
+        return self._sync(pod, uid)
+
+    def probe(self, uid: str) -> bool:
+        """One readiness probe of a running pod; reports a change; True when it wrote."""
+        with self._lock:
+            run = self._running.get(uid)
+        if run is None or run.prober is None:
+            return False
+        self.probes += 1
+        if not run.prober.run():
+            self._requeue(probe_key(uid), run.prober.period)
+        pod = self.store.get(PODS, uid)
+        if pod is not None and run.ready != run.reported_ready:
+            self._report(pod, run)
+            return True
+        return False
 
     # --- one pod --------------------------------------------------------------------
 
     def _forget(self, uid: str) -> None:
         with self._lock:
             run = self._running.pop(uid, None)
+            if run is not None and self._by_name.get(run.label) == uid:
+                del self._by_name[run.label]
         if run is not None:
             run.stop()
 
@@ -317,23 +351,28 @@ class Kubelet:
         url = path("v1", "pods", name, namespace=namespace)
         return self.kube.delete(url, grace_seconds=0, uid=str(pod["metadata"]["uid"]))
 
-    def _sync(self, pod: JSON, uid: str, owners: _Owners) -> bool:
+    def _sync(self, pod: JSON, uid: str) -> bool:
         with self._lock:
             run = self._running.get(uid)
         if run is None:
-            return self._start(pod, uid, owners)
-        run.stub.failure = _failure(pod, owners)
+            return self._start(pod, uid)
+        failure = _failure(pod, self.store)
+        if failure != run.stub.failure:
+            run.stub.failure = failure
+            if run.prober is not None:  # the stub changed: its probe may say otherwise
+                self._requeue(probe_key(uid), 0.0)
         if run.ready != run.reported_ready:
             self._report(pod, run)
             return True
         return False
 
-    def _start(self, pod: JSON, uid: str, owners: _Owners) -> bool:
+    def _start(self, pod: JSON, uid: str) -> bool:
         namespace, name = key(pod)
         containers = list((pod.get("spec") or {}).get("containers") or ())
         try:
             envs = [resolve_env(pod, c, self._secret, self._config_map) for c in containers]
         except EnvError as err:
+            self._requeue(f"pod/{uid}", self.retry_seconds)  # until the Secret exists
             return self._waiting(pod, containers, str(err))
         index = next((i for i, env in enumerate(envs) if API_KEY_ENV in env), 0)
         container, env = (containers[index], envs[index]) if containers else ({}, {})
@@ -349,22 +388,26 @@ class Kubelet:
             hang_seconds=self.hang_seconds,
             label=f"{namespace}/{name}",
         )
-        stub.failure = _failure(pod, owners)
+        stub.failure = _failure(pod, self.store)
         probe = container.get("readinessProbe") or {}
         prober = _Prober(stub, probe) if probe.get("httpGet") else None
         run = _Running(stub, _now(), (namespace, name), prober)
         try:
-            self.kube.strategic_patch(
+            pod = self.kube.strategic_patch(
                 path("v1", "pods", name, namespace=namespace),
                 {"metadata": {"annotations": {ENDPOINT_ANNOTATION: stub.url}}},
             )
         except KubeError:
             stub.close()
             raise
+        self.store.wrote(PODS, pod)
         with self._lock:
             self._running[uid] = run
+            self._by_name[(namespace, name)] = uid
         if prober is not None:
-            prober.start()
+            self.probes += 1
+            if not prober.run():
+                self._requeue(probe_key(uid), prober.period)
         self._report(pod, run)
         log.info("started %s/%s at %s", namespace, name, stub.url)
         return True
@@ -414,9 +457,10 @@ class Kubelet:
                 }
                 for c in spec["initContainers"]
             ]
-        self.kube.strategic_patch(
+        written = self.kube.strategic_patch(
             path("v1", "pods", name, namespace=namespace, subresource="status"), {"status": status}
         )
+        self.store.wrote(PODS, written)
         run.reported_ready = ready
 
     def _waiting(self, pod: JSON, containers: Sequence[Mapping[str, Any]], message: str) -> bool:
@@ -448,9 +492,10 @@ class Kubelet:
                 for c in containers
             ],
         }
-        self.kube.strategic_patch(
+        written = self.kube.strategic_patch(
             path("v1", "pods", name, namespace=namespace, subresource="status"), {"status": status}
         )
+        self.store.wrote(PODS, written)
         log.info("%s/%s cannot start: %s", namespace, name, message)
         return True
 
@@ -490,53 +535,19 @@ def _conditions(ready: bool, now: str) -> list[dict[str, Any]]:
     ]
 
 
-class _Owners:
-    """Pod -> ReplicaSet -> Deployment annotations, listed at most once per pass."""
-
-    def __init__(self, kube: Kube) -> None:
-        self.kube = kube
-        self._annotations: dict[tuple[str, str, str], dict[str, str]] | None = None
-        self._parents: dict[tuple[str, str, str], tuple[str, str, str]] = {}
-
-    def deployment_annotations(self, pod: Mapping[str, Any]) -> dict[str, str]:
-        if self._annotations is None:
-            self._load()
-        assert self._annotations is not None
-        namespace = str(pod["metadata"].get("namespace", ""))
-        for ref in pod["metadata"].get("ownerReferences") or ():
-            if ref.get("kind") != "ReplicaSet":
-                continue
-            parent = self._parents.get((namespace, "ReplicaSet", str(ref.get("name"))))
-            if parent is not None:
-                return self._annotations.get(parent, {})
-        return {}
-
-    def _load(self) -> None:
-        self._annotations = {}
-        try:
-            deployments, _ = self.kube.list(path("apps/v1", "deployments"))
-            replica_sets, _ = self.kube.list(path("apps/v1", "replicasets"))
-        except KubeError as err:
-            log.info("reading Deployments for the fail knob: %s", err)
-            return
-        for deployment in deployments:
-            meta = deployment["metadata"]
-            self._annotations[(meta["namespace"], "Deployment", meta["name"])] = dict(
-                meta.get("annotations") or {}
-            )
-        for replica_set in replica_sets:
-            meta = replica_set["metadata"]
-            for ref in meta.get("ownerReferences") or ():
-                if ref.get("kind") == "Deployment" and ref.get("controller"):
-                    self._parents[(meta["namespace"], "ReplicaSet", meta["name"])] = (
-                        meta["namespace"],
-                        "Deployment",
-                        str(ref["name"]),
-                    )
-
-
-def _failure(pod: Mapping[str, Any], owners: _Owners) -> str | None:
+def _failure(pod: Mapping[str, Any], store: Store) -> str | None:
+    """The fail knob: the pod's annotation, else its Deployment's (pod -> ReplicaSet ->
+    Deployment by owner UIDs, read from the store)."""
     annotations = pod["metadata"].get("annotations") or {}
     if FAIL_ANNOTATION in annotations:
         return str(annotations[FAIL_ANNOTATION]) or None
-    return owners.deployment_annotations(pod).get(FAIL_ANNOTATION) or None
+    for ref in pod["metadata"].get("ownerReferences") or ():
+        if ref.get("kind") != "ReplicaSet" or not ref.get("uid"):
+            continue
+        replica_set = store.get(REPLICA_SETS, str(ref["uid"]))
+        for parent in ((replica_set or {}).get("metadata") or {}).get("ownerReferences") or ():
+            if parent.get("kind") == "Deployment" and parent.get("controller"):
+                deployment = store.get(DEPLOYMENTS, str(parent.get("uid")))
+                knob = ((deployment or {}).get("metadata") or {}).get("annotations") or {}
+                return knob.get(FAIL_ANNOTATION) or None
+    return None

@@ -12,6 +12,13 @@ resourceclaim controller do for the pods this project creates:
 - otherwise leave the pod Pending with `PodScheduled=False`, reason `Unschedulable` and
   the scheduler's message ("0/2 nodes are available: 2 cannot allocate all claims.").
 
+It is event-driven: the `Simulator` hands it the pods that became pending (`enqueue`)
+and the claims that changed or whose pod went (`clean_claim`); it reads nodes, claims
+and what they hold from the `world.Store`. A pod that does not fit waits among the
+unschedulable until something that could free capacity happens (a claim, pod, node,
+slice or class changes; and every few seconds, for a template or claim it does not
+watch), as the real scheduler's unschedulable queue does.
+
 Pods wait in priority order (higher `spec.priority` first, then the oldest). It never
 preempts: a device held by a lower-priority pod stays held (DRA.md) — freeing capacity
 by priority is the controller's job. When pods go, their generated claims are deleted
@@ -29,9 +36,9 @@ from fractions import Fraction
 from typing import Any
 
 from adapters.simulator import allocation, podclaims
-from adapters.simulator.kube import JSON, Conflict, Kube, KubeError, NotFound, path
-from adapters.simulator.world import World, is_ready_node, key
-from fsm.quantity import QuantityError, parse_quantity
+from adapters.simulator.kube import JSON, Kube, KubeError, path
+from adapters.simulator.world import CLAIMS, PODS, Store, is_ready_node, key, pod_requests
+from fsm.quantity import parse_quantity
 
 __all__ = ["FINALIZER", "SCHEDULER_NAME", "Scheduler"]
 
@@ -60,9 +67,13 @@ class _Unschedulable(Exception):
 
 
 class Scheduler:
+    """Schedules the pods it is told about (`enqueue`) and releases the claims it is told
+    about (`clean_claim`); reads the cluster from the store, never by listing."""
+
     def __init__(
         self,
         kube: Kube,
+        store: Store,
         *,
         scheduler_name: str = SCHEDULER_NAME,
         namespaces: Collection[str] | None = None,
@@ -70,68 +81,79 @@ class Scheduler:
         """`namespaces`: act only on pods and claims there (None: everywhere); what
         other claims hold still counts as taken."""
         self.kube = kube
+        self.store = store
         self.scheduler_name = scheduler_name
         self.namespaces = frozenset(namespaces) if namespaces is not None else None
-        self._last_fingerprint: tuple[str, ...] | None = None
+        self._active: set[str] = set()  # pods to try at the next run
+        self._unschedulable: set[str] = set()  # pods that did not fit: retried on news
+        self.attempts = 0  # scheduling attempts made (tests and benchmarks count them)
 
-    def run_pass(self, world: World) -> bool:
-        """One pass; True when it wrote something (the world changed under it)."""
-        wrote = self._clean_up(world)
-        if world.fingerprint == self._last_fingerprint and not wrote:
-            return False
-        self._last_fingerprint = world.fingerprint
-        inventory = allocation.Inventory.from_objects(world.slices, world.device_classes)
-        claims = world.claims_by_key()
-        usage = allocation.Usage.from_claims(c for c in world.claims if _allocated(c))
-        for pod in sorted(self._pending(world), key=_queue_order):
-            try:
-                wrote |= self._schedule(pod, world, inventory, claims, usage)
-            except _Unschedulable as why:
-                wrote |= self._mark_unschedulable(pod, why.reason, why.message)
-            except KubeError as err:  # raced with someone; the next pass sees the news
-                log.info("scheduling %s/%s: %s", *key(pod), err)
-        return wrote
-
-    def _pending(self, world: World) -> list[JSON]:
-        return [
-            pod
-            for pod in world.pods
-            if not pod.get("spec", {}).get("nodeName")
-            and not pod["metadata"].get("deletionTimestamp")
-            and (pod.get("status") or {}).get("phase", "Pending") not in _TERMINAL
-            and pod.get("spec", {}).get("schedulerName", SCHEDULER_NAME) == self.scheduler_name
-            and self._mine(pod)
-        ]
-
-    def _mine(self, obj: Mapping[str, Any]) -> bool:
+    def mine(self, obj: Mapping[str, Any]) -> bool:
         return self.namespaces is None or key(obj)[0] in self.namespaces
+
+    def wants(self, pod: Mapping[str, Any]) -> bool:
+        """A pending pod of ours for this scheduler."""
+        return (
+            self.mine(pod)
+            and (pod.get("spec") or {}).get("schedulerName", SCHEDULER_NAME) == self.scheduler_name
+            and self.store.is_pending(pod)
+        )
+
+    def enqueue(self, uid: str) -> None:
+        self._unschedulable.discard(uid)
+        self._active.add(uid)
+
+    def retry_unschedulable(self) -> bool:
+        """Capacity may have been freed: the pods that did not fit try again. True if any."""
+        if not self._unschedulable:
+            return False
+        self._active |= self._unschedulable
+        self._unschedulable.clear()
+        return True
+
+    @property
+    def waiting(self) -> int:
+        return len(self._unschedulable)
+
+    def run(self) -> bool:
+        """Try every active pod, higher priority first; True when it bound one."""
+        pods = [p for uid in self._active if (p := self.store.get(PODS, uid)) is not None]
+        self._active.clear()
+        bound = False
+        for pod in sorted(pods, key=_queue_order):
+            if not self.wants(pod):
+                continue
+            self.attempts += 1
+            uid = str(pod["metadata"]["uid"])
+            try:
+                bound |= self._schedule(pod)
+            except _Unschedulable as why:
+                self._unschedulable.add(uid)
+                self._mark_unschedulable(pod, why.reason, why.message)
+            except KubeError as err:  # raced with someone; its event brings it back
+                self._unschedulable.add(uid)
+                log.info("scheduling %s/%s: %s", *key(pod), err)
+        return bound
 
     # --- one pod --------------------------------------------------------------------
 
-    def _schedule(
-        self,
-        pod: JSON,
-        world: World,
-        inventory: allocation.Inventory,
-        claims: dict[tuple[str, str], JSON],
-        usage: allocation.Usage,
-    ) -> bool:
+    def _schedule(self, pod: JSON) -> bool:
         namespace, name = key(pod)
         try:
             entries = podclaims.pod_claims(pod)
         except podclaims.PodClaimsError as err:
             raise _Unschedulable(str(err)) from err
-        resolved = [self._claim_for(pod, entry, claims) for entry in entries]
-        self._record_statuses(pod, entries, resolved)
-        nodes = sorted(
-            (n for n in world.nodes if is_ready_node(n)), key=lambda n: n["metadata"]["name"]
-        )
+        resolved = [self._claim_for(pod, entry) for entry in entries]
+        pod = self._record_statuses(pod, entries, resolved)
+        nodes = [n for n in self.store.nodes() if is_ready_node(n)]
         if not nodes:
             raise _Unschedulable("no nodes available to schedule pods")
+        inventory = self.store.inventory()
+        usage = self.store.usage.copy()
         failures: Counter[str] = Counter()
         for node in nodes:
             node_name = node["metadata"]["name"]
-            why = _node_misfit(pod, node, world)
+            why = _node_misfit(pod, node, self.store)
             if why is None:
                 why = _held_elsewhere(resolved, node_name)
             if why is not None:
@@ -154,42 +176,36 @@ class Scheduler:
                     break
                 results[key(claim)] = found
             else:
-                self._commit(
-                    pod, node_name, resolved, results=results, inventory=inventory, claims=claims
-                )
-                usage.exclusive, usage.consumed = trial.exclusive, trial.consumed
+                self._commit(pod, node_name, resolved, results=results, inventory=inventory)
                 log.info("bound %s/%s to %s", namespace, name, node_name)
                 return True
             failures[allocation.CANNOT_ALLOCATE] += 1
         raise _Unschedulable(_fit_error(len(nodes), failures))
 
-    def _claim_for(
-        self, pod: JSON, entry: podclaims.PodClaim, claims: dict[tuple[str, str], JSON]
-    ) -> JSON:
+    def _claim_for(self, pod: JSON, entry: podclaims.PodClaim) -> JSON:
         namespace, pod_name = key(pod)
         if entry.claim is not None:
-            claim = claims.get((namespace, entry.claim))
+            claim = self.store.get_by_name(CLAIMS, namespace, entry.claim)
             if claim is None:
                 raise _Unschedulable(
                     f'pod "{namespace}/{pod_name}": resourceclaim "{entry.claim}" not found'
                 )
         else:
-            claim = self._generated(pod, entry, claims)
+            claim = self._generated(pod, entry)
         if claim["metadata"].get("deletionTimestamp"):
             raise _Unschedulable(f'resourceclaim "{claim["metadata"]["name"]}" is being deleted')
         return claim
 
-    def _generated(
-        self, pod: JSON, entry: podclaims.PodClaim, claims: dict[tuple[str, str], JSON]
-    ) -> JSON:
+    def _generated(self, pod: JSON, entry: podclaims.PodClaim) -> JSON:
         namespace, pod_name = key(pod)
         uid = pod["metadata"]["uid"]
-        for claim in claims.values():
-            meta = claim["metadata"]
+        for claim_uid in sorted(self.store.claims_by_pod.get(uid)):
+            claim = self.store.get(CLAIMS, claim_uid)
             if (
-                meta.get("namespace") == namespace
-                and _controller_uid(claim) == uid
-                and (meta.get("annotations") or {}).get(podclaims.POD_CLAIM_NAME_ANNOTATION)
+                claim is not None
+                and (claim["metadata"].get("annotations") or {}).get(
+                    podclaims.POD_CLAIM_NAME_ANNOTATION
+                )
                 == entry.name
             ):
                 return claim
@@ -226,12 +242,12 @@ class Scheduler:
             "spec": (template.get("spec") or {}).get("spec") or {},
         }
         created = self.kube.create(path(_RESOURCE, "resourceclaims", namespace=namespace), body)
-        claims[key(created)] = created
+        self.store.wrote(CLAIMS, created)
         return created
 
     def _record_statuses(
         self, pod: JSON, entries: Sequence[podclaims.PodClaim], resolved: Sequence[JSON]
-    ) -> None:
+    ) -> JSON:
         statuses = [
             {"name": entry.name, "resourceClaimName": claim["metadata"]["name"]}
             for entry, claim in zip(entries, resolved, strict=True)
@@ -240,7 +256,7 @@ class Scheduler:
         if not statuses or podclaims.claim_statuses(pod) == {
             s["name"]: s["resourceClaimName"] for s in statuses
         }:
-            return
+            return pod
         namespace, name = key(pod)
         url = path("v1", "pods", name, namespace=namespace)
         # The 1.20 server drops the status field; the annotation carries it there.
@@ -248,7 +264,11 @@ class Scheduler:
         self.kube.strategic_patch(
             url, {"metadata": {"annotations": {podclaims.CLAIM_STATUSES_ANNOTATION: text}}}
         )
-        self.kube.strategic_patch(url + "/status", {"status": {"resourceClaimStatuses": statuses}})
+        written = self.kube.strategic_patch(
+            url + "/status", {"status": {"resourceClaimStatuses": statuses}}
+        )
+        self.store.wrote(PODS, written)
+        return written
 
     def _commit(
         self,
@@ -258,7 +278,6 @@ class Scheduler:
         *,
         results: Mapping[tuple[str, str], list[dict[str, Any]]],
         inventory: allocation.Inventory,
-        claims: dict[tuple[str, str], JSON],
     ) -> None:
         namespace, name = key(pod)
         reservation = {"resource": "pods", "name": name, "uid": pod["metadata"]["uid"]}
@@ -282,13 +301,14 @@ class Scheduler:
             status: dict[str, Any] = {"reservedFor": [*reserved, reservation]}
             if key(claim) in results:
                 status["allocation"] = _allocation(claim, results[key(claim)], node_name, inventory)
-            claims[key(claim)] = self.kube.merge_patch(
+            written = self.kube.merge_patch(
                 _claim_url(claim_ns, claim_name, "status"),
                 {
                     "metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
                     "status": status,
                 },
             )
+            self.store.wrote(CLAIMS, written)  # the devices count as held from now on
         binding = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -298,6 +318,7 @@ class Scheduler:
         self.kube.create(
             path("v1", "pods", name, namespace=namespace, subresource="binding"), binding
         )
+        self.store.assume_bound(pod, node_name)
 
     def _mark_unschedulable(self, pod: JSON, reason: str, message: str) -> bool:
         for condition in (pod.get("status") or {}).get("conditions") or ():
@@ -317,43 +338,37 @@ class Scheduler:
             "lastTransitionTime": _now(),
         }
         try:
-            self.kube.strategic_patch(
+            written = self.kube.strategic_patch(
                 path("v1", "pods", name, namespace=namespace, subresource="status"),
                 {"status": {"conditions": [condition], "phase": "Pending"}},
             )
-        except NotFound:
+        except KubeError as err:  # gone or changed: its own event brings it back
+            log.info("%s/%s unschedulable, not recorded: %s", namespace, name, err)
             return False
+        self.store.wrote(PODS, written)
         log.info("%s/%s unschedulable: %s", namespace, name, message)
         return True
 
     # --- claims whose pods are gone ---------------------------------------------------
 
-    def _clean_up(self, world: World) -> bool:
-        live = {
-            str(p["metadata"]["uid"])
-            for p in world.pods
-            if (p.get("status") or {}).get("phase") not in _TERMINAL
-        }
-        wrote = False
-        for claim in world.claims:
-            if not self._mine(claim):
-                continue
-            try:
-                wrote |= self._clean_claim(claim, live)
-            except (Conflict, NotFound):
-                wrote = True  # changed under us: look again next pass
-        return wrote
-
-    def _clean_claim(self, claim: JSON, live: set[str]) -> bool:
+    def clean_claim(self, uid: str) -> bool:
+        """Drop the claim's reservations of pods that are gone, deallocate a shared claim
+        nobody reserves, delete a generated claim whose pod is gone and release its
+        finalizer. True when it wrote something."""
+        claim = self.store.get(CLAIMS, uid)
+        if claim is None or not self.mine(claim):
+            return False
         namespace, name = key(claim)
         meta = claim["metadata"]
         reserved = list((claim.get("status") or {}).get("reservedFor") or ())
-        kept = [r for r in reserved if r.get("resource") != "pods" or r.get("uid") in live]
+        kept = [
+            r for r in reserved if r.get("resource") != "pods" or self.store.pod_live(r.get("uid"))
+        ]
         owner = _controller_uid(claim)
         generated = owner is not None and podclaims.POD_CLAIM_NAME_ANNOTATION in (
             meta.get("annotations") or {}
         )
-        orphaned = generated and owner not in live
+        orphaned = generated and owner is not None and not self.store.pod_live(owner)
         if kept != reserved:
             status: dict[str, Any] = {"reservedFor": kept or None}
             if not kept and not generated:
@@ -362,11 +377,14 @@ class Scheduler:
                 _claim_url(namespace, name, "status"),
                 {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status},
             )
+            self.store.wrote(CLAIMS, claim)
             meta = claim["metadata"]
         if orphaned and not meta.get("deletionTimestamp"):
             self.kube.delete(_claim_url(namespace, name))
             claim = self.kube.get(_claim_url(namespace, name)) or {"metadata": {}}
             meta = claim["metadata"]
+            if meta.get("uid"):
+                self.store.wrote(CLAIMS, claim)
         if (
             (orphaned or meta.get("deletionTimestamp"))
             and not kept
@@ -447,25 +465,7 @@ def _held_elsewhere(claims: Sequence[JSON], node_name: str) -> str | None:
     return None
 
 
-def _requests(pod: Mapping[str, Any]) -> dict[str, Fraction]:
-    spec = pod.get("spec") or {}
-    total: dict[str, Fraction] = {}
-    for container in spec.get("containers") or ():
-        for name, amount in ((container.get("resources") or {}).get("requests") or {}).items():
-            try:
-                total[name] = total.get(name, Fraction(0)) + parse_quantity(str(amount))
-            except QuantityError:
-                continue
-    for container in spec.get("initContainers") or ():
-        for name, amount in ((container.get("resources") or {}).get("requests") or {}).items():
-            try:
-                total[name] = max(total.get(name, Fraction(0)), parse_quantity(str(amount)))
-            except QuantityError:
-                continue
-    return total
-
-
-def _node_misfit(pod: Mapping[str, Any], node: Mapping[str, Any], world: World) -> str | None:
+def _node_misfit(pod: Mapping[str, Any], node: Mapping[str, Any], store: Store) -> str | None:
     if (node.get("spec") or {}).get("unschedulable"):
         return "node(s) were unschedulable"
     labels = node["metadata"].get("labels") or {}
@@ -473,20 +473,10 @@ def _node_misfit(pod: Mapping[str, Any], node: Mapping[str, Any], world: World) 
     if any(labels.get(k) != v for k, v in selector.items()):
         return "node(s) didn't match Pod's node affinity/selector"
     allocatable = (node.get("status") or {}).get("allocatable") or {}
-    node_name = node["metadata"]["name"]
-    on_node = [
-        p
-        for p in world.pods
-        if (p.get("spec") or {}).get("nodeName") == node_name
-        and (p.get("status") or {}).get("phase") not in _TERMINAL
-    ]
-    if "pods" in allocatable and len(on_node) + 1 > int(allocatable["pods"]):
+    pods, used = store.node_load(node["metadata"]["name"])
+    if "pods" in allocatable and pods + 1 > int(allocatable["pods"]):
         return "Too many pods"
-    used: dict[str, Fraction] = {}
-    for other in on_node:
-        for name, amount in _requests(other).items():
-            used[name] = used.get(name, Fraction(0)) + amount
-    for name, amount in sorted(_requests(pod).items()):
+    for name, amount in sorted(pod_requests(pod).items()):
         if name not in allocatable:
             continue
         if used.get(name, Fraction(0)) + amount > parse_quantity(str(allocatable[name])):

@@ -2,9 +2,20 @@
 
 `Simulator` composes the parts — `publishing` (Nodes, ResourceSlices, DeviceClasses from
 the capacity), `catalog` (ai-models objects), `scheduler` (claims, allocation, binding)
-and `kubelet` (Running pods with an OpenAI-compatible stub each) — and runs them in one
-background thread, a pass every `interval` seconds: observe the cluster, schedule, run
-pods. The pass is level-triggered, so a missed change only waits for the next pass.
+and `kubelet` (Running pods with an OpenAI-compatible stub each) — and drives them by
+events, as the real components are: one `Informer` per kind it reads (list, then watch)
+feeds a `world.Store`, and each event enqueues work for the object it names on one
+work queue, worked by one thread:
+
+    pod/<uid>      a pod changed: schedule it if pending, else run, update or remove it
+    claim/<uid>    a claim changed, or the pod holding it went: release what is stale
+    probe/<uid>    a readiness probe is due
+    schedule       try the pending pods (new ones, and the unschedulable when capacity
+                   may have been freed: a claim, pod, node, slice or class changed)
+
+So a change to one pod or claim costs work in proportion to that change; with nothing
+changing the simulator does nothing. Failed writes are retried with backoff; a watch
+that breaks re-lists and the store emits what changed meanwhile.
 
 Used by `ai-inference simulate`, the demo and the integration tests:
 
@@ -18,27 +29,45 @@ controller knows it exists, except the endpoint annotation the probe target read
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
-import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 from kubernetes import client
 
+from adapters.kubernetes import queueing
+from adapters.kubernetes.watching import Informer, Resource
 from adapters.simulator import capacity as capacity_file
+from adapters.simulator import world
 from adapters.simulator.catalog import CATALOG, CatalogPublisher
-from adapters.simulator.kube import Kube, KubeError
-from adapters.simulator.kubelet import Kubelet
+from adapters.simulator.kube import JSON, Kube, KubeError
+from adapters.simulator.kubelet import FAIL_ANNOTATION, Kubelet
 from adapters.simulator.publishing import Publisher, PublishResult
 from adapters.simulator.scheduler import Scheduler
 from adapters.simulator.stub import Stub
-from adapters.simulator.world import World, observe
+from adapters.simulator.world import Change, Store
 
-__all__ = ["Simulator"]
+__all__ = ["Simulator", "SimulatorStats"]
 
 log = logging.getLogger(__name__)
+
+_SCHEDULE = "schedule"
+_RELOAD = "reload-capacity"
+_RETRY_UNSCHEDULABLE = 5.0  # seconds: a template or claim we do not watch may appear
+_RETRY_UNSCHEDULABLE_KEY = "retry-unschedulable"
+
+
+@dataclass
+class SimulatorStats:
+    """Work done, for tests and benchmarks: counts, not times."""
+
+    events: int = 0  # watch events that changed the store
+    items: int = 0  # work items handled
+    failures: int = 0  # work items that failed and were retried
 
 
 class Simulator:
@@ -48,14 +77,15 @@ class Simulator:
         capacity: capacity_file.CapacitySpec | Path | None = None,
         *,
         catalog: Path | None = CATALOG,
-        interval: float = 0.25,
+        interval: float = 1.0,
         stub_host: str = "127.0.0.1",
         hang_seconds: float = 30.0,
         namespaces: Collection[str] | None = None,
     ) -> None:
-        """`capacity`: a spec, a file (re-read when it changes), or None for the default
-        file; `catalog`: the ai-models objects to create (None: none); `namespaces`: run
-        only the pods there (None: all; tests use it to stay out of each other's way)."""
+        """`capacity`: a spec, a file (re-read when it changes, checked every `interval`
+        seconds; a missing Secret is looked for as often), or None for the default file;
+        `catalog`: the ai-models objects to create (None: none); `namespaces`: run only
+        the pods there (None: all; tests use it to stay out of each other's way)."""
         self.kube = Kube(api_client)
         self.interval = interval
         self._path = capacity if isinstance(capacity, Path) else None
@@ -67,38 +97,61 @@ class Simulator:
         )
         self._catalog = CatalogPublisher(self.kube, catalog) if catalog is not None else None
         self._publisher = Publisher(self.kube)
-        self.scheduler = Scheduler(self.kube, namespaces=namespaces)
+        self.store = Store()
+        self.queue = queueing.WorkQueue()
+        self.scheduler = Scheduler(self.kube, self.store, namespaces=namespaces)
         self.kubelet = Kubelet(
-            self.kube, host=stub_host, hang_seconds=hang_seconds, namespaces=namespaces
+            self.kube,
+            self.store,
+            requeue=self.queue.add_after,
+            host=stub_host,
+            hang_seconds=hang_seconds,
+            namespaces=namespaces,
+            retry_seconds=interval,
         )
-        self._lock = threading.RLock()  # one pass at a time, and no pass mid-publish
-        self._stop = threading.Event()
-        self._wake = threading.Event()
+        self.stats = SimulatorStats()
+        # Watches hold their connections for minutes: their own pool, apart from writes.
+        watch_config = copy.copy(api_client.configuration)
+        watch_config.connection_pool_maxsize = len(world.KINDS) + 2
+        self._watch_api = client.ApiClient(watch_config)
+        self._informers = [
+            Informer(self._watch_api, kind, name=f"simulator {kind.plural}") for kind in world.KINDS
+        ]
+        for informer in self._informers:
+            informer.add_handler(self._handler(informer.resource))
+        self._lock = threading.RLock()  # one item at a time, and none mid-publish
         self._thread: threading.Thread | None = None
-        self.passes = 0
         self.last_error: str | None = None
 
     # --- lifecycle --------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Publish capacity and catalog, then run passes in a background thread."""
+    def start(self, timeout: float = 60.0) -> None:
+        """Publish capacity and catalog, fill the store, then work events in a thread."""
         if self._thread is not None:
             return
         self.set_capacity(self._capacity)
         if self._catalog is not None:
             self._catalog.publish()
-        self._stop.clear()
+        for informer in self._informers:
+            informer.start()
+        for informer in self._informers:
+            if not informer.wait_synced(timeout):
+                raise TimeoutError(f"{informer.name}: not listed within {timeout}s")
+        if self._path is not None:
+            self.queue.add_after(_RELOAD, self.interval)
         self._thread = threading.Thread(target=self._loop, name="simulator", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the passes and every stub; published objects stay (the cluster's state)."""
-        self._stop.set()
-        self._wake.set()
+        """Stop the watches, the worker and every stub; published objects stay."""
+        self.queue.shutdown()
+        for informer in self._informers:
+            informer.stop()
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
         self.kubelet.stop_all()
+        self._watch_api.close()
 
     def __enter__(self) -> Simulator:
         self.start()
@@ -119,11 +172,10 @@ class Simulator:
         return self._capacity
 
     def set_capacity(self, spec: capacity_file.CapacitySpec) -> PublishResult:
-        """Publish `spec` now (it replaces the current capacity) and wake the passes."""
+        """Publish `spec` now (it replaces the current capacity); the watches bring it."""
         with self._lock:
             result = self._publisher.publish(spec)
             self._capacity = spec
-        self._wake.set()
         log.info("capacity published: %s", result)
         return result
 
@@ -131,19 +183,115 @@ class Simulator:
         """The stub serving a pod now, if it runs."""
         return self.kubelet.stub(namespace, name)
 
-    def run_once(self) -> World:
-        """One pass in the caller's thread (the background loop does the same)."""
-        with self._lock:
-            self._reload_capacity()
-            world = observe(self.kube)
-            scheduled = self.scheduler.run_pass(world)
-            if scheduled:  # bindings just made: run them in this same pass
-                world = observe(self.kube)
-            self.kubelet.run_pass(world)
-            self.passes += 1
-            return world
+    def run_once(self) -> int:
+        """Look at every pod and claim again, and work the queue dry in the caller's
+        thread (the level-triggered safety net; events do the same piece by piece).
+        Returns the items handled."""
+        for pod in self.store.all(world.PODS):
+            self.queue.add(f"pod/{pod['metadata']['uid']}")
+        for claim in self.store.all(world.CLAIMS):
+            self.queue.add(f"claim/{claim['metadata']['uid']}")
+        self.scheduler.retry_unschedulable()
+        self.queue.add(_SCHEDULE)
+        handled = 0
+        while (item := self.queue.get(block=False)) is not None:
+            self._work(item)
+            handled += 1
+        return handled
 
-    # --- the loop -----------------------------------------------------------------------
+    # --- events -------------------------------------------------------------------------
+
+    def _handler(self, kind: Resource) -> Callable[[str, JSON], None]:
+        def handle(event_type: str, obj: JSON) -> None:
+            change = self.store.apply(kind, event_type, obj)
+            if change is not None:
+                self.stats.events += 1
+                self._enqueue(change)
+
+        return handle
+
+    def _enqueue(self, change: Change) -> None:
+        kind, uid = change.kind, change.uid
+        if kind is world.PODS:
+            self.queue.add(f"pod/{uid}")
+            if change.new is None or _finished(change.new):
+                for claim in self.store.claims_by_pod.get(uid) | self.store.claims_by_reserver.get(
+                    uid
+                ):
+                    self.queue.add(f"claim/{claim}")
+                self._capacity_changed()
+        elif kind is world.CLAIMS:
+            self.queue.add(f"claim/{uid}")
+            self._capacity_changed()
+        elif kind in (world.NODES, world.SLICES, world.CLASSES):
+            self._capacity_changed()
+            if kind is world.NODES:
+                name = world.key(change.new or change.old or {})[1]
+                for pod in self.store.pods_by_node.get(name):
+                    self.queue.add(f"pod/{pod}")
+        elif kind is world.DEPLOYMENTS and _knob(change.old) != _knob(change.new):
+            for replica_set in self.store.sets_by_owner.get(uid):
+                for pod in self.store.pods_by_owner.get(replica_set):
+                    self.queue.add(f"pod/{pod}")
+
+    def _capacity_changed(self) -> None:
+        with self._lock:
+            if self.scheduler.retry_unschedulable():
+                self.queue.add(_SCHEDULE)
+
+    # --- the worker ---------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while (item := self.queue.get()) is not None:
+            self._work(item)
+
+    def _work(self, item: str) -> None:
+        self.stats.items += 1
+        try:
+            with self._lock:
+                self._handle(item)
+            self.queue.forget(item)
+            self.last_error = None
+        except (KubeError, OSError, ValueError) as err:
+            # The API server restarting or a conflict: this item again, later; never die.
+            self.stats.failures += 1
+            self.last_error = f"{item}: {err}"
+            log.info("simulator %s failed: %s", item, err)
+            self.queue.add_rate_limited(item)
+        except Exception as err:  # a bug or an object shaped unlike any we know
+            # The cluster would freeze with the thread: keep working, loudly.
+            self.stats.failures += 1
+            self.last_error = f"{item}: {err!r}"
+            log.exception("simulator %s crashed", item)
+            self.queue.add_rate_limited(item)
+        finally:
+            self.queue.done(item)
+
+    def _handle(self, item: str) -> None:
+        kind, _, uid = item.partition("/")
+        if kind == "pod":
+            pod = self.store.get(world.PODS, uid)
+            if pod is not None and self.scheduler.wants(pod):
+                self.scheduler.enqueue(uid)
+                self.queue.add(_SCHEDULE)
+            else:
+                self.kubelet.sync(uid)
+        elif kind == "claim":
+            self.scheduler.clean_claim(uid)
+        elif kind == "probe":
+            self.kubelet.probe(uid)
+        elif item == _SCHEDULE:
+            self.scheduler.run()
+            if self.scheduler.waiting:
+                self.queue.add_after(_RETRY_UNSCHEDULABLE_KEY, _RETRY_UNSCHEDULABLE)
+        elif item == _RETRY_UNSCHEDULABLE_KEY:
+            if self.scheduler.retry_unschedulable():
+                self.scheduler.run()
+                if self.scheduler.waiting:
+                    self.queue.add_after(_RETRY_UNSCHEDULABLE_KEY, _RETRY_UNSCHEDULABLE)
+        elif item == _RELOAD:
+            self._reload_capacity()
+            self.queue.add_after(_RELOAD, self.interval)
 
     def _reload_capacity(self) -> None:
         if self._path is None:
@@ -163,24 +311,12 @@ class Simulator:
             return
         self.set_capacity(spec)
 
-    def _loop(self) -> None:
-        backoff = self.interval
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                self.run_once()
-                backoff = self.interval
-                self.last_error = None
-            except (KubeError, OSError, ValueError) as err:
-                # The API server restarting or a conflict: retry, slower, never die.
-                self.last_error = str(err)
-                log.warning("simulator pass failed: %s", err)
-                backoff = min(backoff * 2, 5.0)
-            except Exception as err:  # a bug or an object shaped unlike any we know
-                # The cluster would freeze with the thread: keep running, loudly.
-                self.last_error = repr(err)
-                log.exception("simulator pass crashed")
-                backoff = min(backoff * 2, 5.0)
-            elapsed = time.monotonic() - started
-            self._wake.wait(max(0.0, backoff - elapsed))
-            self._wake.clear()
+
+def _finished(pod: JSON) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _knob(obj: JSON | None) -> str | None:
+    annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(FAIL_ANNOTATION)
+    return None if value is None else str(value)

@@ -1,11 +1,17 @@
-"""An OpenAI-compatible stand-in for one runtime pod, on its own port of 127.0.0.1.
+"""An OpenAI-compatible stand-in for runtime pods: one port of 127.0.0.1 per pod, one server.
 
 The controller probes an order's inference API (`/v1/models` with the token) and users
-call it; with no real vLLM on this machine, every Ready simulated pod gets one of these.
-It answers like vLLM's OpenAI server: `GET /v1/models`, `POST /v1/chat/completions`
+call it; with no real vLLM on this machine, every Ready simulated pod gets a `Stub`. It
+answers like vLLM's OpenAI server: `GET /v1/models`, `POST /v1/chat/completions`
 (also streamed), `/v1/completions`, `/v1/embeddings`, `/v1/rerank`, plus the
 unauthenticated `/health` and `/version`. With an API key (vLLM's `VLLM_API_KEY` /
 `--api-key`) every `/v1` path needs `Authorization: Bearer <key>`, else 401.
+
+Every stub listens on its own port (so its address is `http://127.0.0.1:PORT`, what the
+endpoint annotation carries), but all of them are served by ONE asyncio event loop in
+one thread (`StubServer`): a thousand Ready pods cost a thousand listening sockets, not a
+thousand threads polling for requests, and a stub holding a request (`"timeout"`) holds
+no thread at all. The server routes by the port a connection arrived on.
 
 `failure` is the knob tests flip (through a pod or Deployment annotation, see
 `kubelet`): an HTTP status such as `"500"` answers every `/v1` call with it; `"timeout"`
@@ -15,27 +21,33 @@ process lives while its API fails, which is what the controller must tell apart.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
 import logging
 import math
+import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from http import HTTPStatus
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 
-__all__ = ["EMBEDDING_DIMENSIONS", "Stub", "StubRequest"]
+__all__ = ["EMBEDDING_DIMENSIONS", "Stub", "StubRequest", "StubServer"]
 
 log = logging.getLogger(__name__)
 
 EMBEDDING_DIMENSIONS = 16
 _MAX_BODY = 1 << 20
 _VERSION = "0.10.1+simulated"
+_MAX_HEADER_LINES = 100
+_HANG: Final = object()  # the answer of a `"timeout"` stub: hold the request
 
 
 class StubRequest:
@@ -75,6 +87,39 @@ def _reply(messages: Sequence[Any]) -> str:
     return f"This is a simulated answer to: {text[:200]}"
 
 
+class StubServer:
+    """One event loop thread serving every stub's port; started on first use."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="stub-server", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def call(self, make: Callable[[], Any]) -> Any:
+        """Run a coroutine made by `make` on the loop and wait for its result."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("StubServer.call from the loop itself would deadlock")
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(make(), self._loop)
+        return future.result(timeout=30)
+
+
+_SHARED: StubServer | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_server() -> StubServer:
+    """The process's stub server (every simulator in it shares the one loop)."""
+    global _SHARED  # noqa: PLW0603 - one loop per process, made on first use
+    with _SHARED_LOCK:
+        if _SHARED is None:
+            _SHARED = StubServer()
+        return _SHARED
+
+
 class Stub:
     """One runtime's API, listening on `url` from construction until `close()`."""
 
@@ -88,28 +133,30 @@ class Stub:
         max_model_len: int = 32768,
         hang_seconds: float = 30.0,
         label: str = "",
+        server: StubServer | None = None,
     ) -> None:
         self.served_names = tuple(served_names) or ("default",)
         self.api_key = api_key
         self.max_model_len = max_model_len
         self.hang_seconds = hang_seconds
+        self.label = label
         self.failure: str | None = None
         self.created = int(time.time())
         self._requests: list[StubRequest] = []
         self._lock = threading.Lock()
-        self._closing = threading.Event()
-        self._server = ThreadingHTTPServer((host, port), _handler_for(self))
-        self._server.daemon_threads = True
-        bound_host, bound_port = self._server.server_address[:2]
+        self._server = server or shared_server()
+        # Bound here, in the caller's thread, so the address is known before it returns.
+        listener = socket.create_server((host, port), backlog=64)
+        bound_host, bound_port = listener.getsockname()[:2]
         self.port = int(bound_port)
         self.url = f"http://{bound_host!s}:{bound_port}"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"stub {label or self.url}",
-            daemon=True,
-        )
-        self._thread.start()
+        self._connections: set[asyncio.StreamWriter] = set()
+        self._closed: asyncio.Event | None = None
+        self._listener: asyncio.Server = self._server.call(lambda: self._listen(listener))
+
+    async def _listen(self, listener: socket.socket) -> asyncio.Server:
+        self._closed = asyncio.Event()
+        return await asyncio.start_server(self._connection, sock=listener)
 
     @property
     def requests(self) -> tuple[StubRequest, ...]:
@@ -117,10 +164,17 @@ class Stub:
             return tuple(self._requests)
 
     def close(self) -> None:
-        self._closing.set()  # ends a hang in progress
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        """Stop listening, end every open connection (and a hang in progress)."""
+        self._server.call(self._close)
+
+    async def _close(self) -> None:
+        self._listener.close()
+        if self._closed is not None:
+            self._closed.set()
+        for writer in list(self._connections):
+            writer.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._listener.wait_closed(), 5)
 
     def __enter__(self) -> Stub:
         return self
@@ -132,6 +186,53 @@ class Stub:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+    # --- HTTP/1.1 over asyncio streams --------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._connections.add(writer)
+        try:
+            while await self._one_request(reader, writer):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass  # the client went away mid-request (a probe timeout): nothing to tell it
+        except ValueError as err:  # a request line or header we cannot read
+            log.debug("stub %s: bad request: %s", self.url, err)
+        finally:
+            self._connections.discard(writer)
+            writer.close()
+
+    async def _one_request(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """Serve one request; False when the connection is to be closed."""
+        line = await reader.readline()
+        if not line.strip():
+            return False
+        method, target, version = line.decode("latin-1").split()
+        headers: dict[str, str] = {}
+        for _ in range(_MAX_HEADER_LINES):
+            raw = await reader.readline()
+            if raw in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = raw.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        keep_alive = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+        length = int(headers.get("content-length") or 0)
+        if length > _MAX_BODY:
+            await _send(writer, 413, _error(413, "request body too large", "BadRequestError"))
+            return False
+        body = await reader.readexactly(length) if length else b""
+        authorization = headers.get("authorization")
+        status, payload = self._route(method, target, authorization, body)
+        if payload is _HANG:
+            assert self._closed is not None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), self.hang_seconds)
+            status, payload = 504, _error(504, "simulated hang ended", "GatewayTimeout")
+        self._record(method, target, status, self.authorized(authorization))
+        await _send(writer, status, payload, keep_alive=keep_alive)
+        return keep_alive
 
     # --- answering ----------------------------------------------------------------------
 
@@ -149,7 +250,23 @@ class Stub:
     def answer(
         self, method: str, target: str, authorization: str | None, body: bytes
     ) -> tuple[int, Any]:
-        """(status, JSON value or SSE lines) for one request; the handler only transports."""
+        """(status, JSON value or SSE lines) for one request, in the caller's thread (a
+        `"timeout"` stub answers 504 at once: only a connection can be held)."""
+        status, payload = self._route(method, target, authorization, body)
+        if payload is _HANG:
+            return 504, _error(504, "simulated hang ended", "GatewayTimeout")
+        return status, payload
+
+    def probe(self, target: str, headers: Mapping[str, str]) -> bool:
+        """A kubelet's httpGet probe, judged in-process: 2xx/3xx passes; a held request
+        fails, as it would past the probe's timeout. Pure in the stub's state."""
+        authorization = next((v for k, v in headers.items() if k.lower() == "authorization"), None)
+        status, payload = self._route("GET", target, authorization, b"")
+        return payload is not _HANG and 200 <= status < 400
+
+    def _route(
+        self, method: str, target: str, authorization: str | None, body: bytes
+    ) -> tuple[int, Any]:
         route = urlsplit(target).path.rstrip("/") or "/"
         if route in ("/health", "/ping") and method in ("GET", "POST"):
             return 200, None
@@ -160,8 +277,7 @@ class Stub:
                 return 401, {"error": "Unauthorized"}
             failure = self.failure
             if failure == "timeout":
-                self._closing.wait(self.hang_seconds)
-                return 504, _error(504, "simulated hang ended", "GatewayTimeout")
+                return 504, _HANG
             if failure and failure.isdigit():
                 return int(failure), _error(int(failure), "simulated failure", "SimulatedError")
         if route == "/v1/models" and method == "GET":
@@ -337,46 +453,23 @@ def _error(code: int, message: str, kind: str) -> dict[str, Any]:
     return {"object": "error", "message": message, "type": kind, "param": None, "code": code}
 
 
-def _handler_for(stub: Stub) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "uvicorn"
-        sys_version = ""
-
-        def do_GET(self) -> None:
-            self._serve("GET")
-
-        def do_POST(self) -> None:
-            self._serve("POST")
-
-        def _serve(self, method: str) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > _MAX_BODY:
-                self._send(413, _error(413, "request body too large", "BadRequestError"))
-                return
-            body = self.rfile.read(length) if length else b""
-            authorization = self.headers.get("Authorization")
-            status, payload = stub.answer(method, self.path, authorization, body)
-            stub._record(method, self.path, status, stub.authorized(authorization))
-            self._send(status, payload)
-
-        def _send(self, status: int, payload: Any) -> None:
-            if isinstance(payload, _Stream):
-                data, kind = payload.encode(), "text/event-stream"
-            elif payload is None:
-                data, kind = b"", "application/json"
-            else:
-                data, kind = json.dumps(payload).encode(), "application/json"
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (a probe timeout): nothing left to tell it
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("stub %s: " + format, stub.url, *args)
-
-    return Handler
+async def _send(
+    writer: asyncio.StreamWriter, status: int, payload: Any, *, keep_alive: bool = False
+) -> None:
+    if isinstance(payload, _Stream):
+        data, kind = payload.encode(), "text/event-stream"
+    elif payload is None:
+        data, kind = b"", "application/json"
+    else:
+        data, kind = json.dumps(payload).encode(), "application/json"
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    head = (
+        f"HTTP/1.1 {status} {phrase}\r\nserver: uvicorn\r\ncontent-type: {kind}\r\n"
+        f"content-length: {len(data)}\r\n"
+        f"connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+    )
+    writer.write(head.encode("latin-1") + data)
+    await writer.drain()

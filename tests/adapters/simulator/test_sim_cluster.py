@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -314,6 +315,31 @@ def test_the_fail_knob_on_the_pod_makes_the_stub_answer_500(bed: Bed) -> None:
     eventually(lambda: status_of(url) == 500, what="the stub answering 500")
     bed.kube.merge_patch(pod_url, {"metadata": {"annotations": {kubelet.FAIL_ANNOTATION: None}}})
     eventually(lambda: status_of(url) == 200, what="the stub healthy again")
+
+
+def test_nothing_changing_costs_no_work_and_one_change_costs_one_item(bed: Bed) -> None:
+    names = [f"idle-{i}" for i in range(5)]
+    for name in names:
+        bed.pod(name)
+    urls = [
+        bed.running(name)["metadata"]["annotations"][kubelet.ENDPOINT_ANNOTATION] for name in names
+    ]
+
+    def settled() -> int | None:  # the last writes' events have come back
+        before = bed.sim.stats.items
+        time.sleep(1.0)
+        return before if bed.sim.stats.items == before and not len(bed.sim.queue) else None
+
+    items = eventually(settled, what="the simulator idle")
+    time.sleep(2.0)
+    assert bed.sim.stats.items == items  # no timers, no passes, no re-lists
+    assert bed.sim.kubelet.running == len(names)
+
+    pod_url = path("v1", "pods", "idle-0", namespace=bed.ns)
+    bed.kube.merge_patch(pod_url, {"metadata": {"annotations": {kubelet.FAIL_ANNOTATION: "500"}}})
+    eventually(lambda: status_of(urls[0]) == 500, what="the stub answering 500")
+    assert bed.sim.stats.items - items == 1  # that pod's item, not a look at every pod
+    assert [status_of(url) for url in urls[1:]] == [200] * 4
 
 
 def test_the_fail_knob_on_the_deployment_reaches_its_pods(bed: Bed) -> None:

@@ -1,0 +1,85 @@
+"""The benchmark's smoke run (N=20): write counts that must not regress, and the bench itself.
+
+`ai-inference bench` is run here small, against the session's control plane, with the
+simulator and the controller as processes. It asserts counts, never times: per order one
+apply (or create) of each child, a bounded number of status writes and Events, nothing
+written while idle but the Leases, nothing written by a restart. The times it prints
+belong in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.benchmark import Benchmark, BenchOptions
+from adapters.simulator import capacity
+from adapters.simulator.kube import Kube
+from adapters.simulator.publishing import Publisher
+
+pytestmark = pytest.mark.cluster
+
+ORDERS = 20
+# Children the controller renders (server-side apply) and the one it creates (the token).
+APPLIED = (
+    "deployments",
+    "services",
+    "resourceclaimtemplates",
+    "horizontalpodautoscalers",
+    "ingresses",
+)
+# The API server writes these on its own (its endpoint reconciler, leader election of the
+# controller manager): not ours to count while idle.
+SERVER_OWN = ("leases", "endpoints")
+
+
+@pytest.fixture(scope="module")
+def result(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    folder: Path = tmp_path_factory.mktemp("bench")
+    options = BenchOptions(
+        orders=ORDERS,
+        namespace="bench-smoke",
+        idle_seconds=5,
+        floor=False,
+        replay=True,
+        ready_timeout=120,
+    )
+    try:
+        yield Benchmark(cluster.state, folder, options).run()
+    finally:
+        # The bench published its own nodes; the next tests plan against the default ones.
+        Publisher(Kube(cluster.api_client("simulator"))).publish(capacity.load_capacity())
+
+
+def test_every_order_reached_ready_with_one_write_of_each_child(result: dict[str, Any]) -> None:
+    writes = result["project"]["writes_per_order"]
+    assert writes["inferenceservices POST"] == 1.0  # all N were created, and counted
+    for resource in APPLIED:
+        assert writes[f"{resource} APPLY"] == 1.0, resource
+    assert writes["secrets POST"] == 1.0  # the token, created once
+    assert writes["pods/binding POST"] == 1.0  # one replica each, bound once
+
+
+def test_status_writes_and_events_per_order_stay_bounded(result: dict[str, Any]) -> None:
+    project = result["project"]
+    # Pending (planned, rolling out) and Ready: a flapping status would write far more.
+    assert 1.0 <= project["status_writes_per_order"] <= 3.0
+    assert 1.0 <= project["events_per_order"] <= 12.0
+
+
+def test_nothing_is_written_while_idle_or_by_a_restart(result: dict[str, Any]) -> None:
+    idle = {k: v for k, v in result["idle"]["writes"].items() if not k.startswith(SERVER_OWN)}
+    assert idle == {}
+    assert result["idle"]["lease_writes"] >= 1  # the window was measured: the Lease renews
+    restart = result["restart"]
+    assert {k: v for k, v in restart["writes"].items() if not k.startswith(SERVER_OWN)} == {}
+
+
+def test_the_replay_read_every_event_of_the_run(result: dict[str, Any]) -> None:
+    replay = result["replay"]
+    # Each order's stream holds several events (spec, plan, workload, probe, ...).
+    assert replay["events"] >= 3 * ORDERS
+    assert replay["one_history_events"] >= 3
