@@ -24,6 +24,7 @@ Guarantees, and where they come from:
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -33,7 +34,6 @@ from typing import Any
 from uuid import uuid4
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, Row
 
 from fsm.events import Event
@@ -384,9 +384,11 @@ class EventLog:
         document = dict(value)
         # Fail here, in the caller's terms, rather than deep inside the driver's bind step.
         json.dumps(document, allow_nan=False)
-        dialect_insert = (
-            postgresql.insert if self._engine.dialect.name == "postgresql" else sqlite.insert
-        )
+        # The dialects' own INSERT (for ON CONFLICT), imported on this write path only: the
+        # PostgreSQL dialect package costs an audit command on SQLite a visible part of its
+        # start-up (the engine imports the dialect it uses anyway).
+        dialect = "postgresql" if self._engine.dialect.name == "postgresql" else "sqlite"
+        dialect_insert = importlib.import_module(f"sqlalchemy.dialects.{dialect}").insert
         stmt = dialect_insert(table).values(
             {"stream_uid": uid, "version": version, column: document}
         )

@@ -4,21 +4,26 @@ An alert on a misspelt metric never fires and a dashboard panel on one stays emp
 neither says so: every `ai_inference_*` name in the PrometheusRule and the Grafana
 dashboard must be one adapters/metrics.py exposes, every label a selector or a
 `by (...)` names must be one of that metric's, and the alerts the issue asks for exist.
-(The manifests themselves are applied to the API server by test_manifests.py, against
-the stand-in monitoring CRDs of tests/crds/.)
+The kustomization renders them with the dashboard's ConfigMap, and applies (server dry
+run) to the local API server, where tests/crds/ stands in for the operator's CRDs.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from adapters import metrics
 from adapters.kubernetes.manifests import load_documents
 from adapters.resources import resource_dir
+from tests.conftest import KUBECTL
 
 MONITORING = resource_dir("deploy") / "monitoring"
 EXPOSED = metrics.exposed_labels()
@@ -89,3 +94,38 @@ def test_the_checker_catches_a_misspelt_metric_and_label() -> None:
         test_expressions_name_exposed_metrics_and_their_labels(
             "x", "sum by (verdict) (ai_inference_orders)"
         )
+
+
+# -- the monitoring kustomization, rendered and applied ---------------------------------------
+
+
+def _kustomize(folder: Path) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [KUBECTL, "kustomize", str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def test_the_kustomization_renders_the_monitors_and_the_dashboard_configmap() -> None:
+    docs = _kustomize(MONITORING)
+    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "PodMonitor", "PrometheusRule"]
+    assert {d["metadata"]["namespace"] for d in docs} == {"d8-ai-inference"}
+    (dashboard,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["data"]["ai-inference.json"] == (
+        MONITORING / "grafana-dashboards" / "ai-inference.json"
+    ).read_text(encoding="utf-8")
+
+
+@pytest.mark.cluster
+def test_the_kustomization_applies_where_the_operator_kinds_exist(cluster: Any) -> None:
+    # tests/crds/monitoring.coreos.com.yaml stands in for the operator's CRDs here.
+    result = cluster.kubectl(
+        "admin", "apply", "--server-side", "--dry-run=server", "-k", str(MONITORING)
+    )
+    assert result.stdout.count("(server dry run)") == 3, result.stdout

@@ -32,7 +32,7 @@ def _running(pid: int) -> bool:
 
 
 @pytest.mark.cluster
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(540)
 def test_sigterm_stops_the_control_plane_and_the_demo(tmp_path: Path) -> None:
     folder = tmp_path / "demo"
     demo = subprocess.Popen(
@@ -66,7 +66,8 @@ def test_sigterm_stops_the_control_plane_and_the_demo(tmp_path: Path) -> None:
         assert all(_running(pid) for pid in pids.values())
 
         demo.send_signal(signal.SIGTERM)
-        assert demo.wait(timeout=90) == 0
+        # Stopping is quick on an idle machine (seconds); the bound is for a loaded one.
+        assert demo.wait(timeout=240) == 0
         deadline = time.monotonic() + 10
         while any(_running(p) for p in pids.values()) and time.monotonic() < deadline:
             time.sleep(0.2)

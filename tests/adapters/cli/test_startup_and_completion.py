@@ -34,17 +34,17 @@ HEAVY = (
     "adapters.simulator",
     "adapters.kubernetes",
 )
+EXTRA = ("sqlalchemy.dialects.postgresql",)  # what a SQLite reader need not load either
 
 PROBE = """
 import json, sys
 from adapters.cli.main import main
+wanted = json.loads(sys.stdin.readline())
 try:
     main(sys.argv[1:])
 except SystemExit:
     pass
-heavy = sorted({m.split(".")[0] if not m.startswith("adapters.") else ".".join(m.split(".")[:2])
-                for m in sys.modules} & set(json.loads(sys.stdin.readline())))
-sys.stderr.write("HEAVY=" + json.dumps(heavy) + "\\n")
+sys.stderr.write("HEAVY=" + json.dumps(sorted(w for w in wanted if w in sys.modules)) + "\\n")
 """
 
 
@@ -52,7 +52,7 @@ def _loaded(*argv: str) -> list[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *argv],
-        input=json.dumps(HEAVY) + "\n",
+        input=json.dumps([*HEAVY, *EXTRA]) + "\n",
         capture_output=True,
         text=True,
         env=env,
@@ -86,6 +86,7 @@ def test_a_history_lookup_imports_neither_kubernetes_nor_alembic(tmp_path: Path)
     loaded = _loaded("history", "support/x", "--store", str(path))
     assert "store" in loaded and "sqlalchemy" in loaded  # it did read the log
     assert "alembic" not in loaded, "a reader checks the revision without Alembic"
+    assert "sqlalchemy.dialects.postgresql" not in loaded, "a SQLite reader needs no PostgreSQL"
     assert not {"kubernetes", "adapters.simulator", "httpx", "celpy"} & set(loaded)
 
 
