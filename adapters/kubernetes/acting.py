@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -107,6 +107,8 @@ class Actor:
     def _token(self, order: OrderRef, now: datetime) -> ob.AuthSecretSeen:
         name = auth_secret_name(order.name)
         live = self._world.token_secrets.get_by_name(order.namespace, name, copy_=False)
+        if live is None:  # made a moment ago and not back through the watch yet?
+            live = self._writer.get(kinds.SECRETS, order.namespace, name)
         if live is None or not tokens.owned_by(live, order):
             name = tokens.ensure_auth_secret(self._writer, order)
         return ob.AuthSecretSeen(at=now, name=name)
@@ -238,8 +240,8 @@ class Actor:
         """Probe off the worker: start the probe when due, record its answer when back."""
         key = ("probe", order.uid)
         done, answer = self._background.take(key)
-        if done:
-            return Outcome(answer, requeue=[after])
+        if done:  # seen now: its time is this pass's, as every observation's
+            return Outcome(replace(answer, at=now), requeue=[after])
         if self._background.busy(key):
             return Outcome()  # its end wakes the order
         last = state.last_probe_at
@@ -272,7 +274,7 @@ class Actor:
 
         self._background.start(key, call)
         done, result = self._background.take(key)  # at once when run inline (tests)
-        return Outcome(result if done else None, requeue=[after])
+        return Outcome(replace(result, at=now) if done else None, requeue=[after])
 
     def _rolled_out(self, order: OrderRef, secret: Obj) -> bool:
         """The Deployment's pods carry the token Secret's current UID (rotation done)."""

@@ -47,6 +47,11 @@ class Background:
         with self._lock:
             return key in self._running
 
+    def waiting(self, uid: str) -> bool:
+        """Whether a call for order `uid` runs: its end will wake the order."""
+        with self._lock:
+            return any(key[1] == uid for key in self._running)
+
     def start(self, key: Key, call: Callable[[], Any]) -> None:
         """Run `call` unless one runs under `key` already; its result is kept for `take`."""
         with self._lock:

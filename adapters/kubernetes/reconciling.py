@@ -190,6 +190,8 @@ class Reconciler:
         if isinstance(command, effects.ApplyWorkload) and not command.repair:
             self._take(p, command.reclaims)  # the plan's place needs these claims freed
         if isinstance(command, effects.PublishStatus):
+            if self.background.waiting(p.order.uid):
+                return False  # an answer is on its way and wakes the order: publish then
             if self.actor.publish(p.order, p.state, dict(command.status)):
                 # What `verify` compares a replay with: the status as last written.
                 self._log.record_projection(p.order.uid, p.state.version, command.status)
