@@ -34,10 +34,12 @@ import os
 import re
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +48,7 @@ from typing import Any
 
 import httpx
 import msgpack
+import sqlalchemy as sa
 import yaml
 from kubernetes.client import ApiClient
 
@@ -57,6 +60,7 @@ from adapters.platform import install_module
 from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION as ENDPOINT
 from adapters.simulator import capacity
 from fsm import fold
+from store import schema
 
 __all__ = ["BenchOptions", "Benchmark", "bench_capacity", "request_counts"]
 
@@ -252,6 +256,7 @@ class BenchOptions:
     ready_timeout: float = 900.0
     workers: int = 2
     simulator_only: bool = False
+    large_log: int = 0  # events of the large log to read one history among (0: skip)
 
 
 def _order(namespace: str, name: str) -> dict[str, Any]:
@@ -659,6 +664,104 @@ class Benchmark:
             "one_history_ms": round(one_order * 1000, 2),
         }
 
+    def large_log(self, events: int) -> dict[str, Any]:
+        """The run's streams copied under new UIDs until the log holds `events` events, in
+        SQLite and in PostgreSQL (127.0.0.1:5432, a database made and dropped here); then
+        one order's history read among them, and a sample replayed beside raw decoding."""
+        source = sa.create_engine(self.store_url)
+        with source.connect() as conn:
+            stream_rows = [dict(r._mapping) for r in conn.execute(sa.select(schema.streams))]
+            event_rows = [dict(r._mapping) for r in conn.execute(sa.select(schema.events))]
+        source.dispose()
+        if not event_rows:
+            return {}
+        by_stream: dict[str, list[dict[str, Any]]] = {}
+        for row in event_rows:
+            row.pop("position", None)
+            by_stream.setdefault(row["stream_uid"], []).append(row)
+        out: dict[str, Any] = {"events": events}
+        for backend, url, drop in self._large_backends():
+            try:
+                out[backend] = self._fill_and_read(url, stream_rows, by_stream, events)
+            finally:
+                drop()
+        return out
+
+    def _large_backends(self) -> list[tuple[str, str, Callable[[], None]]]:
+        path = self.workdir / "large.sqlite"
+        path.unlink(missing_ok=True)
+        backends = [("sqlite", f"sqlite:///{path}", lambda: path.unlink(missing_ok=True))]
+        try:
+            import psycopg  # noqa: PLC0415 - the dev extra; only this figure needs it
+        except ImportError:
+            return backends
+        name = f"ai_inference_bench_{uuid.uuid4().hex[:8]}"
+
+        def admin(statement: str) -> None:
+            with psycopg.connect(
+                host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True
+            ) as conn:
+                conn.execute(statement)
+
+        try:
+            admin(f'CREATE DATABASE "{name}"')
+        except psycopg.OperationalError:
+            return backends  # no server here: SQLite only
+        backends.append(
+            (
+                "postgresql",
+                f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}",
+                lambda: admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'),
+            )
+        )
+        return backends
+
+    def _fill_and_read(
+        self,
+        url: str,
+        stream_rows: list[dict[str, Any]],
+        by_stream: dict[str, list[dict[str, Any]]],
+        events: int,
+    ) -> dict[str, Any]:
+        store.open_log(url).close()  # migrated
+        engine = sa.create_engine(url)
+        per_copy = sum(len(v) for v in by_stream.values())
+        copies = max(1, math.ceil(events / per_copy))
+        started = time.perf_counter()
+        middle = ""
+        with engine.begin() as conn:
+            for copy_index in range(copies):
+                streams, rows = [], []
+                for stream in stream_rows:
+                    uid = f"{copy_index:07d}-{stream['uid']}"[:64]
+                    streams.append({**stream, "uid": uid})
+                    rows += [
+                        {**r, "stream_uid": uid, "event_id": uuid.uuid4()}
+                        for r in by_stream.get(stream["uid"], ())
+                    ]
+                    if copy_index == copies // 2 and not middle and by_stream.get(stream["uid"]):
+                        middle = uid
+                conn.execute(sa.insert(schema.streams), streams)
+                conn.execute(sa.insert(schema.events), rows)
+        filled = time.perf_counter() - started
+        engine.dispose()
+        log = store.open_log(url)
+        try:
+            log.read(f"{0:07d}-{stream_rows[0]['uid']}"[:64])  # connections and caches warm
+            timings = []
+            for _ in range(5):
+                began = time.perf_counter()
+                history = log.read(middle)
+                timings.append(time.perf_counter() - began)
+        finally:
+            log.close()
+        return {
+            "filled_events": copies * per_copy,
+            "fill_s": round(filled, 1),
+            "one_history_events": len(history),
+            "one_history_ms": round(statistics.median(timings) * 1000, 2),
+        }
+
     def run(self) -> dict[str, Any]:
         options = self.options
         install_module(self.admin)
@@ -685,6 +788,8 @@ class Benchmark:
                 self.result["restart"] = self.restart(min(30.0, options.idle_seconds))
             if options.replay:
                 self.result["replay"] = self.replay()
+            if options.large_log:
+                self.result["large_log"] = self.large_log(options.large_log)
         finally:
             if self.controller is not None:
                 self.controller.stop()
