@@ -408,7 +408,10 @@ class Benchmark:
                 raise TimeoutError(f"not within {timeout}s: {what}")
             time.sleep(0.2)
 
-    def _wait_free(self, claims: Informer, pods: Informer, timeout: float = 300) -> None:
+    def _wait_free(self, claims: Informer, pods: Informer) -> None:
+        # The controller manager's garbage collector takes its time with hundreds of
+        # Deployments on a loaded machine (over 5 minutes for 500 here).
+        timeout = 300 + 2 * self.options.orders
         self._wait(lambda: not claims.uids() and not pods.uids(), timeout, "claims and pods gone")
 
     # --- phases ---------------------------------------------------------------------------
