@@ -1,5 +1,5 @@
 # The two commands of the README: `make demo` and `make test`. Both set up what they need.
-.PHONY: demo test setup lint unit docs
+.PHONY: demo test setup lint unit docs image
 
 setup:
 	bash scripts/setup.sh
@@ -18,3 +18,7 @@ test: lint
 
 docs: setup
 	.venv/bin/python scripts/gen_docs.py
+
+# The controller's OCI image (scripts/build-image.sh; as root, cached): build/image:VERSION
+image: setup
+	bash scripts/build-image.sh

@@ -69,7 +69,12 @@ class LocalPlatform:
         self.controller.start()
 
     def stop(self) -> None:
-        self.controller.stop()
-        self.simulator.stop()
-        self.hub.close()
-        self.log.close()
+        """Stop what `start` started, also when it failed (or was interrupted) half-way."""
+        for name, stop in (
+            ("controller", "stop"),
+            ("simulator", "stop"),
+            ("hub", "close"),
+            ("log", "close"),
+        ):
+            if hasattr(self, name):
+                getattr(getattr(self, name), stop)()

@@ -14,13 +14,11 @@ Also the pure questions the controller asks before it calls the planner:
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from fsm import events as ev
 from fsm import observations as ob
 from fsm.fold import plan_basis
 from fsm.reasons import Reason
-from fsm.state import PROBE_FAILURE_THRESHOLD, OrderState
+from fsm.state import PROBE_FAILURE_THRESHOLD, OrderState, grace_start, probe_error_text
 from fsm.values import ClassOutcome, ModelOutcome, PlanOutcome
 
 __all__ = ["decide", "excluded_device_classes", "held_devices", "needs_plan"]
@@ -120,10 +118,49 @@ def _class(s: OrderState, o: ob.ClassJudged) -> list[ev.Event]:
     ]
 
 
+# A source that cannot be reached says nothing about the model: an order that resolved
+# keeps the facts it resolved (SPEC §3.1 — a Ready order is not demoted by a blip).
+TRANSIENT_MODEL_REASONS = frozenset({Reason.MODEL_SOURCE_UNREACHABLE})
+STALE_FACTS_NOTE = "the model source is unreachable, keeping the facts read earlier"
+
+
+def _resolved_now(s: OrderState) -> bool:
+    m = s.model
+    return (
+        m is not None
+        and m.generation == s.generation
+        and m.facts is not None
+        and m.reason is Reason.MODEL_RESOLVED
+    )
+
+
+def _kept(s: OrderState, out: ModelOutcome) -> ModelOutcome:
+    """The outcome to record: a transient failure or a new upstream revision of an order
+    that resolved keeps the facts it resolved (a new commit alone does not replan)."""
+    m = s.model
+    if m is None or m.facts is None or not _resolved_now(s):
+        return out
+    if out.reason in TRANSIENT_MODEL_REASONS:
+        note = f"{STALE_FACTS_NOTE}: {out.message}" if out.message else STALE_FACTS_NOTE
+        return ModelOutcome(
+            reason=Reason.MODEL_RESOLVED,
+            message=note,
+            facts=m.facts,
+            endpoint_type=m.endpoint_type,
+        )
+    if (
+        out.ok
+        and out.facts is not None
+        and out.facts.model_copy(update={"revision": m.facts.revision}) == m.facts
+    ):
+        return out.model_copy(update={"facts": m.facts})
+    return out
+
+
 def _model(s: OrderState, o: ob.ModelJudged) -> list[ev.Event]:
     if not s.spec_seen:
         return []
-    out: ModelOutcome = o.outcome
+    out: ModelOutcome = _kept(s, o.outcome)
     m = s.model
     endpoint_type = out.endpoint_type if out.ok else None
     if (
@@ -214,7 +251,8 @@ def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:
         w.ready_replicas,
         w.available_replicas,
         w.unallocated_since,
-    ) != (o.desired, o.ready, o.available, o.unallocated_since):
+        w.unschedulable,
+    ) != (o.desired, o.ready, o.available, o.unallocated_since, o.unschedulable):
         out.append(
             ev.WorkloadObserved(
                 observed_at=o.at,
@@ -222,10 +260,11 @@ def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:
                 ready_replicas=o.ready,
                 available_replicas=o.available,
                 unallocated_since=o.unallocated_since,
+                unschedulable=o.unschedulable,
             )
         )
     plan = s.plan_in_force
-    waited_since = _waiting_since(s, o.unallocated_since)
+    waited_since = grace_start(s, o.unallocated_since)
     if (
         plan is not None
         and o.available == 0
@@ -236,17 +275,14 @@ def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:
         waited = int((o.at - waited_since).total_seconds())
         message = f"Device claims on {plan.device_class} stayed unallocated for {waited}s."
         out.append(
-            ev.DeviceClassTried(observed_at=o.at, device_class=plan.device_class, message=message)
+            ev.DeviceClassTried(
+                observed_at=o.at,
+                device_class=plan.device_class,
+                message=message,
+                free_units=o.free_units,
+            )
         )
     return out
-
-
-def _waiting_since(s: OrderState, unallocated_since: datetime | None) -> datetime | None:
-    """Since when the plan in force waits for devices: a pod of an earlier plan (still
-    pending through a rolling update) does not use up the grace of the plan applied after."""
-    if unallocated_since is None or s.applied_at is None:
-        return unallocated_since
-    return max(unallocated_since, s.applied_at)
 
 
 def _endpoint(s: OrderState, o: ob.EndpointSeen) -> list[ev.Event]:
@@ -269,18 +305,13 @@ def _probe(s: OrderState, o: ob.ProbeResult) -> list[ev.Event]:
         if s.probe_ok and s.probe_failures == 0:
             return []
         return [ev.ProbeSucceeded(observed_at=o.at, status_code=o.status_code)]
-    repeated = s.probe_ok is False and _probe_error(o) == s.probe_error
+    repeated = s.probe_ok is False and probe_error_text(o.status_code, o.error) == s.probe_error
     # Before the first Ready the streak means nothing, and past the threshold the order
     # is Failed already: only a new error is news. In between every failure counts.
     counting = s.ever_ready and s.probe_failures < PROBE_FAILURE_THRESHOLD
     if repeated and not counting:
         return []
     return [ev.ProbeFailed(observed_at=o.at, status_code=o.status_code, error=o.error)]
-
-
-def _probe_error(o: ob.ProbeResult) -> str:
-    # Mirrors the fold's rendering of a failure, so "the same error" compares like for like.
-    return o.error if o.status_code is None else f"HTTP {o.status_code}: {o.error}".rstrip(": ")
 
 
 def _scaling(s: OrderState, o: ob.ScalingSeen) -> list[ev.Event]:
@@ -313,6 +344,36 @@ def _scaling(s: OrderState, o: ob.ScalingSeen) -> list[ev.Event]:
     raise ValueError(f"{o.reason} is not a ScalingHealthy verdict")
 
 
+def _capacity(s: OrderState, o: ob.CapacitySeen) -> list[ev.Event]:
+    """A tried device class is tried again once it offers more than when it was tried:
+    an administrator added a slice, or a claim was freed (the seed: "look for capacity")."""
+    when_tried = dict(s.tried_free_units)
+    out: list[ev.Event] = []
+    for device_class, free in o.free_units:
+        if device_class not in s.tried_device_classes:
+            continue
+        before = when_tried.get(device_class, 0)
+        if free > before:
+            message = (
+                f"{device_class} offers {free} free share units now, {before} when it was tried"
+            )
+            out.append(
+                ev.DeviceClassRetried(observed_at=o.at, device_class=device_class, message=message)
+            )
+    return out
+
+
+def _reclaimed(s: OrderState, o: ob.ReplicasReclaimed) -> list[ev.Event]:
+    if s.last_reclaim == (o.at, o.victim):
+        return []  # this take is in the log already
+    message = f"took {o.replicas} replica(s) of {o.victim}, of lower priority"
+    return [
+        ev.ReplicasReclaimed(
+            observed_at=o.at, victim=o.victim, replicas=o.replicas, message=message
+        )
+    ]
+
+
 def decide(state: OrderState, observation: ob.Observation) -> list[ev.Event]:
     """The events `observation` adds to the order's stream (often none)."""
     if state.deleted:
@@ -340,6 +401,10 @@ def decide(state: OrderState, observation: ob.Observation) -> list[ev.Event]:
             return _probe(state, observation)
         case ob.ScalingSeen():
             return _scaling(state, observation)
+        case ob.CapacitySeen():
+            return _capacity(state, observation)
+        case ob.ReplicasReclaimed():
+            return _reclaimed(state, observation)
         case ob.Deleted():
             return [ev.OrderDeleted(observed_at=observation.at)]
     raise TypeError(f"unknown observation {type(observation).__name__}")

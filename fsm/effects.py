@@ -13,9 +13,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fsm import identity
 from fsm.decide import excluded_device_classes, held_devices, needs_plan
+from fsm.fold import plan_basis
 from fsm.reasons import ConditionStatus, ConditionType, Phase, Reason
-from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, PROBE_FAILURE_THRESHOLD, OrderState
+from fsm.state import (
+    DEVICE_ALLOCATION_GRACE_SECONDS,
+    PROBE_FAILURE_THRESHOLD,
+    OrderState,
+    grace_start,
+)
 from fsm.status import render_status
 from fsm.values import Authentication, EffectivePolicy, EndpointType, ModelFacts, ModelRef, Plan
 
@@ -53,7 +60,12 @@ class RequestPlan:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApplyWorkload:
-    """Server-side apply every object of the order's workload for `plan`."""
+    """Server-side apply every object of the order's workload for `plan`, and remove
+    what the plan no longer renders.
+
+    `repair`: the plan is applied already; compare what it renders with the live objects
+    and re-apply only what is missing or drifted (a level-based controller repairs on
+    every pass, not only on a new plan)."""
 
     plan: Plan
     model_ref: ModelRef
@@ -63,11 +75,15 @@ class ApplyWorkload:
     auth_secret_name: str | None  # the token Secret the runtime checks requests against
     generation: int
     reclaims: tuple[str, ...] = ()  # free these lower-priority claims first (DRA.md)
+    repair: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EnsureAuthSecret:
-    """Create the order's token Secret (random token, key `token`) unless it exists."""
+    """Create the order's token Secret (random token, key `token`) unless it exists.
+
+    Asked on every pass while the class requires a token: a Secret deleted (to rotate
+    the token, or by mistake) is made again."""
 
     name: str
 
@@ -97,7 +113,7 @@ Command = RequestPlan | ApplyWorkload | EnsureAuthSecret | ScheduleProbe | Reche
 
 def auth_secret_name(state: OrderState) -> str:
     """The order's own token Secret: `{order}-auth` (SPEC §3 step 6)."""
-    return f"{state.name}-auth"
+    return identity.auth_secret_name(state.name)
 
 
 def _status_of(state: OrderState, type_: ConditionType) -> ConditionStatus | None:
@@ -111,12 +127,13 @@ def _needs_token(state: OrderState) -> bool:
 
 
 def _apply(state: OrderState) -> ApplyWorkload | None:
+    applied = state.applied_revision == state.plan_revision and state.apply_error is None
+    if applied:
+        return _repair(state)
     plan, policy, model = state.plan, state.policy, state.model
     if plan is None or policy is None or model is None or model.facts is None:
         return None
     if state.model_ref is None:
-        return None
-    if state.applied_revision == state.plan_revision and state.apply_error is None:
         return None
     if _needs_token(state) and state.auth_secret_name is None:
         return None  # the runtime must not start without the token it checks
@@ -129,6 +146,31 @@ def _apply(state: OrderState) -> ApplyWorkload | None:
         auth_secret_name=state.auth_secret_name if _needs_token(state) else None,
         generation=state.generation,
         reclaims=state.attempt.reclaims if state.attempt is not None and state.attempt.ok else (),
+    )
+
+
+def _repair(state: OrderState) -> ApplyWorkload | None:
+    """The plan in force, rendered from what it was applied with (not from a newer spec
+    whose replan failed), to compare with the live objects."""
+    plan, basis = state.plan_in_force, state.applied_basis
+    if plan is None:
+        return None  # its device class was tried: the next plan replaces it
+    if basis is None:  # a stream older than the applied basis: the current one
+        basis = plan_basis(state)
+    if basis.policy is None or basis.model_ref is None or basis.facts is None:
+        return None
+    token = basis.policy.exposure.authentication is Authentication.TOKEN
+    if token and state.auth_secret_name is None:
+        return None
+    return ApplyWorkload(
+        plan=plan,
+        model_ref=basis.model_ref,
+        facts=basis.facts,
+        endpoint_type=basis.endpoint_type,
+        policy=basis.policy,
+        auth_secret_name=state.auth_secret_name if token else None,
+        generation=basis.generation,
+        repair=True,
     )
 
 
@@ -152,9 +194,8 @@ def _allocation_recheck(state: OrderState, grace_seconds: float) -> Recheck | No
         return None
     if w.unallocated_since is None or state.last_event_at is None:
         return None
-    since = w.unallocated_since
-    if state.applied_at is not None and state.applied_at > since:
-        since = state.applied_at  # the grace of the plan in force starts at its apply
+    since = grace_start(state, w.unallocated_since)
+    assert since is not None
     waited = (state.last_event_at - since).total_seconds()
     return Recheck(
         after_seconds=max(grace_seconds - waited, 1.0),
@@ -176,7 +217,7 @@ def effects(
         return []  # deleted: owner references let the garbage collector clean up
     timings = timings or ProbeTimings()
     commands: list[Command] = []
-    if _needs_token(state) and state.name and state.auth_secret_name != auth_secret_name(state):
+    if _needs_token(state) and state.name:
         commands.append(EnsureAuthSecret(name=auth_secret_name(state)))
     if needs_plan(state):
         commands.append(

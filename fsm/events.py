@@ -33,6 +33,7 @@ __all__ = [
     "CapacityTaken",
     "ClassFailed",
     "ClassResolved",
+    "DeviceClassRetried",
     "DeviceClassTried",
     "EndpointPublished",
     "Event",
@@ -44,6 +45,7 @@ __all__ = [
     "PlanFailed",
     "ProbeFailed",
     "ProbeSucceeded",
+    "ReplicasReclaimed",
     "ScalingBlocked",
     "ScalingRecovered",
     "SpecObserved",
@@ -268,6 +270,8 @@ class WorkloadObserved(Event):
     ready_replicas: int = 0
     available_replicas: int = 0
     unallocated_since: datetime | None = None  # pods wait for device claims since then
+    # The scheduler's word on pods pending for anything but their devices (CPU, taints).
+    unschedulable: str | None = None
 
 
 @event("EndpointPublished")
@@ -311,6 +315,16 @@ class CapacityTaken(Event):
     message: str = ""
 
 
+@event("ReplicasReclaimed")
+class ReplicasReclaimed(Event):
+    """This order took replicas of a lower-priority order (docs/priority.md); the victim's
+    stream records the same take as CapacityTaken, both before its Deployment is scaled."""
+
+    victim: str  # namespace/name
+    replicas: int
+    message: str = ""
+
+
 @event("ScalingRecovered")
 class ScalingRecovered(Event):
     message: str = ""
@@ -319,6 +333,17 @@ class ScalingRecovered(Event):
 @event("DeviceClassTried")
 class DeviceClassTried(Event):
     """The workload's claims stayed unallocated past the grace period on this device class."""
+
+    device_class: str
+    message: str = ""
+    # Share units (100 a device) the class had free when it was marked tried: the class
+    # is tried again once it offers more (DeviceClassRetried). None in older streams.
+    free_units: int | None = None
+
+
+@event("DeviceClassRetried")
+class DeviceClassRetried(Event):
+    """A tried device class offers more capacity than when it was tried: plan on it again."""
 
     device_class: str
     message: str = ""
@@ -347,6 +372,8 @@ OrderEvent = (
     | ScalingBlocked
     | CapacityTaken
     | ScalingRecovered
+    | ReplicasReclaimed
     | DeviceClassTried
+    | DeviceClassRetried
     | OrderDeleted
 )

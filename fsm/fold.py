@@ -28,6 +28,7 @@ from fsm.state import (
     PlanBasis,
     Scaling,
     Workload,
+    probe_error_text,
 )
 from fsm.status import Verdict, judge
 
@@ -61,6 +62,7 @@ def _spec(s: OrderState, e: ev.SpecObserved) -> Updates:
         # An edited order is a new search: device classes that did not hold the old one
         # may hold this one.
         updates["tried_device_classes"] = ()
+        updates["tried_free_units"] = ()
     return updates
 
 
@@ -148,8 +150,14 @@ def _plan_failed(s: OrderState, e: ev.PlanFailed) -> Updates:
 
 def _applied(s: OrderState, e: ev.WorkloadApplied) -> Updates:
     current = e.plan == s.plan
+    a = s.attempt
+    if current and a is not None and a.ok:
+        basis: PlanBasis | None = a.basis
+    else:
+        basis = s.applied_basis or plan_basis(s)
     return {
         "plan_in_force": e.plan,
+        "applied_basis": basis,
         "apply_error": None,
         "applied_revision": s.plan_revision if current else s.applied_revision,
         "applied_at": e.observed_at,
@@ -166,6 +174,7 @@ def _workload(s: OrderState, e: ev.WorkloadObserved) -> Updates:
         ready_replicas=e.ready_replicas,
         available_replicas=e.available_replicas,
         unallocated_since=e.unallocated_since,
+        unschedulable=e.unschedulable,
     )
     return {"workload": workload}
 
@@ -188,7 +197,7 @@ def _probe_ok(s: OrderState, e: ev.ProbeSucceeded) -> Updates:
 
 
 def _probe_failed(s: OrderState, e: ev.ProbeFailed) -> Updates:
-    error = e.error if e.status_code is None else f"HTTP {e.status_code}: {e.error}".rstrip(": ")
+    error = probe_error_text(e.status_code, e.error)
     return {
         "probe_ok": False,
         "probe_failures": s.probe_failures + 1,
@@ -221,10 +230,24 @@ def _device_class_tried(s: OrderState, e: ev.DeviceClassTried) -> Updates:
     updates: Updates = {}
     if e.device_class not in s.tried_device_classes:
         updates["tried_device_classes"] = (*s.tried_device_classes, e.device_class)
+    if e.free_units is not None:
+        others = tuple(t for t in s.tried_free_units if t[0] != e.device_class)
+        updates["tried_free_units"] = (*others, (e.device_class, e.free_units))
     if s.plan_in_force is not None and s.plan_in_force.device_class == e.device_class:
         # Its claims were never allocated: the order holds no place on that plan.
         updates["plan_in_force"] = None
     return updates
+
+
+def _device_class_retried(s: OrderState, e: ev.DeviceClassRetried) -> Updates:
+    return {
+        "tried_device_classes": tuple(d for d in s.tried_device_classes if d != e.device_class),
+        "tried_free_units": tuple(t for t in s.tried_free_units if t[0] != e.device_class),
+    }
+
+
+def _replicas_reclaimed(s: OrderState, e: ev.ReplicasReclaimed) -> Updates:
+    return {"last_reclaim": (e.observed_at, e.victim)}
 
 
 def _deleted(s: OrderState, e: ev.OrderDeleted) -> Updates:
@@ -250,6 +273,8 @@ _HANDLERS: dict[type[ev.Event], Callable[[OrderState, Any], Updates]] = {
     ev.CapacityTaken: _capacity_taken,
     ev.ScalingRecovered: _scaling_recovered,
     ev.DeviceClassTried: _device_class_tried,
+    ev.DeviceClassRetried: _device_class_retried,
+    ev.ReplicasReclaimed: _replicas_reclaimed,
     ev.OrderDeleted: _deleted,
 }
 

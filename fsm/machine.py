@@ -27,7 +27,8 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from transitions.extensions import HierarchicalMachine
+# The module, not the package: the package imports asyncio and the diagram support too.
+from transitions.extensions.nesting import HierarchicalMachine
 
 from fsm.reasons import ConditionStatus, Phase, Reason
 

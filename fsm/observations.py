@@ -6,7 +6,7 @@ not stored: `decide` turns those that change something into events, which are. E
 observation carries `at`, the moment it was made — the core has no clock of its own, so
 any decision that depends on time (a grace period, the order of probes) reads it here.
 
-The verdicts of `fsm.policy` and `fsm.planner` arrive inside `ClassJudged`,
+The verdicts of `fsm.policy` and `fsm.placement.planner` arrive inside `ClassJudged`,
 `ModelJudged` and `PlanJudged`: the core records outcomes, it does not compute them.
 """
 
@@ -23,6 +23,7 @@ __all__ = [
     "ApplyFailed",
     "ApplySucceeded",
     "AuthSecretSeen",
+    "CapacitySeen",
     "ClassJudged",
     "Deleted",
     "EndpointSeen",
@@ -30,6 +31,7 @@ __all__ = [
     "Observation",
     "PlanJudged",
     "ProbeResult",
+    "ReplicasReclaimed",
     "ScalingSeen",
     "SpecSeen",
     "WorkloadSeen",
@@ -66,7 +68,7 @@ class ModelJudged:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanJudged:
-    """`fsm.planner`'s verdict, computed because `decide.needs_plan` said so."""
+    """`fsm.placement.planner`'s verdict, computed because `decide.needs_plan` said so."""
 
     at: datetime
     outcome: PlanOutcome
@@ -101,6 +103,16 @@ class WorkloadSeen:
     # The controller's setting, read here because `decide` records the verdict as an event
     # (DeviceClassTried): replay folds that event and never judges the wait again.
     grace_seconds: float = DEVICE_ALLOCATION_GRACE_SECONDS
+    unschedulable: str | None = None  # pods pending for CPU, memory, taints: not devices
+    free_units: int | None = None  # free share units of the plan's device class now
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapacitySeen:
+    """Free share units (100 a device) each tried device class offers now."""
+
+    at: datetime
+    free_units: tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,6 +157,15 @@ class ScalingSeen:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicasReclaimed:
+    """The arbiter decided this order takes `replicas` of order `victim` (arbitration.py)."""
+
+    at: datetime
+    victim: str  # namespace/name
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Deleted:
     """The order is gone from the API (or carries a deletionTimestamp)."""
 
@@ -163,5 +184,7 @@ Observation = (
     | AuthSecretSeen
     | ProbeResult
     | ScalingSeen
+    | CapacitySeen
+    | ReplicasReclaimed
     | Deleted
 )

@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from fsm.placement.sizing import parameter_count
 from fsm.quantity import QuantityError, parse_parameter_count
 from fsm.reasons import CLASS_CONDITION_CATALOGUE, ClassReason, ConditionStatus, Reason
-from fsm.sizing import parameter_count
 from fsm.values import (
     AcceleratorPolicy,
     Authentication,

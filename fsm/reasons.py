@@ -109,6 +109,7 @@ class Reason(StrEnum):
     WORKLOAD_AVAILABLE = "WorkloadAvailable"
     ROLLOUT_IN_PROGRESS = "RolloutInProgress"
     DEVICES_NOT_ALLOCATED = "DevicesNotAllocated"
+    PODS_UNSCHEDULABLE = "PodsUnschedulable"
     WORKLOAD_APPLY_FAILED = "WorkloadApplyFailed"
     PREEMPTED_BY_PRIORITY = "PreemptedByPriority"
     # Ready
@@ -218,7 +219,8 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _C.MODEL_RESOLVED,
         _F,
         Who.ADMIN,
-        "The order names an ai-models catalog model, but settings.catalog.mode is None.",
+        "The order names an ai-models catalog model, but settings.catalog.mode is None "
+        "or the cluster does not serve the ai-models kinds (Model, ClusterModel).",
     ),
     Reason.ENDPOINT_TYPE_POLICY_CONFLICT: ReasonInfo(
         _C.MODEL_RESOLVED,
@@ -274,7 +276,9 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _C.PLANNED,
         _F,
         Who.ADMIN,
-        "Every device class the order could try was tried and none held it: look for capacity.",
+        "Every device class the order could try was tried and none held it: look for capacity. "
+        "A tried class is tried again by itself once it offers more free capacity than when "
+        "it was tried (a ResourceSlice added, a claim freed).",
     ),
     Reason.PLACEMENT_UNDECIDABLE: ReasonInfo(
         _C.PLANNED,
@@ -304,7 +308,16 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _F,
         Who.WAIT,
         "The workload's pods wait for their device claims; past the grace period the device "
-        "class is marked tried and the order replans.",
+        "class is marked tried and the order replans. Pods pending for anything else are "
+        "PodsUnschedulable.",
+    ),
+    Reason.PODS_UNSCHEDULABLE: ReasonInfo(
+        _C.WORKLOAD_READY,
+        _F,
+        Who.ADMIN,
+        "The workload's pods cannot be scheduled for a reason other than their devices (CPU, "
+        "memory, taints, node selectors); the message quotes the scheduler. The device class "
+        "is not marked tried for it.",
     ),
     Reason.WORKLOAD_APPLY_FAILED: ReasonInfo(
         _C.WORKLOAD_READY,

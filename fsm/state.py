@@ -42,6 +42,8 @@ __all__ = [
     "PlanBasis",
     "Scaling",
     "Workload",
+    "grace_start",
+    "probe_error_text",
 ]
 
 # After the first Ready, this many consecutive failed probes make the order Failed
@@ -125,6 +127,7 @@ class Workload(_Value):
     ready_replicas: int
     available_replicas: int
     unallocated_since: datetime | None
+    unschedulable: str | None = None  # the scheduler's message for a non-device reason
 
 
 class Endpoint(_Value):
@@ -163,12 +166,17 @@ class OrderState(_Value):
     )
     plan_revision: int = 0  # bumps with every computed plan, so an equal plan is re-applied
     plan_in_force: Plan | None = None  # the plan the workload was last applied with
+    # What the plan in force was computed from (model, facts, policy): a repair renders
+    # the workload from it, so a failed replan never leaks the new spec into the old plan.
+    applied_basis: PlanBasis | None = None
     applied_revision: int = 0
     # When the plan in force was last applied: pods older than this waited for another
     # plan's devices, so a device class's grace period counts from here.
     applied_at: datetime | None = None
     apply_error: str | None = None
     tried_device_classes: tuple[str, ...] = ()
+    # (device class, free share units when it was tried): a class offering more is retried.
+    tried_free_units: tuple[tuple[str, int], ...] = ()
 
     workload: Workload | None = None
     endpoint: Endpoint | None = None
@@ -181,6 +189,7 @@ class OrderState(_Value):
     ever_ready: bool = False
 
     scaling: Scaling | None = None
+    last_reclaim: tuple[datetime, str] | None = None  # (when, victim) of the latest take
     deleted: bool = False
 
     phase: Phase = Phase.PENDING
@@ -203,3 +212,16 @@ class OrderState(_Value):
             if cond.type is type_:
                 return cond
         return None
+
+
+def grace_start(state: OrderState, unallocated_since: datetime | None) -> datetime | None:
+    """Since when the plan in force waits for devices: a pod of an earlier plan (still
+    pending through a rolling update) does not use up the grace of the plan applied after."""
+    if unallocated_since is None or state.applied_at is None:
+        return unallocated_since
+    return max(unallocated_since, state.applied_at)
+
+
+def probe_error_text(status_code: int | None, error: str) -> str:
+    """A failed probe as the status and the log say it."""
+    return error if status_code is None else f"HTTP {status_code}: {error}".rstrip(": ")

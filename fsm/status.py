@@ -103,6 +103,8 @@ def _workload(s: OrderState) -> Verdict:
     if w is not None and w.unallocated_since is not None:
         since = f"Device claims unallocated since {rfc3339(w.unallocated_since)}."
         return _verdict(_C.WORKLOAD_READY, Reason.DEVICES_NOT_ALLOCATED, since, gen)
+    if w is not None and w.unschedulable:
+        return _verdict(_C.WORKLOAD_READY, Reason.PODS_UNSCHEDULABLE, w.unschedulable, gen)
     if w is None and s.plan_in_force is None:
         return _verdict(_C.WORKLOAD_READY, Reason.EVALUATING, "", gen)
     progress = (

@@ -1,7 +1,8 @@
 """The event log of the controller: one append-only stream of `fsm` events per order UID.
 
 The façade the controller and the CLI import; everything else in the package is private
-to it. Open with `open_log(url)` (which migrates the schema), then:
+to it. Open with `open_log(url)` (which migrates the schema; `read_only=True` never
+writes and wants the schema at this release's head), then:
 
     log = store.open_log("sqlite:///var/lib/ai-inference/log.sqlite")
     version = log.append(StreamKey(uid, ns, name), events, expected_version=0,

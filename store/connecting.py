@@ -38,19 +38,32 @@ def normalise_url(url: str | URL) -> URL:
     return parsed
 
 
-def create_engine(url: str | URL) -> Engine:
-    """An engine for `url` with the pragmas/options the event log needs."""
+def create_engine(url: str | URL, *, read_only: bool = False) -> Engine:
+    """An engine for `url` with the pragmas/options the event log needs.
+
+    `read_only`: every connection refuses writes, and on SQLite the journal mode is left
+    as the writer set it (switching it is a write).
+    """
     parsed = normalise_url(url)
     if parsed.get_backend_name() == "sqlite":
         engine = sa.create_engine(parsed)
-        _configure_sqlite(engine)
+        _configure_sqlite(engine, read_only=read_only)
         return engine
     # pre_ping: a controller outlives database restarts; a dead pooled connection is
     # replaced instead of failing the next append.
-    return sa.create_engine(parsed, pool_pre_ping=True)
+    engine = sa.create_engine(parsed, pool_pre_ping=True)
+    if read_only:
+
+        @sa.event.listens_for(engine, "connect")
+        def _read_only(dbapi_connection: Any, _record: Any) -> None:
+            with dbapi_connection.cursor() as cursor:
+                cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            dbapi_connection.commit()
+
+    return engine
 
 
-def _configure_sqlite(engine: Engine) -> None:
+def _configure_sqlite(engine: Engine, *, read_only: bool = False) -> None:
     memory = engine.url.database in (None, "", ":memory:")
 
     @sa.event.listens_for(engine, "connect")
@@ -59,7 +72,9 @@ def _configure_sqlite(engine: Engine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
-            if not memory:
+            if read_only:
+                cursor.execute("PRAGMA query_only=ON")
+            elif not memory:
                 cursor.execute("PRAGMA journal_mode=WAL")
                 # Durable at every checkpoint, and safe against corruption, in WAL mode.
                 cursor.execute("PRAGMA synchronous=NORMAL")

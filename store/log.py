@@ -24,15 +24,16 @@ Guarantees, and where they come from:
 
 from __future__ import annotations
 
+import importlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 from uuid import uuid4
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, Row
 
 from fsm.events import Event
@@ -47,16 +48,29 @@ from store.errors import (
 )
 from store.records import Projection, RecordedEvent, Snapshot, StreamInfo, StreamKey
 
-__all__ = ["EventLog", "open_log"]
+__all__ = ["AppendObserver", "EventLog", "open_log"]
 
 _MAX_EPOCH = 2**63 - 1
 
+# Told of every append: its events, how long it took (seconds) and the error that refused
+# it (None: committed). How metrics see the log without the store knowing them.
+AppendObserver = Callable[[Sequence[Event], float, BaseException | None], None]
 
-def open_log(url: str) -> EventLog:
-    """Open the log at `url` (`sqlite:///path` or `postgresql+psycopg://…`), migrating it."""
-    engine = connecting.create_engine(url)
+
+def open_log(url: str, *, read_only: bool = False) -> EventLog:
+    """Open the log at `url` (`sqlite:///path` or `postgresql+psycopg://…`).
+
+    A writer (the controller) migrates the schema to this release's head first. A reader
+    (`read_only=True`, the audit CLI) never migrates, locks or writes: its connections
+    refuse writes (SQLite `query_only`, a PostgreSQL read-only session), so a role with
+    only SELECT will do; it raises SchemaError unless the schema is at this release's head.
+    """
+    engine = connecting.create_engine(url, read_only=read_only)
     try:
-        migrating.upgrade(engine)
+        if read_only:
+            migrating.check_current(engine)
+        else:
+            migrating.upgrade(engine)
     except BaseException:
         engine.dispose()
         raise
@@ -79,6 +93,17 @@ class EventLog:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+        self._observers: list[AppendObserver] = []
+
+    def observe_appends(self, observer: AppendObserver) -> Callable[[], None]:
+        """Call `observer` after every append; returns the function that stops it."""
+        self._observers.append(observer)
+
+        def remove() -> None:
+            if observer in self._observers:
+                self._observers.remove(observer)
+
+        return remove
 
     @property
     def engine(self) -> Engine:
@@ -109,6 +134,27 @@ class EventLog:
         `expected_version`, StaleEpoch if a newer leader epoch was seen, StreamDeleted if
         the order's stream was marked deleted.
         """
+        started = time.perf_counter()  # a duration for observers, never a recorded time
+        try:
+            version = self._append(stream, events, expected_version, epoch, recorded_at)
+        except BaseException as exc:
+            self._told(events, started, exc)
+            raise
+        self._told(events, started, None)
+        return version
+
+    def _told(self, events: Sequence[Event], started: float, error: BaseException | None) -> None:
+        for observer in list(self._observers):
+            observer(events, time.perf_counter() - started, error)
+
+    def _append(
+        self,
+        stream: StreamKey,
+        events: Sequence[Event],
+        expected_version: int,
+        epoch: int,
+        recorded_at: datetime,
+    ) -> int:
         if not events:
             raise ValueError("nothing to append")
         _check_key(stream)
@@ -257,6 +303,31 @@ class EventLog:
         """Every stream, deleted ones included, oldest first."""
         return self._infos(sa.true())
 
+    def orders(
+        self, *, namespace: str | None = None, deleted: bool | None = None
+    ) -> list[tuple[StreamInfo, Projection | None]]:
+        """Every stream (of `namespace`; only deleted or only live ones if `deleted` says
+        so), oldest first, each with the status last recorded for it (None: never)."""
+        where: list[sa.ColumnElement[bool]] = []
+        if namespace is not None:
+            where.append(schema.streams.c.namespace == namespace)
+        if deleted is not None:
+            column = schema.streams.c.deleted_at
+            where.append(column.is_not(None) if deleted else column.is_(None))
+        condition = sa.and_(sa.true(), *where)
+        infos = self._infos(condition)
+        query = (
+            sa.select(schema.projections)
+            .join(schema.streams, schema.streams.c.uid == schema.projections.c.stream_uid)
+            .where(condition)
+        )
+        with _translated(), self._engine.connect() as conn:
+            recorded = {
+                row.stream_uid: Projection(int(row.version), dict(row.status))
+                for row in conn.execute(query)
+            }
+        return [(info, recorded.get(info.uid)) for info in infos]
+
     def load_snapshot(self, uid: str) -> Snapshot | None:
         row = self._latest(schema.snapshots, "state", uid)
         return None if row is None else Snapshot(row[0], row[1])
@@ -313,9 +384,11 @@ class EventLog:
         document = dict(value)
         # Fail here, in the caller's terms, rather than deep inside the driver's bind step.
         json.dumps(document, allow_nan=False)
-        dialect_insert = (
-            postgresql.insert if self._engine.dialect.name == "postgresql" else sqlite.insert
-        )
+        # The dialects' own INSERT (for ON CONFLICT), imported on this write path only: the
+        # PostgreSQL dialect package costs an audit command on SQLite a visible part of its
+        # start-up (the engine imports the dialect it uses anyway).
+        dialect = "postgresql" if self._engine.dialect.name == "postgresql" else "sqlite"
+        dialect_insert = importlib.import_module(f"sqlalchemy.dialects.{dialect}").insert
         stmt = dialect_insert(table).values(
             {"stream_uid": uid, "version": version, column: document}
         )

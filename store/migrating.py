@@ -14,20 +14,25 @@ transaction under an advisory lock (its DDL is transactional), on SQLite under
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util.exc import CommandError
 from sqlalchemy.engine import Connection, Engine
 
+from store import schema
 from store.connecting import WRITE
 from store.errors import SchemaError, StoreUnavailable
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic is imported by the functions that migrate, not here: a reader (the audit CLI)
+# checks the revision with one SELECT against `schema.HEAD` and never loads Alembic,
+# which costs a noticeable part of its start-up.
+
 __all__ = [
     "alembic_config",
+    "check_current",
     "current_revision",
     "head_revision",
     "migrations_folder",
@@ -54,6 +59,8 @@ def migrations_folder() -> Path:
 
 def alembic_config(connection: Connection | None = None) -> Config:
     """An Alembic config for the shipped scripts; with `connection`, env.py migrates that."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(migrations_folder()))
     if connection is not None:
@@ -62,6 +69,8 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 
 def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     if head is None:
         raise SchemaError("the migrations folder has no revisions")
@@ -69,11 +78,45 @@ def head_revision() -> str:
 
 
 def current_revision(connection: Connection) -> str | None:
-    return MigrationContext.configure(connection).get_current_revision()
+    """The revision the database records (None: never migrated). Reads only, by SQL."""
+    if not sa.inspect(connection).has_table("alembic_version"):
+        return None
+    found = connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+    return None if found is None else str(found)
+
+
+def check_current(engine: Engine) -> str:
+    """The schema's revision, if it is this release's head; else SchemaError. Reads only."""
+    try:
+        with engine.connect() as conn:
+            current = current_revision(conn)
+    except sa.exc.OperationalError as exc:
+        raise StoreUnavailable(f"cannot read the event log: {exc}") from exc
+    except sa.exc.ProgrammingError as exc:  # e.g. no SELECT on alembic_version
+        raise SchemaError(f"cannot read the event log's schema revision: {exc}") from exc
+    if current == schema.HEAD:
+        return current
+    if current is None:
+        raise SchemaError("no event log here (no schema): nothing was recorded yet")
+    from alembic.script import ScriptDirectory
+
+    known = {rev.revision for rev in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+    if current in known:
+        raise SchemaError(
+            f"the event log's schema is at revision {current}, this release reads "
+            f"{schema.HEAD}: run `ai-inference migrate` (or start the controller) to upgrade it"
+        )
+    raise SchemaError(
+        f"the event log's schema is at revision {current}, unknown to this release "
+        f"(head {schema.HEAD}): it was written by a newer release"
+    )
 
 
 def upgrade(engine: Engine) -> None:
     """Run `alembic upgrade head` on `engine`'s database, atomically and once at a time."""
+    from alembic import command
+    from alembic.util.exc import CommandError
+
     try:
         with engine.connect() as conn:
             conn.execution_options(**{WRITE: True})

@@ -23,6 +23,7 @@ from sqlalchemy.engine import Dialect
 
 __all__ = [
     "FENCE_ROW",
+    "HEAD",
     "UtcDateTime",
     "events",
     "leader_fence",
@@ -39,6 +40,11 @@ NAMING = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+# The newest migration of migrations/versions: the revision this code reads and writes.
+# A reader compares the database's recorded revision with it without loading Alembic; a
+# test keeps it equal to Alembic's head.
+HEAD = "0001"
 
 # The id of the single row of leader_fence; the first migration inserts it with epoch 0.
 FENCE_ROW = 1

@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from adapters.cluster import identities, local
-
 __all__ = ["DEFAULT_DIR", "register"]
 
 DEFAULT_DIR = Path(os.environ.get("AI_INFERENCE_CLUSTER_DIR", ".ai-inference/cluster"))
@@ -40,8 +38,12 @@ def _say(text: str) -> None:
     sys.stdout.write(text + "\n")
 
 
+# The cluster modules (YAML, PKI, the Kubernetes client) are imported by the verb that
+# runs: building the parser must stay cheap for every other command.
+
+
 def _up(args: argparse.Namespace) -> int:
-    from adapters.cluster import bootstrap  # the Kubernetes client: only when it runs
+    from adapters.cluster import bootstrap, identities, local
 
     try:
         state = local.up(args.dir)
@@ -57,12 +59,16 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
+    from adapters.cluster import local
+
     stopped = local.down(args.dir)
     _say(f"stopped: {', '.join(stopped) or 'nothing was running'}; removed {args.dir}")
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
+    from adapters.cluster import local
+
     state = local.status(args.dir)
     if state is None:
         _say(f"no control plane runs in {args.dir}")

@@ -2,36 +2,65 @@
 
 In a cluster it uses the in-cluster config; elsewhere `--kubeconfig`. The event log is a
 SQLite file by default or a PostgreSQL URL. Settings come from the ModuleConfig
-`ai-inference` when present, else the defaults; `--hub-endpoint` overrides the
-HuggingFace endpoint (tests and the demo point it at the stand-in hub on 127.0.0.1).
+`ai-inference` when present, else from `--settings FILE` (YAML shaped as the
+ModuleConfig's `spec.settings`), else the defaults; the setting flags
+(`--public-domain-template`, `--https-mode`, `--ingress-class`, `--hub-endpoint`,
+`--probe-interval`, `--probe-timeout`) apply on top of whichever is used. Everything is
+checked against deploy/openapi/config-values.yaml. The hub endpoint reaches both the
+resolver and the workloads (HF_ENDPOINT); tests and the demo point it at a stand-in hub.
+
+Exit status: 0 after SIGTERM or Ctrl-C (the Lease is released first, so a standby leads
+within seconds); 1 when leadership was lost or could not be used (caches that did not
+sync, an unreachable log at take-over, a newer leader in the log); 2 for bad settings.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from adapters.cli import options
+from adapters.logs import LEVELS
+
 if TYPE_CHECKING:
     from kubernetes import client
+
+    from adapters.metrics import MetricsServer
+
 
 # The heavy imports (the Kubernetes client, the controller) happen when the command
 # runs, so `ai-inference history` and `--help` start quickly.
 
-__all__ = ["api_client_for", "register"]
+__all__ = ["api_client_for", "register", "setting_overrides"]
 
 
 def register(subparsers: Any) -> None:
     sub = subparsers.add_parser("controller", help="run the controller (the main job)")
     sub.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
-    sub.add_argument(
-        "--store",
-        default="sqlite:///ai-inference.sqlite",
-        help="event log: a SQLite URL/path or postgresql+psycopg://... (default %(default)s)",
+    options.add_store(sub)
+    settings = sub.add_argument_group(
+        "settings",
+        "Without a ModuleConfig ai-inference (a plain cluster) settings come from --settings; "
+        "a ModuleConfig, when present, replaces the file. The flags below apply on top of "
+        "either. Schema: deploy/openapi/config-values.yaml; see docs/workload.md.",
     )
-    sub.add_argument("--hub-endpoint", help="HuggingFace hub endpoint (overrides the settings)")
+    settings.add_argument(
+        "--settings", metavar="FILE", help="YAML file shaped as the ModuleConfig's spec.settings"
+    )
+    settings.add_argument("--public-domain-template", help="host template with one %%s")
+    settings.add_argument("--ingress-class", help="IngressClass of External endpoints")
+    settings.add_argument(
+        "--https-mode",
+        choices=("Disabled", "CertManager", "CustomCertificate", "OnlyInURI"),
+        help="TLS of External endpoints",
+    )
+    settings.add_argument(
+        "--hub-endpoint", help="HuggingFace hub endpoint, for the resolver and the workloads"
+    )
+    settings.add_argument("--probe-interval", type=int, help="seconds between probes")
+    settings.add_argument("--probe-timeout", type=int, help="seconds a probe may take")
     sub.add_argument(
         "--probe-target",
         choices=("service", "simulator"),
@@ -39,7 +68,21 @@ def register(subparsers: Any) -> None:
         help="how probes find an order's endpoint: its Service, or the simulator's pod annotation",
     )
     sub.add_argument("--workers", type=int, default=2)
+    sub.add_argument(
+        "--sync-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a new leader waits for its caches; then it releases the Lease and "
+        "exits 1 (default %(default)s)",
+    )
     sub.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz (0: off)")
+    sub.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics (0: off)")
+    sub.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        default="info",
+        help="least severe level logged (JSON lines on stderr)",
+    )
     sub.add_argument("--hpa-api-version", default="autoscaling/v2")
     sub.set_defaults(run=_run)
 
@@ -53,8 +96,28 @@ def api_client_for(kubeconfig: str | None) -> client.ApiClient:
     return client.ApiClient()
 
 
-def _store_url(value: str) -> str:
-    return value if "://" in value else f"sqlite:///{value}"
+def setting_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The setting flags given, in the settings' own shape."""
+    out: dict[str, Any] = {}
+    if args.public_domain_template is not None:
+        out["publicDomainTemplate"] = args.public_domain_template
+    if args.ingress_class is not None:
+        out["ingressClass"] = args.ingress_class
+    if args.https_mode is not None:
+        out["https"] = {"mode": args.https_mode}
+    if args.hub_endpoint is not None:
+        out["huggingFace"] = {"endpoint": args.hub_endpoint}
+    probe = {
+        key: value
+        for key, value in (
+            ("intervalSeconds", args.probe_interval),
+            ("timeoutSeconds", args.probe_timeout),
+        )
+        if value is not None
+    }
+    if probe:
+        out["probe"] = probe
+    return out
 
 
 def _terminate(*_: object) -> None:
@@ -63,46 +126,84 @@ def _terminate(*_: object) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     import store
-    from adapters.kubernetes.controller import Controller
+    from adapters import logs
+    from adapters.kubernetes import settings
+    from adapters.kubernetes.controller import Controller, LeadershipLost
     from adapters.kubernetes.health import HealthServer
     from adapters.probes.targets import AnnotatedPodTarget, ServiceTarget, TargetResolver
 
-    logging.basicConfig(
-        level=logging.INFO,
-        format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',
-    )
-    # Per-request and per-transition chatter from libraries would drown the decisions.
-    for noisy in ("transitions", "httpx", "httpx2", "alembic", "huggingface_hub"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logs.configure(args.log_level)
     targets: TargetResolver = (
         AnnotatedPodTarget() if args.probe_target == "simulator" else ServiceTarget()
     )
-    with store.open_log(_store_url(args.store)) as log_store:
+    try:
+        overrides = setting_overrides(args)
+        source = (
+            settings.Source.from_file(args.settings, overrides)
+            if args.settings
+            else settings.Source(None, overrides)
+        )
+        source.resolve(None)
+    except settings.SettingsError as exc:
+        sys.stderr.write(f"ai-inference controller: {exc}\n")
+        return 2
+    with store.open_log(args.store) as log_store:
         controller = Controller(
             api_client_for(args.kubeconfig),
             log_store,
-            hub_endpoint=args.hub_endpoint,
+            settings=source,
             targets=targets,
             workers=args.workers,
+            sync_timeout=args.sync_timeout,
             hpa_api_version=args.hpa_api_version,
         )
         signal.signal(signal.SIGTERM, _terminate)
+        served = _serve_metrics(args.metrics_port) if args.metrics_port else None
         health = None
         if args.health_port:
+            # Ready from here on, leading or standing by; not once leadership is lost
+            # (the process is exiting).
             health = HealthServer(
-                lambda: controller.leading.is_set() and not controller.lost.is_set(),
+                lambda: not controller.lost.is_set(),
+                alive=controller.alive,
+                leading=controller.still_leading,
                 port=args.health_port,
             )
             health.start()
+        sys.stdout.write("controller campaigning for the Lease\n")
+        sys.stdout.flush()
+        lost = False
         try:
             controller.start(wait=None)  # a standby waits here for the Lease
             sys.stdout.write(f"controller leading, epoch {controller.epoch}\n")
             sys.stdout.flush()
             controller.lost.wait()  # leadership lost: exit, Kubernetes restarts us as standby
+            lost = True
+        except LeadershipLost:
+            lost = True  # the reason is printed below
         except KeyboardInterrupt:
-            pass
+            pass  # SIGTERM: stop() below releases the Lease, which is not losing it
         finally:
             controller.stop()
             if health is not None:
                 health.stop()
-    return 1 if controller.lost.is_set() else 0
+            if served is not None:
+                served.stop()
+    if lost:
+        sys.stderr.write(f"controller stopped leading: {controller.failure}\n")
+        return 1
+    return 0
+
+
+def _serve_metrics(port: int) -> MetricsServer | None:
+    """/metrics on `port`, or None (logged) when the port is taken: a controller without
+    metrics still serves orders, and another process on this machine may hold 8080."""
+    import logging
+
+    from adapters import metrics
+
+    try:
+        return metrics.serve(port)
+    except OSError as exc:
+        logging.getLogger(__name__).error("cannot serve /metrics on port %d: %s", port, exc)
+        return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import signal
 import subprocess
 import sys
 import threading
@@ -129,8 +130,38 @@ def _call_endpoint(platform: LocalPlatform, order: dict[str, Any]) -> None:
     _say(f"  without the token: {refused.status_code}")
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a service manager, `timeout`, a CI runner): stop like Ctrl-C does."""
+
+
+def _terminate(*_: object) -> None:
+    # Once: a second signal during the clean-up must not cut the clean-up short.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise _Terminated
+
+
 def run(args: argparse.Namespace) -> int:
-    started = time.monotonic()
+    """The demo; whatever ends it — done, Ctrl-C, SIGTERM, an error — stops what it started:
+    the controller, the simulator, the hub and the etcd/kube-apiserver/controller-manager
+    processes (which run detached, so nothing else would stop them)."""
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    started: list[LocalPlatform] = []
+    try:
+        return _run(args, started)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            for platform in started:
+                platform.stop()
+        finally:
+            local.down(args.dir)
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace, started: list[LocalPlatform]) -> int:
+    began = time.monotonic()
     _say("== bringing up the local control plane (first run builds Kubernetes, ~15 min)")
     try:
         state = local.up(args.dir)
@@ -139,57 +170,52 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"demo: {exc}\n")
         return 1
     platform = LocalPlatform(state, f"sqlite:///{Path(state.folder) / 'events.sqlite'}")
-    try:
-        _say("== installing the module and starting the hub, the simulator and the controller")
-        platform.start()
-        if not args.no_examples:
-            _say("== applying the seed's examples (orders and their Secret as alice)")
-            _examples(state, hf_token=_granted_token(platform, "meta-llama/Llama-3.1-8B"))
-            orders = _wait(platform.api("admin"), args.timeout)
-            _say(_kubectl(state, "admin", "get", "inferenceservices", "-A"))
-            _say()
-            _say(
-                _kubectl(
-                    state,
-                    "admin",
-                    "get",
-                    "inferenceservice",
-                    "support-llm",
-                    "-n",
-                    "support",
-                    "-o",
-                    'jsonpath={range .status.conditions[*]}{.type}={.status} {.reason}{"\\n"}{end}',
-                )
+    _say("== installing the module and starting the hub, the simulator and the controller")
+    started.append(platform)
+    platform.start()
+    if not args.no_examples:
+        _say("== applying the seed's examples (orders and their Secret as alice)")
+        _examples(state, hf_token=_granted_token(platform, "meta-llama/Llama-3.1-8B"))
+        orders = _wait(platform.api("admin"), args.timeout)
+        _say(_kubectl(state, "admin", "get", "inferenceservices", "-A"))
+        _say()
+        _say(
+            _kubectl(
+                state,
+                "admin",
+                "get",
+                "inferenceservice",
+                "support-llm",
+                "-n",
+                "support",
+                "-o",
+                'jsonpath={range .status.conditions[*]}{.type}={.status} {.reason}{"\\n"}{end}',
             )
-            ready = [
-                o
-                for o in orders
-                if o["metadata"]["name"] == "support-llm"
-                and (o.get("status") or {}).get("phase") == "Ready"
-            ]
-            if ready:
-                _call_endpoint(platform, ready[0])
-            _say("\n$ ai-inference history support/support-llm")
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "adapters.cli.main",
-                    "history",
-                    "support/support-llm",
-                    "--store",
-                    platform.store_url,
-                ],
-                check=False,
-            )
-        _say(f"\n== done in {time.monotonic() - started:.0f}s; kubeconfigs in {state.folder}")
-        if args.keep:
-            _say(f"   export KUBECONFIG={state.kubeconfig('admin')}")
-            _say("ready")
-            threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        platform.stop()
-        local.down(args.dir)
+        )
+        ready = [
+            o
+            for o in orders
+            if o["metadata"]["name"] == "support-llm"
+            and (o.get("status") or {}).get("phase") == "Ready"
+        ]
+        if ready:
+            _call_endpoint(platform, ready[0])
+        _say("\n$ ai-inference history support/support-llm")
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "adapters.cli.main",
+                "history",
+                "support/support-llm",
+                "--store",
+                platform.store_url,
+            ],
+            check=False,
+        )
+    _say(f"\n== done in {time.monotonic() - began:.0f}s; kubeconfigs in {state.folder}")
+    if args.keep:
+        _say(f"   export KUBECONFIG={state.kubeconfig('admin')}")
+        _say("ready")
+        threading.Event().wait()
     return 0

@@ -2,7 +2,9 @@
 
 Each command module exposes `register(subparsers)`, adding its parsers with
 `set_defaults(run=callable)`; `run(args) -> int` is the exit code. Adding a command is
-adding a module to `COMMAND_MODULES`.
+adding a module to `COMMAND_MODULES`. Building the parser imports every command module,
+so they import only the standard library at the top and their machinery when they run:
+`--help` and the audit commands start fast (tests/adapters/cli/test_startup.py).
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
 COMMAND_MODULES: tuple[str, ...] = (
     "adapters.cli.cluster_cmd",
     "adapters.cli.audit_cmd",
+    "adapters.cli.completion_cmd",
     "adapters.cli.bench_cmd",
     "adapters.cli.controller_cmd",
     "adapters.cli.demo_cmd",
@@ -29,14 +33,43 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ai-inference",
         description="LLM inference orders for Kubernetes, with a replayable history.",
     )
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     return parser
 
 
+class _Version(argparse.Action):
+    """`--version`, read from the installed package's metadata only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kwargs: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415 - when asked
+
+        try:
+            number = version("ai-inference")
+        except PackageNotFoundError:
+            number = "unknown (not installed)"
+        parser.exit(0, f"ai-inference {number}\n")
+
+
+def _attach_time_ago(argv: Sequence[str]) -> list[str]:
+    """`--at -2h` as `--at=-2h`: argparse takes a value starting with `-` for an option."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] == "--at" and arg.startswith("-") and arg[1:2].isdigit():
+            out[-1] = f"--at={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(_attach_time_ago(given))
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)

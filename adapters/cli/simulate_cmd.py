@@ -15,12 +15,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from kubernetes import config
-
-from adapters.simulator import capacity
-from adapters.simulator.catalog import CATALOG
-from adapters.simulator.hub import StandInHub
-
 __all__ = ["register"]
 
 
@@ -35,7 +29,7 @@ def register(subparsers: Any) -> None:
         "--capacity",
         type=Path,
         default=None,
-        help=f"capacity file, re-read when it changes (default {capacity.DEFAULT_CAPACITY.name})",
+        help="capacity file, re-read when it changes (default: the shipped capacity-default.yaml)",
     )
     parser.add_argument(
         "--hub-port", type=int, default=0, help="port of the stand-in hub (default: a free one)"
@@ -62,6 +56,11 @@ def _say(text: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     # Every `ai-inference` call imports every command module; the simulator pulls in the
     # CEL engine (seconds on a busy machine), so only `simulate` itself pays for it.
+    from kubernetes import config
+
+    from adapters.simulator import capacity
+    from adapters.simulator.catalog import CATALOG
+    from adapters.simulator.hub import StandInHub
     from adapters.simulator.simulator import Simulator
 
     logging.basicConfig(

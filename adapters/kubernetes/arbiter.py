@@ -1,222 +1,34 @@
-"""Capacity by priority: who gives up which replicas, and the scale-downs that free them.
+"""Capacity by priority, gathered: what `fsm.placement.arbitration` weighs, read from the cluster.
 
-The scheduler does not preempt to free DRA devices (DRA.md), so the controller does it
-(SPEC §3.2, docs/priority.md). The reconciler calls this module at two points of an
-order's pass:
-
-- `Arbiter.reclaim` before applying a plan whose `PlanOutcome.reclaims` names
-  lower-priority claims (the decision is in the order's own stream: `PlanComputed`);
-- `Arbiter.verdict` after the workload is observed: level-triggered, it takes again what
-  the order's minimum still waits for (a first take may have been skipped or lost),
-  takes what its growth may take (`growth_room`), gives a victim its replicas back when
-  capacity frees, and returns the order's `ScalingSeen` — replicas taken by priority
-  (read back from its Deployment, where the taker wrote it), growth blocked, or growth
-  healthy — which `fsm.decide` turns into CapacityTaken, ScalingBlocked or
-  ScalingRecovered events.
-
-A victim is scaled down through its Deployment's `spec.replicas`, and the same patch
-writes the `TAKEN_ANNOTATION` record (which orders took how many replicas). Any replica
-of the victim frees an equivalent device — its pods share one claim template, and a claim
-names a device class and a memory floor, never a device — so which pod the ReplicaSet
-removes does not matter. While a victim still holds more allocated claims than its
-replicas (a scale-down under way) nothing more is taken from it, so a repeated pass does
-not take one device twice.
-
-The rule (docs/priority.md): lowest priority first; an order's minimum replicas (its
-first placement) may take any lower-priority replica, down to zero; its growth above the
-minimum takes only replicas its victims hold above their own minimum. A victim gets its
-replicas back, from free capacity only, once its takers have placed what they took and
-no higher-priority pod waits for devices.
+The decision is pure (fsm/arbitration.py, docs/priority.md); this module only reads —
+the cache for pods, claims and orders, and a live read of a Deployment where a decision
+must not count from a stale copy (its replicas and its record of what was taken). The
+pass records every take in the taker's and the victim's streams, and then scales the
+victim (reconciling.py, acting.py).
 """
 
 from __future__ import annotations
 
-import json
-import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
-from kubernetes import client
-
-from adapters.kubernetes.rendering import OrderRef
+from adapters.kubernetes import kinds
 from adapters.kubernetes.watching import Obj
 from adapters.kubernetes.world import ClusterCache
-from fsm import observations as ob
-from fsm import planner
-from fsm.capacity import ORDER_UID_LABEL, Allocation, Place, Snapshot
-from fsm.reasons import Reason
+from adapters.kubernetes.writing import Writer
+from fsm.identity import OrderRef
+from fsm.placement import arbitration
+from fsm.placement.arbitration import Holding, OrderView, Ruling, Take, Taking
+from fsm.placement.capacity import Snapshot
+from fsm.reasons import ConditionType, Reason
 from fsm.state import OrderState
-from fsm.values import Plan
 
-__all__ = [
-    "TAKEN_ANNOTATION",
-    "Arbiter",
-    "Taker",
-    "Taking",
-    "growth_room",
-    "growth_snapshot",
-    "victims_of",
-]
+__all__ = ["TAKE_WRITE_SECONDS", "Arbiter"]
 
-log = logging.getLogger(__name__)
-
-TAKEN_ANNOTATION = "ai.deckhouse.io/capacity-taken"
-
-
-@dataclass(frozen=True, slots=True)
-class Taker:
-    """One order that took replicas from a victim, and how many it still has."""
-
-    order: str  # namespace/name
-    priority_class_name: str | None
-    replicas: int
-
-
-@dataclass(frozen=True, slots=True)
-class Taking:
-    """Replicas a victim gave up and has not got back, as its Deployment records them."""
-
-    takers: tuple[Taker, ...]  # oldest first
-
-    @property
-    def replicas(self) -> int:
-        return sum(t.replicas for t in self.takers)
-
-    @property
-    def by(self) -> str:
-        return ", ".join(t.order for t in self.takers)
-
-    @property
-    def priority_class_name(self) -> str | None:
-        return self.takers[-1].priority_class_name if self.takers else None
-
-    def taken(self, by: str, priority_class_name: str | None, replicas: int) -> Taking:
-        """This record after `by` took `replicas` more."""
-        takers = [t for t in self.takers if t.order != by]
-        had = sum(t.replicas for t in self.takers if t.order == by)
-        takers.append(Taker(by, priority_class_name, had + replicas))
-        return Taking(tuple(takers))
-
-    def given_back(self, replicas: int, gone: Callable[[str], bool]) -> Taking | None:
-        """This record after `replicas` came back: first those of takers that are gone,
-        then the oldest takers'. None when nothing is taken any more."""
-        order = sorted(self.takers, key=lambda t: not gone(t.order))  # stable: oldest first
-        left: dict[str, int] = {t.order: t.replicas for t in self.takers}
-        for taker in order:
-            back = min(replicas, left[taker.order])
-            left[taker.order] -= back
-            replicas -= back
-        takers = tuple(replace(t, replicas=left[t.order]) for t in self.takers if left[t.order])
-        return Taking(takers) if takers else None
-
-    def dump(self) -> str:
-        return json.dumps(
-            {
-                "takers": [
-                    {
-                        "order": t.order,
-                        "priorityClassName": t.priority_class_name,
-                        "replicas": t.replicas,
-                    }
-                    for t in self.takers
-                ],
-            },
-            sort_keys=True,
-        )
-
-    @classmethod
-    def of(cls, deployment: Obj | None) -> Taking | None:
-        """The record on a Deployment; None without one (or an unreadable one)."""
-        annotations = ((deployment or {}).get("metadata") or {}).get("annotations") or {}
-        raw = annotations.get(TAKEN_ANNOTATION)
-        if not raw:
-            return None
-        try:
-            data = json.loads(raw)
-            taking = cls(
-                takers=tuple(
-                    Taker(str(t["order"]), t.get("priorityClassName"), int(t["replicas"]))
-                    for t in data["takers"]
-                ),
-            )
-        except (ValueError, KeyError, TypeError):
-            log.warning("unreadable %s annotation ignored: %r", TAKEN_ANNOTATION, raw)
-            return None
-        return taking if taking.replicas > 0 else None
-
-    def message(self) -> str:
-        by_class = f" ({self.priority_class_name})" if self.priority_class_name else ""
-        return (
-            f"{self.replicas} replica(s) taken by {self.by}{by_class}, of higher priority; "
-            "they come back when capacity frees."
-        )
-
-
-# --- pure decisions -----------------------------------------------------------------------
-
-
-def _key(obj: Obj) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-def victims_of(
-    reclaims: Sequence[str], claims: Iterable[Obj], *, taker_uid: str
-) -> dict[str, list[str]]:
-    """The claims to free, grouped by the order holding them (its UID), in the order the
-    planner listed them (lowest priority first). Claims gone already free nothing."""
-    by_key = {_key(claim): claim for claim in claims}
-    out: dict[str, list[str]] = {}
-    for key in reclaims:
-        claim = by_key.get(key)
-        if claim is None:
-            continue
-        holder = ((claim.get("metadata") or {}).get("labels") or {}).get(ORDER_UID_LABEL)
-        if holder and holder != taker_uid:
-            out.setdefault(str(holder), []).append(key)
-    return out
-
-
-def growth_snapshot(snapshot: Snapshot, minimums: Mapping[str, int]) -> Snapshot:
-    """`snapshot` as growth sees it: each holder's claims up to its minimum replicas are
-    not reclaimable (their priority is forgotten); only the ones above it are."""
-    by_holder: dict[str, list[Allocation]] = {}
-    for alloc in snapshot.allocations:
-        if alloc.holder is not None and alloc.priority is not None:
-            by_holder.setdefault(alloc.holder, []).append(alloc)
-    protected: set[str] = set()
-    for holder, allocs in by_holder.items():
-        keep = minimums.get(holder, len(allocs))  # unknown minimum: nothing to take
-        protected.update(a.key for a in sorted(allocs, key=lambda a: a.key)[:keep])
-    allocations = tuple(
-        replace(a, priority=None) if a.key in protected else a for a in snapshot.allocations
-    )
-    return replace(snapshot, allocations=allocations)
-
-
-def growth_room(
-    snapshot: Snapshot,
-    plan: Plan,
-    *,
-    wanted: int,
-    priority_class_name: str | None,
-    order_uid: str,
-    minimums: Mapping[str, int],
-) -> Place | None:
-    """Room for `wanted` more replicas of `plan`: free devices first, else lower-priority
-    replicas above their holders' minimum. None: growth is blocked."""
-    return planner.room_for(
-        growth_snapshot(snapshot, minimums),
-        plan,
-        replicas=wanted,
-        priority_class_name=priority_class_name,
-        order_uid=order_uid,
-    )
-
-
-# --- the adapter --------------------------------------------------------------------------
+# How long a take may be in the log before its scale is in the API: the taker records,
+# then patches, in one pass; longer means the patch was lost (the taker takes again).
+TAKE_WRITE_SECONDS = 30.0
 
 
 def _live(pod: Obj) -> bool:
@@ -228,233 +40,133 @@ def _unbound(pod: Obj) -> bool:
     return _live(pod) and not (pod.get("spec") or {}).get("nodeName")
 
 
+def _replicas(deployment: Obj | None, default: int = 1) -> int:
+    return int(((deployment or {}).get("spec") or {}).get("replicas", default))
+
+
 class Arbiter:
-    """Carries out priority decisions against the API; reads the controller's cache."""
+    """Reads what the arbitration weighs; never writes."""
 
     def __init__(
         self,
-        api: client.ApiClient,
+        writer: Writer,
         world: ClusterCache,
         *,
         snapshot: Callable[[str], Snapshot],
         states: Callable[[], Mapping[str, OrderState]],
     ) -> None:
-        self._apps = client.AppsV1Api(api)
+        self._writer = writer  # for live reads only
         self._world = world
         self._snapshot = snapshot  # the capacity as the planner sees it, for an order UID
         self._states = states
 
-    # -- taking --------------------------------------------------------------------------
-
-    def reclaim(
-        self,
-        taker: OrderRef,
-        state: OrderState,
-        reclaims: Sequence[str],
-        snapshot: Snapshot | None = None,
-    ) -> None:
-        """Scale the holders of `reclaims` down by one replica per claim. `snapshot`: the
-        capacity the reclaims were judged from, whose claims the victims are counted by."""
-        policy = state.policy
-        priority = policy.constraints.priority_class_name if policy is not None else None
-        victims = victims_of(reclaims, self._world.resource_claims.objects(), taker_uid=taker.uid)
-        for victim_uid, keys in victims.items():
-            order = self._world.orders.get(victim_uid)
-            if order is None:
-                continue
-            meta = order.get("metadata") or {}
-            self._take(
-                str(meta.get("namespace")),
-                str(meta.get("name")),
-                victim_uid,
-                len(keys),
-                by=f"{taker.namespace}/{taker.name}",
-                priority_class_name=priority,
-                snapshot=snapshot,
-            )
-
-    def _held(self, uid: str, snapshot: Snapshot | None = None) -> int:
-        """Allocated claims of an order (a pod going keeps its claim until it is gone), in
-        `snapshot` if given — a decision counts from the claims it was judged from."""
-        if snapshot is not None:
-            return sum(1 for a in snapshot.allocations if a.holder == uid)
-        return sum(
-            1
-            for claim in self._world.resource_claims.objects()
-            if ((claim.get("metadata") or {}).get("labels") or {}).get(ORDER_UID_LABEL) == uid
-            and (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
-                "results"
-            )
-        )
-
-    def _take(
-        self,
-        namespace: str,
-        name: str,
-        uid: str,
-        count: int,
-        *,
-        by: str,
-        priority_class_name: str | None,
-        snapshot: Snapshot | None = None,
-    ) -> None:
-        # The replicas from a live read, not the cache: an earlier pass's scale-down must be
-        # seen, or one claim would be taken twice.
-        try:
-            live = self._apps.read_namespaced_deployment(name, namespace)
-        except client.ApiException as exc:
-            if exc.status == 404:
-                return
-            raise
-        obj = self._apps.api_client.sanitize_for_serialization(live)
-        desired = int((obj.get("spec") or {}).get("replicas", 1))
-        held = self._held(uid, snapshot)
-        if held > desired:
-            return  # a scale-down is under way: its claims are being freed
-        # Replicas still waiting for devices free nothing: scale from what holds devices.
-        current = min(desired, held)
-        taken = min(count, current)
-        if taken == 0:
-            return
-        record = (Taking.of(obj) or Taking(())).taken(by, priority_class_name, taken)
-        self._patch(obj, current - taken, record)
-        log.info(
-            "%s/%s gives %d replica(s) to %s (%s)", namespace, name, taken, by, priority_class_name
-        )
-
-    def _patch(self, live: Obj, replicas: int, record: Taking | None) -> None:
-        meta = live.get("metadata") or {}
-        body: dict[str, Any] = {
-            # The resourceVersion makes a concurrent change a 409: the next pass re-reads.
-            "metadata": {
-                "resourceVersion": meta.get("resourceVersion"),
-                "annotations": {TAKEN_ANNOTATION: record.dump() if record else None},
-            },
-            "spec": {"replicas": replicas},
-        }
-        self._apps.patch_namespaced_deployment(meta.get("name"), meta.get("namespace"), body)
-
-    # -- the verdict ---------------------------------------------------------------------
-
-    def verdict(self, order: OrderRef, state: OrderState, now: datetime) -> ob.ScalingSeen | None:
-        """The order's growth verdict, or None where growth is not judged. On the way it
-        takes, level-triggered, what the order's minimum (or its growth) may take."""
+    def ruling(self, order: OrderRef, state: OrderState, now: datetime) -> Ruling | None:
+        """The order's ruling, or None where growth and taking are not judged."""
         plan, policy, workload = state.plan_in_force, state.policy, state.workload
         if plan is None or policy is None or workload is None:
             return None
-        deployment = self._world.deployments.get_by_name(order.namespace, order.name)
+        deployment = self._world.deployments.get_by_name(order.namespace, order.name, copy_=False)
         if deployment is None:
             return None
         taking = Taking.of(deployment)
-        if taking is not None:
-            left = self._give_back(order, state, plan, taking)
-            if left is not None:
-                return ob.ScalingSeen(
-                    at=now,
-                    reason=Reason.CAPACITY_TAKEN_BY_PRIORITY,
-                    message=left.message(),
-                    taken_by=left.by,
-                    priority_class_name=left.priority_class_name,
-                    replicas=left.replicas,
-                )
-            return ob.ScalingSeen(at=now, reason=Reason.SCALING_WITHIN_BOUNDS)
-        bounds = policy.constraints
+        logged = state.scaling is not None and (
+            state.scaling.reason is Reason.CAPACITY_TAKEN_BY_PRIORITY
+        )
+        if taking is not None or logged:  # judged from a live read, never a stale copy
+            deployment = self._writer.get(kinds.DEPLOYMENTS, order.namespace, order.name)
+            taking = Taking.of(deployment)
+        if taking is None and logged and self._take_pending(state, now):
+            # The log says replicas were taken and the taker has not scaled this order
+            # yet (it records first, then scales): judging now would flap the verdict.
+            return None
         pods = [p for p in self._world.pods_of(order.uid) if _live(p)]
-        if not any(_unbound(p) for p in pods):
-            return ob.ScalingSeen(at=now, reason=Reason.SCALING_WITHIN_BOUNDS)
-        # Something waits to be placed. One snapshot for the count and the room: a replica
-        # is placed when bound or when it holds its devices (the claims cache may be ahead
-        # of the pods cache), and the room must be judged from the same claims.
+        waiting = any(_unbound(p) for p in pods)
+        if taking is None and not waiting:
+            return Ruling(arbitration.Verdict(Reason.SCALING_WITHIN_BOUNDS))
         snapshot = self._snapshot(order.uid)
-        bound = sum(1 for p in pods if not _unbound(p))
-        placed = max(bound, sum(1 for a in snapshot.allocations if a.holder == order.uid))
-        if placed < bounds.min_replicas:
-            # The minimum waits for devices: lower-priority replicas go, below their own
-            # minimum if need be (the planner counted on them: PlanComputed.reclaims).
-            place = planner.room_for(
-                snapshot,
-                plan,
-                replicas=bounds.min_replicas - placed,
-                priority_class_name=bounds.priority_class_name,
-                order_uid=order.uid,
+        bounds = policy.constraints
+        view = OrderView(
+            uid=order.uid,
+            plan=plan,
+            min_replicas=bounds.min_replicas,
+            max_replicas=bounds.max_replicas,
+            priority_class_name=bounds.priority_class_name,
+            available=workload.available_replicas,
+            desired=_replicas(deployment),
+            bound=sum(1 for p in pods if not _unbound(p)),
+            waiting=waiting,
+            taking=taking,
+            held=sum(1 for a in snapshot.allocations if a.holder == order.uid),
+            resource_version=str(((deployment or {}).get("metadata") or {}).get("resourceVersion")),
+        )
+        if taking is not None:
+            own = snapshot.priority_value(bounds.priority_class_name) or 0
+            view = replace(
+                view,
+                higher_priority_waiting=self._higher_priority_waits(own),
+                takers_satisfied=all(self._satisfied(t.order) for t in taking.takers),
+                gone_takers=frozenset(
+                    t.order for t in taking.takers if self._order_named(t.order) is None
+                ),
             )
-            if place is not None and place.reclaims:
-                self.reclaim(order, state, place.reclaims, snapshot)
-        if workload.available_replicas < 1:
-            return None  # growth is judged only while the order serves
-        desired = min(int((deployment.get("spec") or {}).get("replicas", 1)), bounds.max_replicas)
-        wanted = desired - max(placed, bounds.min_replicas)
-        if wanted <= 0:
-            return ob.ScalingSeen(at=now, reason=Reason.SCALING_WITHIN_BOUNDS)
         minimums = {
             uid: s.policy.constraints.min_replicas
             for uid, s in self._states().items()
             if s.policy is not None
         }
-        place = growth_room(
-            snapshot,
-            plan,
-            wanted=wanted,
-            priority_class_name=bounds.priority_class_name,
-            order_uid=order.uid,
-            minimums=minimums,
-        )
-        if place is None:
-            message = (
-                f"wants {desired} replica(s), {placed} placed: no free "
-                f"{plan.accelerator_product_name} in {plan.device_class} and no "
-                "lower-priority replica above its minimum to take"
-            )
-            return ob.ScalingSeen(at=now, reason=Reason.SCALE_UP_BLOCKED, message=message)
-        if place.reclaims:
-            self.reclaim(order, state, place.reclaims, snapshot)
-        return ob.ScalingSeen(at=now, reason=Reason.SCALING_WITHIN_BOUNDS)
+        return arbitration.rule(view, snapshot, minimums)
 
-    def _give_back(
-        self, order: OrderRef, state: OrderState, plan: Plan, taking: Taking
-    ) -> Taking | None:
-        """Scale a victim back up as far as free capacity allows; what is still taken."""
+    def takes(self, taker: OrderRef, state: OrderState, reclaims: Sequence[str]) -> list[Take]:
+        """What freeing `reclaims` takes from each holder: one replica per claim, counted
+        from a live read of the holder's Deployment (an earlier take must be seen)."""
         policy = state.policy
-        priority_name = policy.constraints.priority_class_name if policy is not None else None
-        snapshot = self._snapshot(order.uid)
-        own = snapshot.priority_value(priority_name) or 0
-        if any(
+        priority = policy.constraints.priority_class_name if policy is not None else None
+        claims = self._world.resource_claims.objects()
+        victims = arbitration.victims_of(reclaims, claims, taker_uid=taker.uid)
+        snapshot = self._snapshot(taker.uid)
+        out = []
+        for victim_uid, keys in victims.items():
+            order = self._world.orders.get(victim_uid)
+            if order is None:
+                continue
+            meta = order.get("metadata") or {}
+            namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+            live = self._writer.get(kinds.DEPLOYMENTS, namespace, name)
+            if live is None:
+                continue
+            holding = Holding(
+                uid=victim_uid,
+                key=f"{namespace}/{name}",
+                desired=_replicas(live),
+                held=sum(1 for a in snapshot.allocations if a.holder == victim_uid),
+                taking=Taking.of(live),
+                resource_version=str(live["metadata"].get("resourceVersion")),
+            )
+            decided = arbitration.take(
+                holding, len(keys), by=taker.key, priority_class_name=priority
+            )
+            if decided is not None:
+                out.append(decided)
+        return out
+
+    def _take_pending(self, state: OrderState, now: datetime) -> bool:
+        """A take in the log whose scale is not written yet: recent, and some taker still
+        exists (a record only disappears by this order's own give-back, logged first; a
+        Deployment recreated without it is judged afresh after TAKE_WRITE_SECONDS)."""
+        cond = state.condition(ConditionType.SCALING_HEALTHY)
+        since = cond.last_transition_time if cond is not None else None
+        if since is None or (now - since).total_seconds() > TAKE_WRITE_SECONDS:
+            return False
+        takers = (state.scaling.taken_by or "") if state.scaling is not None else ""
+        return any(self._order_named(t.strip()) for t in takers.split(",") if t.strip())
+
+    # -- what the give-back waits for ----------------------------------------------------
+
+    def _higher_priority_waits(self, own: int) -> bool:
+        return any(
             _unbound(p) and int((p.get("spec") or {}).get("priority") or 0) > own
             for p in self._world.pods.objects()
-        ):
-            return taking  # a higher-priority pod waits for devices: it goes first
-        if not all(self._satisfied(t.order) for t in taking.takers):
-            return taking  # a taker still waits for what it took (its pods not placed yet)
-        back = 0
-        for count in range(taking.replicas, 0, -1):
-            place = planner.room_for(
-                snapshot, plan, replicas=count, priority_class_name=None, order_uid=order.uid
-            )
-            if place is not None and not place.reclaims:
-                back = count
-                break
-        if back == 0:
-            return taking
-        try:
-            live = self._apps.read_namespaced_deployment(order.name, order.namespace)
-        except client.ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        obj = self._apps.api_client.sanitize_for_serialization(live)
-        current = Taking.of(obj)
-        if current is None:
-            return None
-        if self._held(order.uid, snapshot) < int((obj.get("spec") or {}).get("replicas", 0)):
-            # What came back last is not placed yet (in the very snapshot the room was
-            # judged from), so that room may be its own.
-            return current
-        back = min(back, current.replicas)
-        left = current.given_back(back, gone=lambda name: self._order_named(name) is None)
-        replicas = int((obj.get("spec") or {}).get("replicas", 0)) + back
-        self._patch(obj, replicas, left)
-        log.info("%s/%s gets %d replica(s) back", order.namespace, order.name, back)
-        return left
+        )
 
     def _order_named(self, namespaced: str) -> Obj | None:
         namespace, _, name = namespaced.partition("/")
@@ -471,7 +183,7 @@ class Arbiter:
         deployment = self._world.deployments.get_by_name(namespace, name)
         if deployment is None:
             return False
-        desired = int((deployment.get("spec") or {}).get("replicas", 1))
+        desired = _replicas(deployment)
         state = self._states().get(str(meta.get("uid")))
         if state is not None and state.policy is not None:
             desired = min(desired, state.policy.constraints.max_replicas)

@@ -11,18 +11,16 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from kubernetes import client
-
+from adapters.kubernetes import errors, kinds
 from adapters.kubernetes.watching import Obj
 from adapters.kubernetes.world import ClusterCache
+from adapters.kubernetes.writing import Writer
 from fsm import policy
 from fsm.reasons import ClassReason, ConditionStatus
 from fsm.status import rfc3339
 from fsm.values import ClassSpec
 
-__all__ = ["CLASS_KEY_PREFIX", "class_status", "reconcile_class"]
-
-CLASS_KEY_PREFIX = "class/"  # work-queue keys of classes; order keys are bare UIDs
+__all__ = ["class_status", "reconcile_class"]
 
 
 def _names(objs: list[Obj]) -> list[str]:
@@ -68,9 +66,10 @@ def class_status(
 
 
 def reconcile_class(
-    name: str, world: ClusterCache, custom: client.CustomObjectsApi, clock: Callable[[], datetime]
+    name: str, world: ClusterCache, writer: Writer, clock: Callable[[], datetime]
 ) -> bool:
-    """Write the class's status if it changed; True when a write was made."""
+    """Write the class's status if it differs from the live one; True when written. The
+    class's UID is the precondition: a class recreated under the name is judged anew."""
     obj = world.classes.get_by_name(None, name)
     if obj is None:
         return False
@@ -80,9 +79,15 @@ def reconcile_class(
         device_classes=_names(world.device_classes.objects()),
         now=clock(),
     )
-    if obj.get("status") == status:
-        return False
-    custom.patch_cluster_custom_object_status(
-        "ai.deckhouse.io", "v1alpha1", "inferenceserviceclasses", name, {"status": status}
-    )
-    return True
+    try:
+        written = writer.write_status(
+            kinds.INFERENCE_SERVICE_CLASSES,
+            None,
+            name,
+            status,
+            current=obj.get("status") or {},
+            uid=str((obj.get("metadata") or {}).get("uid")),
+        )
+    except (errors.APINotFoundError, errors.APIInvalidError):
+        return False  # gone, or another class of that name now
+    return written is not None

@@ -1,19 +1,30 @@
-"""The controller's main loop: caches, a UID-keyed work queue, workers, the leader epoch.
+"""The controller's main loop: caches, work queues, workers, the leader epoch.
 
 `ai-inference controller` and the demo build a `Controller` and `start()` it. Watches
 feed the cache; every change enqueues the UIDs of the orders it can affect; workers run
-`Reconciler.reconcile(uid)` one UID at a time; a StreamConflict (another writer moved the
-stream) drops the in-memory state so the retry re-reads the log. Every append is stamped
-with this process's leader epoch, claimed in the log at start, so an older controller's
-appends are refused.
+`Reconciler.reconcile(uid)` one UID at a time; classes have a queue and a worker of
+their own (their status is a separate, cheap pass keyed by name); a StreamConflict
+(another writer moved the stream) drops the in-memory state so the retry re-reads the
+log. Every append is stamped with this process's leader epoch, claimed in the log at
+start, so an older controller's appends are refused. Every write goes through one
+`Writer`.
+
+Leadership never wedges: a leader whose caches do not sync or whose log fails at
+take-over, or that meets a newer epoch in the log (StaleEpoch), gives the Lease up and
+sets `lost`; `ai-inference controller` then exits non-zero and liveness fails. `stop()`
+(SIGTERM) releases the Lease so a standby leads within a renewal round. `still_leading()`
+is the check before each write: the Writer's client (`write_api`, fencing.py) makes it
+before every request that is not a read, so no write of an old leader lands.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -21,17 +32,20 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client import ApiClient
 
-from adapters.kubernetes import classes, queueing
+from adapters import logs, metrics
+from adapters.kubernetes import classes, fencing, oldservers, queueing
+from adapters.kubernetes.background import Background
 from adapters.kubernetes.leader import Elector
 from adapters.kubernetes.reconciling import Reconciler
-from adapters.kubernetes.settings import Settings, SettingsError
+from adapters.kubernetes.settings import Settings, SettingsError, Source
 from adapters.kubernetes.world import ClusterCache
+from adapters.kubernetes.writing import Writer
 from adapters.models import HubResolver, HubSettings
 from adapters.probes.targets import ServiceTarget, TargetResolver
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS
 from store import EventLog, StaleEpoch, StreamConflict
 
-__all__ = ["LEASE_NAME", "LEASE_NAMESPACE", "Controller", "utc_now"]
+__all__ = ["LEASE_NAME", "LEASE_NAMESPACE", "Controller", "LeadershipLost", "utc_now"]
 
 LEASE_NAMESPACE = "d8-ai-inference"
 LEASE_NAME = "ai-inference-controller"
@@ -39,25 +53,20 @@ LEASE_NAME = "ai-inference-controller"
 log = logging.getLogger(__name__)
 
 
+class LeadershipLost(RuntimeError):
+    """This process stopped leading, or took the Lease but could not work; exit non-zero."""
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def _pod_claims_rewrite(api: ApiClient) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
-    """On a server older than 1.26 (no DRA pod fields: the local 1.20 test server), the
-    pod side of a claim travels in an annotation the simulator reads (podclaims.py)."""
-    version = client.VersionApi(api).get_code()
-    minor = int("".join(ch for ch in str(version.minor) if ch.isdigit()) or 0)
-    if int(version.major) > 1 or minor >= 26:
-        return None
-    from adapters.simulator.podclaims import for_old_server  # noqa: PLC0415 - test servers only
-
-    log.warning(
-        "server %s.%s predates DRA pod fields: claims travel in an annotation",
-        version.major,
-        version.minor,
-    )
-    return for_old_server
+def _pooled(api: ApiClient, size: int) -> ApiClient:
+    """A client whose connection pool fits every watch and every worker at once (the
+    default 10 made urllib3 discard connections: "Connection pool is full")."""
+    configuration = copy.deepcopy(api.configuration)
+    configuration.connection_pool_maxsize = size
+    return ApiClient(configuration)
 
 
 class Controller:
@@ -67,6 +76,7 @@ class Controller:
         log_store: EventLog,
         *,
         hub_endpoint: str | None = None,
+        settings: Source | None = None,
         targets: TargetResolver | None = None,
         workers: int = 2,
         hpa_api_version: str = "autoscaling/v2",
@@ -75,35 +85,57 @@ class Controller:
         allocation_grace_seconds: float = DEVICE_ALLOCATION_GRACE_SECONDS,
         leader_election: bool = True,
         identity: str | None = None,
+        discovery_period: float = 30.0,
     ) -> None:
-        self.cache = ClusterCache(api)
+        api = _pooled(api, size=32 + workers)
+        # `discovery_period`: how often a kind the cluster does not serve is looked for.
+        self.cache = ClusterCache(
+            api, hpa_api_version=hpa_api_version, discovery_period=discovery_period
+        )
+        # Every Kubernetes write of the controller goes through the Writer, and its client
+        # refuses any request but a read once still_leading() is false.
+        self.write_api = fencing.fenced(api, self.still_leading)
+        self.writer = Writer(self.write_api)
         self._log = log_store
-        self._hub_endpoint = hub_endpoint
-        self._settings = Settings()
+        # `settings`: the file and flags (settings.Source); `hub_endpoint` is one more
+        # flag on top. A ModuleConfig, once seen, replaces the file (not the flags).
+        source = settings or Source()
+        if hub_endpoint:
+            source = source.overridden({"huggingFace": {"endpoint": hub_endpoint}})
+        self._source = source
+        self._settings = source.resolve(None)
         self._settings_lock = threading.Lock()
-        self._hub = self._make_hub()
+        self._hub = HubResolver(HubSettings(endpoint=self._settings.hugging_face.endpoint))
         self._epoch = 0
         self._sync_timeout = sync_timeout
         self.queue = queueing.WorkQueue()
+        self.class_queue = queueing.WorkQueue(name="classes")
         self.reconciler = Reconciler(
             world=self.cache,
             log_store=log_store,
             epoch=lambda: self._epoch,
-            api=api,
+            writer=self.writer,
             hub=self._hub,
             targets=targets or ServiceTarget(),
             settings=self.settings,
             clock=clock,
             hpa_api_version=hpa_api_version,
-            rewrite=_pod_claims_rewrite(api),
+            rewrite=oldservers.rewrite_for(api),
             allocation_grace_seconds=allocation_grace_seconds,
+            # Probes and hub lookups on a pool of their own; an answer wakes its order.
+            background=Background(self.queue.add, workers=max(4, 2 * workers)),
         )
-        self._custom = client.CustomObjectsApi(api)
         self._clock = clock
         self._workers = queueing.Workers(self.queue, self._pass, workers=workers)
+        self._class_workers = queueing.Workers(self.class_queue, self._class_pass, workers=1)
         self._stopping = False
+        self._unmeter = [
+            log_store.observe_appends(metrics.appended),
+            metrics.register_orders(self._orders_for_metrics),
+        ]
         self.leading = threading.Event()
         self.lost = threading.Event()  # leadership was lost: the process must stop
+        self.failure: str | None = None  # why it was lost, for the exit message
         self._elector = (
             Elector(
                 client.CoordinationV1Api(api),
@@ -124,19 +156,22 @@ class Controller:
         with self._settings_lock:
             return self._settings
 
-    def _make_hub(self) -> HubResolver:
-        endpoint = self._hub_endpoint or self._settings.hugging_face.endpoint
-        return HubResolver(HubSettings(endpoint=endpoint))
+    @property
+    def hub_endpoint(self) -> str:
+        """The hub the resolver asks now (the settings' `huggingFace.endpoint`)."""
+        return self._hub.settings.endpoint
 
     def _reload_settings(self) -> None:
         try:
-            fresh = Settings.from_module_config(self.cache.module_settings())
+            fresh = self._source.resolve(self.cache.module_settings())
         except SettingsError as exc:
             # Keep working with the last good settings; the message names the bad fields.
             log.error("ModuleConfig ai-inference rejected, keeping previous settings: %s", exc)
             return
         with self._settings_lock:
             self._settings = fresh
+        # The resolver and the rendered workload (HF_ENDPOINT) read the same hub.
+        self._hub.use_endpoint(fresh.hugging_face.endpoint)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -147,27 +182,77 @@ class Controller:
     def start(self, *, wait: float | None = 60.0) -> None:
         """Campaign for the Lease (or lead at once without election), then run.
 
-        Returns once this process leads and its caches are synced; raises TimeoutError
-        if that does not happen within `wait` seconds.
+        Returns once this process leads and its caches are synced. Raises TimeoutError if
+        that does not happen within `wait` seconds (None: a standby waits for ever), and
+        LeadershipLost if this process took the Lease but could not work (caches that do
+        not sync, an unreachable log): it has released the Lease, and should exit non-zero.
         """
         if self._elector is None:
             self._run(self._log.epoch() + 1)
         else:
             self._elector.start()
-            if not self.leading.wait(wait):
+        deadline = None if wait is None else time.monotonic() + wait
+        while not self.leading.wait(0.1):
+            if self.lost.is_set():
+                raise LeadershipLost(self.failure or "leadership lost before the caches synced")
+            if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"did not become leader within {wait}s")
+
+    def still_leading(self) -> bool:
+        """Whether this process may write now: consult it before every Kubernetes write.
+
+        False once the Lease is lost, a newer epoch appeared in the log, or the last
+        renewal is older than the renew deadline (checked now, not at the next renewal
+        round), so a pass in flight gives up instead of writing as an old leader.
+        """
+        if not self.leading.is_set() or self.lost.is_set():
+            return False
+        return self._elector is None or self._elector.holds_lease()
+
+    def alive(self) -> bool:
+        """Liveness: False once this process cannot work and must be restarted."""
+        return not self.lost.is_set()
 
     def _lead(self, epoch: int) -> None:
         # The elector's thread must not block: caches sync on a thread of their own.
         threading.Thread(target=self._run, args=(epoch,), name="lead", daemon=True).start()
 
-    def _lose(self) -> None:
-        if not self._stopping:
-            log.error("leadership lost: stopping the workers (the process should exit)")
-        self.lost.set()
+    def _halt_work(self) -> None:
+        self.leading.clear()
         self.queue.shutdown()
+        self.class_queue.shutdown()
+
+    def _lose(self) -> None:
+        self._halt_work()
+        if self._stopping:
+            return  # we released the Lease ourselves: a clean stop, not a loss
+        log.error("leadership lost: stopping the workers (the process should exit)")
+        self.failure = self.failure or "the Lease was lost"
+        self.lost.set()
+
+    def _abdicate(self, reason: str) -> None:
+        """Stop leading on our own: no more passes, and the Lease released for a standby.
+
+        The release runs on a thread of its own: this may be called from a worker, and
+        stopping the elector waits for its loop.
+        """
+        log.error("giving up leadership: %s", reason)
+        self.failure = self.failure or reason
+        self._halt_work()
+        self.lost.set()
+        if self._elector is not None:
+            threading.Thread(target=self._elector.stop, name="abdicate", daemon=True).start()
 
     def _run(self, epoch: int) -> None:
+        try:
+            self._take_over(epoch)
+        except Exception as exc:
+            # The log or the API server failed us at take-over. Holding the Lease without
+            # working would wedge the module: release it and let a standby (or our restart)
+            # try. Only the type and message: a driver's repr may carry a connection URL.
+            self._abdicate(f"take-over failed: {type(exc).__name__}: {exc}")
+
+    def _take_over(self, epoch: int) -> None:
         self._epoch = self._log.claim_epoch(epoch)
         self.cache.watch_changes(self._enqueue)
         # A class's own Ready condition depends on it and on the priority/device classes.
@@ -177,22 +262,37 @@ class Controller:
         self.cache.module_configs.add_handler(lambda _e, _o: self._reload_settings())
         self.cache.start()
         if not self.cache.wait_synced(self._sync_timeout):
-            log.error("the controller's caches did not sync in %.0fs", self._sync_timeout)
-            self._lose()
-            return
+            behind = ", ".join(self.cache.unsynced()) or "?"
+            raise LeadershipLost(f"caches did not sync in {self._sync_timeout:.0f}s: {behind}")
+        if self.lost.is_set():
+            return  # the Lease went while we synced
         self._reload_settings()
         self._enqueue(self.cache.orders.uids())
         self._enqueue_classes()
-        self._workers.start()
-        log.info("controller leading with epoch %d", self._epoch)
+        # Leading before the workers start: a pass asks still_leading() first.
         self.leading.set()
+        self._workers.start()
+        self._class_workers.start()
+        log.info("controller leading with epoch %d", self._epoch)
 
     def stop(self) -> None:
+        """Stop working, then release the Lease at once (a standby takes over in seconds,
+        not after the Lease expires), then stop the caches."""
         self._stopping = True
+        self.leading.clear()
         self._workers.stop()
-        self.cache.stop()
+        self._class_workers.stop()
+        self.reconciler.background.stop()
         if self._elector is not None:
             self._elector.stop()
+        self.cache.stop()
+        for unmeter in self._unmeter:
+            unmeter()
+
+    def _orders_for_metrics(self) -> list[dict[str, Any]]:
+        # Only a leader's cache runs; a standby reports no orders, so replicas never
+        # count one twice.
+        return self.cache.orders.objects() if self.leading.is_set() else []
 
     def _enqueue(self, uids: Iterable[str]) -> None:
         for uid in uids:
@@ -202,23 +302,46 @@ class Controller:
     def _enqueue_class(self, obj: dict[str, object]) -> None:
         name = (obj.get("metadata") or {}).get("name")  # type: ignore[attr-defined]
         if name:
-            self.queue.add(f"{classes.CLASS_KEY_PREFIX}{name}")
+            self.class_queue.add(str(name))
 
     def _enqueue_classes(self) -> None:
         for obj in self.cache.classes.objects():
             self._enqueue_class(obj)
 
-    def _pass(self, uid: str) -> queueing.Outcome:
-        if uid.startswith(classes.CLASS_KEY_PREFIX):
-            name = uid.removeprefix(classes.CLASS_KEY_PREFIX)
-            classes.reconcile_class(name, self.cache, self._custom, self._clock)
+    def _class_pass(self, name: str) -> queueing.Outcome:
+        if not self.still_leading():
             return queueing.Done()
+        with metrics.reconcile_pass("class") as record:
+            try:
+                classes.reconcile_class(name, self.cache, self.writer, self._clock)
+            except fencing.NotLeading as exc:
+                log.info("class pass over %s stopped before a write: %s", name, exc)
+            record.outcome = queueing.Done()
+        return record.outcome
+
+    def _pass(self, uid: str) -> queueing.Outcome:
+        """One pass, timed and counted by outcome; its log records name the order."""
+        if not self.still_leading():
+            return queueing.Done()  # an old leader starts nothing; the next one re-reads all
+        meta = (self.cache.orders.get(uid) or {}).get("metadata") or {}
+        with (
+            logs.about_order(uid=uid, namespace=meta.get("namespace"), name=meta.get("name")),
+            metrics.reconcile_pass("order") as record,
+        ):
+            outcome = self._pass_once(uid)
+            record.outcome = outcome
+        return outcome
+
+    def _pass_once(self, uid: str) -> queueing.Outcome:
         try:
             return self.reconciler.reconcile(uid)
         except StreamConflict as exc:
             self.reconciler.forget(uid)  # someone else moved the stream: re-read it
             return queueing.Retry(exc)
+        except fencing.NotLeading as exc:
+            log.info("pass over %s stopped before a write: %s", uid, exc)
+            return queueing.Done()  # the next leader re-reads everything
         except StaleEpoch as exc:
-            log.error("a newer controller leads (%s); this one stops writing", exc)
-            self.queue.shutdown()
+            # A newer controller appends to the log: end leadership as a lost Lease would.
+            self._abdicate(f"a newer controller leads ({exc})")
             return queueing.Terminal(exc)

@@ -1,6 +1,8 @@
 """Every kind the controller reads or writes, as `watching.Resource` values.
 
 One list, so the informers, the RBAC in deploy/ and the tests speak of the same kinds.
+`OPTIONAL` are the kinds a plain cluster may not serve: the ai-models catalog, Deckhouse's
+ModuleConfig and DRA v1. The controller runs without them and picks them up later.
 """
 
 from __future__ import annotations
@@ -13,14 +15,19 @@ __all__ = [
     "DEVICE_CLASSES",
     "INFERENCE_SERVICES",
     "INFERENCE_SERVICE_CLASSES",
+    "INGRESSES",
     "LAUNCH_RECIPES",
     "MODELS",
     "MODULE_CONFIGS",
+    "OPTIONAL",
     "PODS",
     "PRIORITY_CLASSES",
     "RESOURCE_CLAIMS",
+    "RESOURCE_CLAIM_TEMPLATES",
     "RESOURCE_SLICES",
     "SECRETS",
+    "SERVICES",
+    "autoscalers",
 ]
 
 _AI = "ai.deckhouse.io"
@@ -39,6 +46,7 @@ _DRA = "resource.k8s.io"
 DEVICE_CLASSES = Resource(_DRA, "v1", "deviceclasses", "DeviceClass", namespaced=False)
 RESOURCE_SLICES = Resource(_DRA, "v1", "resourceslices", "ResourceSlice", namespaced=False)
 RESOURCE_CLAIMS = Resource(_DRA, "v1", "resourceclaims", "ResourceClaim")
+RESOURCE_CLAIM_TEMPLATES = Resource(_DRA, "v1", "resourceclaimtemplates", "ResourceClaimTemplate")
 
 PRIORITY_CLASSES = Resource(
     "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
@@ -46,3 +54,24 @@ PRIORITY_CLASSES = Resource(
 SECRETS = Resource("", "v1", "secrets", "Secret")
 PODS = Resource("", "v1", "pods", "Pod")
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
+SERVICES = Resource("", "v1", "services", "Service")
+INGRESSES = Resource("networking.k8s.io", "v1", "ingresses", "Ingress")
+
+
+def autoscalers(api_version: str = "autoscaling/v2") -> Resource:
+    """HorizontalPodAutoscalers in the API version the server serves (v2beta2 before 1.23)."""
+    group, _, version = api_version.partition("/")
+    return Resource(group, version, "horizontalpodautoscalers", "HorizontalPodAutoscaler")
+
+
+OPTIONAL = frozenset(
+    {
+        MODELS,
+        CLUSTER_MODELS,
+        MODULE_CONFIGS,
+        DEVICE_CLASSES,
+        RESOURCE_SLICES,
+        RESOURCE_CLAIMS,
+        RESOURCE_CLAIM_TEMPLATES,
+    }
+)

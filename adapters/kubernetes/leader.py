@@ -30,6 +30,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from adapters import metrics
 from adapters.kubernetes import errors, queueing
 
 __all__ = ["Elector"]
@@ -80,11 +81,20 @@ class Elector:
         self._epoch: int | None = None
         self._last_renewal = 0.0
         self._stopping = threading.Event()
+        self._stop_lock = threading.Lock()  # stop() may come from a worker and main at once
         self._thread: threading.Thread | None = None
 
     @property
     def is_leader(self) -> bool:
         return self._leading
+
+    def holds_lease(self) -> bool:
+        """Leading, and the last renewal is recent enough that no one else may lead yet.
+
+        Judged now, on the local clock, not when the renewal loop next wakes up: a write
+        about to be sent asks this, and a stalled loop must not let it through.
+        """
+        return self._leading and self._clock.now() - self._last_renewal < self._renew_deadline
 
     @property
     def epoch(self) -> int | None:
@@ -169,6 +179,7 @@ class Elector:
         if self._leading:
             return
         self._leading, self._epoch = True, epoch
+        metrics.leading(True, epoch)
         log.info("%s leads %s/%s at epoch %d", self.identity, self.namespace, self.name, epoch)
         self._on_started(epoch)
 
@@ -176,6 +187,7 @@ class Elector:
         if not self._leading:
             return
         self._leading = False
+        metrics.leading(False)
         log.warning("%s stopped leading %s/%s", self.identity, self.namespace, self.name)
         self._on_stopped()
 
@@ -204,12 +216,13 @@ class Elector:
         """Stop campaigning; if leading, release the Lease (so a successor need not wait
         for it to expire) and call `on_stopped`."""
         self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-        if self._leading and release:
-            self.release()
-        self._step_down()
+        with self._stop_lock:
+            thread, self._thread = self._thread, None
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout)
+            if self._leading and release:
+                self.release()
+            self._step_down()
 
     def release(self) -> bool:
         """Give the Lease up now: an empty holder that others may take at once."""

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from adapters import metrics
+
 __all__ = [
     "Backoff",
     "Clock",
@@ -128,7 +130,14 @@ class _Timer:
 class WorkQueue:
     """A set-like FIFO of keys with delayed adds and per-key failure counts."""
 
-    def __init__(self, *, clock: Clock | None = None, backoff: Backoff | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        backoff: Backoff | None = None,
+        name: str = "reconcile",
+    ) -> None:
+        self.name = name  # the `queue` label of its metrics
         self._clock: Clock = clock or MonotonicClock()
         self._backoff = backoff or Backoff(initial=0.5, cap=300.0)
         self._cond = threading.Condition()
@@ -138,6 +147,7 @@ class WorkQueue:
         self._timers: list[_Timer] = []
         self._due: dict[str, float] = {}  # the live deadline per key; stale heap entries skip
         self._failures: dict[str, int] = {}
+        self._ready_since: dict[str, float] = {}  # for the queue-latency metric
         self._seq = 0
         self._shutting_down = False
 
@@ -151,8 +161,14 @@ class WorkQueue:
         self._dirty.add(key)
         self._due.pop(key, None)  # an immediate add supersedes a pending timer
         if key not in self._processing:
-            self._ready.append(key)
-            self._cond.notify()
+            self._make_ready_locked(key)
+
+    def _make_ready_locked(self, key: str) -> None:
+        self._ready.append(key)
+        self._ready_since[key] = self._clock.now()
+        metrics.queue_added(self.name)
+        metrics.queue_depth(self.name, len(self._ready))
+        self._cond.notify()
 
     def add_after(self, key: str, seconds: float) -> None:
         """Add `key` in `seconds`; an earlier pending deadline for it wins."""
@@ -214,6 +230,10 @@ class WorkQueue:
                     key = self._ready.popleft()
                     self._dirty.discard(key)
                     self._processing.add(key)
+                    since = self._ready_since.pop(key, None)
+                    if since is not None:
+                        metrics.queue_taken(self.name, self._clock.now() - since)
+                    metrics.queue_depth(self.name, len(self._ready))
                     return key
                 if self._shutting_down or not block:
                     return None
@@ -230,8 +250,7 @@ class WorkQueue:
         with self._cond:
             self._processing.discard(key)
             if key in self._dirty and not self._shutting_down:
-                self._ready.append(key)
-                self._cond.notify()
+                self._make_ready_locked(key)
 
     def wake(self) -> None:
         """Re-check deadlines now (a fake clock calls this after moving time)."""
@@ -270,6 +289,7 @@ def settle(queue: WorkQueue, key: str, outcome: Outcome) -> None:
             queue.add_after(key, seconds)
         case Retry(error=error):
             delay = queue.add_rate_limited(key)
+            metrics.queue_retried(queue.name)
             log.info("retrying %s in %.1fs after: %s", key, delay, error)
         case Terminal(error=error):
             queue.forget(key)

@@ -21,10 +21,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from adapters.kubernetes import hosts
 from adapters.kubernetes.settings import Settings
-from fsm import sizing
+from fsm import identity
+from fsm.identity import OrderRef
+from fsm.placement import sizing
+from fsm.placement.recipes import Recipe, render_args
 from fsm.quantity import MIB
-from fsm.recipes import Recipe, render_args
 from fsm.values import (
     Authentication,
     CatalogKind,
@@ -41,6 +44,7 @@ from fsm.values import (
 
 __all__ = [
     "AUTH_SECRET_KEY",
+    "AUTH_SECRET_UID_ANNOTATION",
     "CATALOG_MODELS_DIR",
     "CLAIM_NAME",
     "DEFAULT_DRIVER",
@@ -67,6 +71,9 @@ UID_LABEL = "ai.deckhouse.io/inference-service-uid"
 MANAGED_BY = "ai-inference"
 CLAIM_NAME = "gpu"  # the request in the template, the claim in the pod: one name
 AUTH_SECRET_KEY = "token"
+# On the pod template: the UID of the token Secret the pods read. A Secret deleted to
+# rotate the token comes back with a new UID, so the pods roll and load the new key.
+AUTH_SECRET_UID_ANNOTATION = "ai.deckhouse.io/auth-secret-uid"
 DEFAULT_DRIVER = "gpu.nvidia.com"
 CATALOG_MODELS_DIR = "/data/modelcache/models"  # where the ai-models catalog mounts models
 CACHE_DIR = "/var/cache/ai-inference"  # our own volume; never /data/modelcache (the catalog's)
@@ -98,16 +105,6 @@ class RenderError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class OrderRef:
-    """The order the workload belongs to: enough to name, label and own its objects."""
-
-    name: str
-    namespace: str
-    uid: str
-    generation: int = 1
-
-
-@dataclass(frozen=True, slots=True)
 class Https:
     """The https mode in force for an order: the class's block, else the settings'."""
 
@@ -125,7 +122,7 @@ class Https:
 
 
 def auth_secret_name(order: OrderRef) -> str:
-    return f"{order.name}-auth"
+    return identity.auth_secret_name(order.name)
 
 
 def _dns_label(text: str, limit: int = 63) -> str:
@@ -192,8 +189,8 @@ def effective_https(policy: EffectivePolicy, settings: Settings) -> Https:
 
 
 def public_host(order: OrderRef, settings: Settings) -> str:
-    """`publicDomainTemplate % "<order>-<namespace>"`, the label kept within 63 characters."""
-    return settings.public_host(_dns_label(f"{order.name}-{order.namespace}"))
+    """`publicDomainTemplate % "<order>-<namespace>"`, unique per order (hosts.py)."""
+    return settings.public_host(hosts.host_label(order.name, order.namespace))
 
 
 def endpoint_url(order: OrderRef, policy: EffectivePolicy, settings: Settings) -> str:
@@ -359,9 +356,12 @@ def _deployment(
     model_ref: ModelRef,
     settings: Settings,
     token_secret: str,
+    token_secret_uid: str | None,
     autoscaled: bool,
 ) -> Manifest:
     template_annotations: dict[str, str] = {}
+    if token_secret_uid is not None:
+        template_annotations[AUTH_SECRET_UID_ANNOTATION] = token_secret_uid
     if model_ref.src is ModelSource.AI_MODELS and model_ref.kind is not None:
         template_annotations[_CATALOG_ANNOTATION[model_ref.kind]] = model_ref.name
     mounts = [{"name": "model-cache", "mountPath": CACHE_DIR}]
@@ -491,7 +491,7 @@ def _ingress(order: OrderRef, policy: EffectivePolicy, settings: Settings) -> Ma
     }
     if https.mode is HttpsMode.CERT_MANAGER:
         annotations["cert-manager.io/cluster-issuer"] = https.cluster_issuer_name or ""
-        spec["tls"] = [{"hosts": [host], "secretName": f"{order.name}-tls"}]
+        spec["tls"] = [{"hosts": [host], "secretName": identity.tls_secret_name(order.name)}]
     elif https.mode is HttpsMode.CUSTOM_CERTIFICATE:
         spec["tls"] = [{"hosts": [host], "secretName": https.secret_name}]
     return {
@@ -520,6 +520,7 @@ def render_workload(
     settings: Settings,
     facts: ModelFacts,
     auth_secret: str | None = None,
+    auth_secret_uid: str | None = None,
     hpa_api_version: str = "autoscaling/v2",
 ) -> list[Manifest]:
     """Every object of the order's workload, in the order to apply them.
@@ -545,6 +546,7 @@ def render_workload(
             model_ref=model_ref,
             settings=settings,
             token_secret=token_secret,
+            token_secret_uid=auth_secret_uid if auth_secret else None,
             autoscaled=autoscaled,
         ),
     ]

@@ -2,9 +2,15 @@
 
 On a Deckhouse cluster they come from the `ModuleConfig` named `ai-inference`
 (`deckhouse.io/v1alpha1`, `spec.settings`, validated there by openapi/config-values.yaml);
-on a plain cluster from the controller's own configuration (the same mapping); with
-neither, the defaults below apply (SPEC §2.4). Names follow the platform's own settings
-(DECKHOUSE.md): `publicDomainTemplate`, `ingressClass`, the `https` block.
+on a plain cluster from the controller's `--settings FILE` (the same mapping, as YAML);
+with neither, the defaults below apply (SPEC §2.4). Names follow the platform's own
+settings (DECKHOUSE.md): `publicDomainTemplate`, `ingressClass`, the `https` block.
+
+`Source` says which wins: the ModuleConfig's settings when it exists, else the file's
+(never merged, so a Deckhouse cluster has one source of truth), then the controller's
+flags on top of either (what an operator typed for this process is the most specific).
+Every mapping, whatever its origin, is checked against deploy/openapi/config-values.yaml
+itself (the schema Deckhouse applies) and then read by the models below.
 
 The controller reads the ModuleConfig from a watch. An edit that does not validate must
 not take the module down: `reload` keeps the settings in force and returns the error for
@@ -16,12 +22,19 @@ TLS), the hub resolver (endpoint), policy (catalog on or off).
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
+import jsonschema
+import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from adapters.resources import resource_dir
 from fsm.values import Frozen, HttpsMode
 
 __all__ = [
@@ -38,8 +51,11 @@ __all__ = [
     "ProbeSettings",
     "Settings",
     "SettingsError",
+    "Source",
     "StoreSettings",
+    "module_config_settings",
     "reload",
+    "schema",
 ]
 
 MODULE_NAME = "ai-inference"
@@ -158,35 +174,115 @@ class Settings(Frozen):
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any] | None) -> Settings:
         """The settings mapping itself (ModuleConfig `spec.settings`, or a config file's)."""
+        mapping = dict(settings or {})
         try:
-            return cls.model_validate(dict(settings or {}))
+            parsed = cls.model_validate(mapping)
         except ValidationError as err:
             raise SettingsError(f"invalid module settings: {_problems(err)}") from err
+        # The reader's messages are the friendlier; the schema is what Deckhouse enforces
+        # (e.g. a lower-case host template), so a file may not pass what a ModuleConfig can't.
+        problems = _schema_problems(mapping)
+        if problems:
+            raise SettingsError(f"invalid module settings: {problems}")
+        return parsed
 
     @classmethod
     def from_module_config(cls, obj: Mapping[str, Any] | None) -> Settings:
         """A ModuleConfig object as the API returns it; None (no ModuleConfig): defaults."""
         if obj is None:
             return cls()
-        api_version, kind = obj.get("apiVersion"), obj.get("kind")
-        name = (obj.get("metadata") or {}).get("name")
-        if (api_version, kind, name) != (
-            MODULE_CONFIG_API_VERSION,
-            MODULE_CONFIG_KIND,
-            MODULE_NAME,
-        ):
-            raise SettingsError(
-                f"expected {MODULE_CONFIG_KIND} {MODULE_NAME!r} ({MODULE_CONFIG_API_VERSION}), "
-                f"got {kind} {name!r} ({api_version})"
-            )
-        spec = obj.get("spec") or {}
-        version = spec.get("version", SETTINGS_VERSION)
-        if spec.get("settings") and version != SETTINGS_VERSION:
-            raise SettingsError(
-                f"ModuleConfig {MODULE_NAME}: settings version {version!r} is not understood "
-                f"(this controller reads version {SETTINGS_VERSION})"
-            )
-        return cls.from_settings(spec.get("settings"))
+        return cls.from_settings(module_config_settings(obj))
+
+
+def module_config_settings(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """`spec.settings` of the ModuleConfig, after checking it is ours and its version."""
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    name = (obj.get("metadata") or {}).get("name")
+    if (api_version, kind, name) != (
+        MODULE_CONFIG_API_VERSION,
+        MODULE_CONFIG_KIND,
+        MODULE_NAME,
+    ):
+        raise SettingsError(
+            f"expected {MODULE_CONFIG_KIND} {MODULE_NAME!r} ({MODULE_CONFIG_API_VERSION}), "
+            f"got {kind} {name!r} ({api_version})"
+        )
+    spec = obj.get("spec") or {}
+    version = spec.get("version", SETTINGS_VERSION)
+    if spec.get("settings") and version != SETTINGS_VERSION:
+        raise SettingsError(
+            f"ModuleConfig {MODULE_NAME}: settings version {version!r} is not understood "
+            f"(this controller reads version {SETTINGS_VERSION})"
+        )
+    settings = spec.get("settings")
+    if settings is not None and not isinstance(settings, Mapping):
+        raise SettingsError(f"ModuleConfig {MODULE_NAME}: spec.settings is not a mapping")
+    return settings
+
+
+@functools.cache
+def schema() -> dict[str, Any]:
+    """deploy/openapi/config-values.yaml: the schema of `spec.settings` (and of the file)."""
+    path = resource_dir("deploy") / "openapi" / "config-values.yaml"
+    return dict(yaml.safe_load(path.read_text("utf-8")))
+
+
+def _schema_problems(mapping: Mapping[str, Any]) -> str:
+    # The OpenAPI subset the file uses (type, enum, pattern, bounds) is JSON Schema; x-*
+    # keys are ignored by the validator. Settings hold no secrets, so values may be quoted.
+    validator = jsonschema.Draft7Validator(schema())
+    errors = sorted(validator.iter_errors(mapping), key=lambda e: list(map(str, e.path)))
+    return "; ".join(
+        f"{'.'.join(map(str, e.path)) or 'settings'}: {e.message[:200]}" for e in errors
+    )
+
+
+def _merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(base))
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the controller's settings come from: a file's mapping and flag overrides.
+
+    `resolve(module_config)` is the settings in force: the ModuleConfig's when there is
+    one, else the file's, with `overrides` (the flags, in the settings' own shape, e.g.
+    `{"huggingFace": {"endpoint": ...}}`) merged on top. Raises SettingsError.
+    """
+
+    file_settings: Mapping[str, Any] | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_file(cls, path: Path | str, overrides: Mapping[str, Any] | None = None) -> Source:
+        """A YAML file holding what `spec.settings` would (empty file: defaults)."""
+        try:
+            loaded = yaml.safe_load(Path(path).read_text("utf-8"))
+        except (OSError, yaml.YAMLError) as err:
+            raise SettingsError(f"settings file {path}: {err}") from err
+        if loaded is not None and not isinstance(loaded, Mapping):
+            raise SettingsError(f"settings file {path}: expected a mapping of settings")
+        source = cls(loaded, dict(overrides or {}))
+        source.resolve(None)  # refuse a bad file at start, not at the first reload
+        return source
+
+    def overridden(self, more: Mapping[str, Any]) -> Source:
+        """The same source with `more` merged over its overrides."""
+        return Source(self.file_settings, _merge(self.overrides, more))
+
+    def resolve(self, module_config: Mapping[str, Any] | None) -> Settings:
+        base = (
+            module_config_settings(module_config)
+            if module_config is not None
+            else self.file_settings
+        )
+        return Settings.from_settings(_merge(base or {}, self.overrides))
 
 
 def reload(previous: Settings, obj: Mapping[str, Any] | None) -> tuple[Settings, str | None]:

@@ -1,10 +1,12 @@
 """The order's API token: Secret `{order}-auth`, made once, never rotated by accident.
 
 When the class requires a token (SPEC §3 step 6) the controller's EnsureAuthSecret command
-lands here. The Secret is created only if absent: a re-apply, a controller restart or a
-second leader finds it (409 AlreadyExists) and keeps it, so callers holding the token keep
-working. It is also immutable, so no edit can swap the token under the runtime either;
-rotation is deliberate: delete the Secret and the controller makes a new one.
+lands here (every pass while the Secret is missing from the cache), through the one
+Writer. The Secret is created only if absent: a re-apply, a controller restart or a
+second leader finds it (409 AlreadyExists) and keeps it, so callers holding the token
+keep working. It is also immutable, so no edit can swap the token under the runtime
+either; rotation is deliberate: delete the Secret and the controller makes a new one
+(the pods roll to it: rendering.AUTH_SECRET_UID_ANNOTATION).
 
 The token is 32 random bytes (256 bits) from `secrets`, url-safe. It is never logged,
 never returned, never put in an event or an error message: this module returns names.
@@ -20,9 +22,7 @@ import base64
 import secrets
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
+from adapters.kubernetes import errors, kinds
 from adapters.kubernetes.rendering import (
     AUTH_SECRET_KEY,
     OrderRef,
@@ -30,6 +30,7 @@ from adapters.kubernetes.rendering import (
     labels,
     owner_reference,
 )
+from adapters.kubernetes.writing import Writer
 
 __all__ = [
     "TOKEN_BYTES",
@@ -38,6 +39,7 @@ __all__ = [
     "delete_auth_secret_if_unneeded",
     "ensure_auth_secret",
     "new_token",
+    "owned_by",
 ]
 
 TOKEN_BYTES = 32  # 256 bits
@@ -63,17 +65,17 @@ def new_token() -> str:
     return secrets.token_urlsafe(TOKEN_BYTES)
 
 
-def _owned_by(secret: Any, order: OrderRef) -> bool:
-    refs = (secret.metadata and secret.metadata.owner_references) or []
-    return any(ref.uid == order.uid and ref.controller for ref in refs)
+def owned_by(secret: dict[str, Any] | None, order: OrderRef) -> bool:
+    refs = ((secret or {}).get("metadata") or {}).get("ownerReferences") or []
+    return any(ref.get("uid") == order.uid and ref.get("controller") for ref in refs)
 
 
-def _api_error(action: str, name: str, err: ApiException) -> TokenError:
-    # Status and reason only: the message stays one line whatever the server answered.
-    return TokenError(f"{action} Secret {name}: HTTP {err.status} {err.reason}", err.status)
+def _api_error(action: str, name: str, err: errors.APIError) -> TokenError:
+    # Status and kind only: the message stays one line whatever the server answered.
+    return TokenError(f"{action} Secret {name}: HTTP {err.status} {type(err).__name__}", err.status)
 
 
-def ensure_auth_secret(core_api: client.CoreV1Api, order: OrderRef) -> str:
+def ensure_auth_secret(writer: Writer, order: OrderRef) -> str:
     """The name of the order's token Secret, created now if it did not exist."""
     name = auth_secret_name(order)
     body = {
@@ -90,29 +92,30 @@ def ensure_auth_secret(core_api: client.CoreV1Api, order: OrderRef) -> str:
         "data": {AUTH_SECRET_KEY: base64.b64encode(new_token().encode()).decode()},
     }
     try:
-        core_api.create_namespaced_secret(order.namespace, body)
+        writer.create(body)
         return name
-    except ApiException as err:
-        if err.status != 409:
-            raise _api_error("creating", name, err) from err
+    except errors.APIConflictError:
+        pass
+    except errors.APIError as err:
+        raise _api_error("creating", name, err) from None
     # The existing Secret wins; the token just drawn is dropped unseen.
     try:
-        existing = core_api.read_namespaced_secret(name, order.namespace)
-    except ApiException as err:
-        raise _api_error("reading", name, err) from err
-    if not _owned_by(existing, order):
+        existing = writer.get(kinds.SECRETS, order.namespace, name)
+    except errors.APIError as err:
+        raise _api_error("reading", name, err) from None
+    if existing is None:
+        raise TokenError(f"Secret {order.namespace}/{name} vanished while it was ensured", 404)
+    if not owned_by(existing, order):
         raise AuthSecretConflict(
             f"Secret {order.namespace}/{name} exists and is not owned by this order "
             f"(uid {order.uid}); it is left alone"
         )
-    if AUTH_SECRET_KEY not in (existing.data or {}):
+    if AUTH_SECRET_KEY not in (existing.get("data") or {}):
         raise TokenError(f"Secret {order.namespace}/{name} has no key {AUTH_SECRET_KEY!r}")
     return name
 
 
-def delete_auth_secret_if_unneeded(
-    core_api: client.CoreV1Api, order: OrderRef, *, needed: bool
-) -> bool:
+def delete_auth_secret_if_unneeded(writer: Writer, order: OrderRef, *, needed: bool) -> bool:
     """Delete the order's own token Secret when its class no longer requires a token.
 
     Returns whether a Secret was deleted. A Secret the order does not own is left alone;
@@ -122,23 +125,13 @@ def delete_auth_secret_if_unneeded(
         return False
     name = auth_secret_name(order)
     try:
-        existing = core_api.read_namespaced_secret(name, order.namespace)
-    except ApiException as err:
-        if err.status == 404:
-            return False
-        raise _api_error("reading", name, err) from err
-    if not _owned_by(existing, order):
+        existing = writer.get(kinds.SECRETS, order.namespace, name)
+    except errors.APIError as err:
+        raise _api_error("reading", name, err) from None
+    if existing is None or not owned_by(existing, order):
         return False
+    uid = str(existing["metadata"]["uid"])
     try:
-        core_api.delete_namespaced_secret(
-            name,
-            order.namespace,
-            body=client.V1DeleteOptions(
-                preconditions=client.V1Preconditions(uid=existing.metadata.uid)
-            ),
-        )
-    except ApiException as err:
-        if err.status in (404, 409):
-            return False  # already gone, or replaced by another Secret since we read it
-        raise _api_error("deleting", name, err) from err
-    return True
+        return writer.delete(kinds.SECRETS, order.namespace, name, uid)
+    except errors.APIError as err:
+        raise _api_error("deleting", name, err) from None

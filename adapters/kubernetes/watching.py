@@ -20,6 +20,9 @@ What the watch loop does, and why (ENGINEERING.md items 1-9):
 - Failures reconnect after a jittered exponential backoff (0.8 s doubling to 30 s); 429
   is a back-off (honouring Retry-After), not a failure.
 - One thread per watch, plus one watchdog thread per informer.
+- A kind that may be missing (another module's CRD, DRA on an older server) is
+  `optional`: a 404 LIST leaves the cache empty and synced, and the LIST is tried again
+  periodically, so the kind is picked up once its CRD appears (and emptied if it goes).
 
 Deserialisation: objects stay plain dicts (the cache, the diff and the handlers never
 need generated models, and custom resources have none). We keep the client's `Watch`
@@ -51,6 +54,7 @@ from kubernetes import watch
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from adapters import metrics
 from adapters.kubernetes import errors, queueing
 
 __all__ = [
@@ -260,7 +264,12 @@ class Informer:
         backoff: queueing.Backoff | None = None,
         resync_period: float | None = None,
         name: str | None = None,
+        optional: bool = False,
+        absent_poll: float = 30.0,
     ) -> None:
+        """`optional`: the kind may not be served (its CRD not installed). A LIST answered
+        404 then counts as synced and empty, and is tried again every `absent_poll`
+        seconds, so a CRD installed later is picked up without a restart."""
         self.resource = resource
         self.namespace = namespace
         self.name = name or f"{resource.plural}@{namespace or '*'}"
@@ -274,6 +283,9 @@ class Informer:
         self._timeouts = timeouts or Timeouts()
         self._backoff = backoff or queueing.Backoff()
         self._resync_period = resync_period
+        self._optional = optional
+        self._absent_poll = absent_poll
+        self.present: bool | None = None  # None until the first LIST answered
         self._handlers: list[Handler] = []
         self._cond = threading.Condition()
         self._objects: dict[str, Obj] = {}
@@ -303,28 +315,39 @@ class Informer:
         """The RV the next watch resumes from (the last LIST's or the last event's)."""
         return self._rv
 
-    def get(self, uid: str) -> Obj | None:
+    def get(self, uid: str, *, copy_: bool = True) -> Obj | None:
         with self._cond:
             obj = self._objects.get(uid)
-            return copy.deepcopy(obj) if obj is not None else None
+            return copy.deepcopy(obj) if obj is not None and copy_ else obj
 
-    def get_by_name(self, namespace: str | None, name: str) -> Obj | None:
+    def get_by_name(self, namespace: str | None, name: str, *, copy_: bool = True) -> Obj | None:
         with self._cond:
             uid = self._by_name.get((namespace or "", name))
-            return copy.deepcopy(self._objects[uid]) if uid is not None else None
+            obj = self._objects[uid] if uid is not None else None
+            return copy.deepcopy(obj) if obj is not None and copy_ else obj
 
-    def objects(self) -> list[Obj]:
+    def objects(self, *, copy_: bool = True) -> list[Obj]:
+        """Every cached object; `copy_=False` hands out the cached objects themselves (the
+        cache replaces an object on change, never edits it): read them, never change them."""
         with self._cond:
+            if not copy_:
+                return list(self._objects.values())
             return [copy.deepcopy(obj) for obj in self._objects.values()]
 
     def uids(self) -> list[str]:
         with self._cond:
             return list(self._objects)
 
-    def by_index(self, index: str, value: str) -> list[Obj]:
+    def by_index(self, index: str, value: str, *, copy_: bool = True) -> list[Obj]:
         with self._cond:
             uids = self._indexes[index].values.get(value, set())
-            return [copy.deepcopy(self._objects[uid]) for uid in sorted(uids)]
+            found = [self._objects[uid] for uid in sorted(uids)]
+            return [copy.deepcopy(obj) for obj in found] if copy_ else found
+
+    def index_values(self, index: str) -> list[str]:
+        """Every value some cached object has in `index`."""
+        with self._cond:
+            return list(self._indexes[index].values)
 
     def wait_for_rv(self, uid: str, resource_version: str, timeout: float) -> bool:
         """Wait until the cache reflects the write that returned `resource_version`."""
@@ -391,32 +414,55 @@ class Informer:
                     need_list = False
                 if self._watch_once():
                     failures = 0
+                    self._restarted("ended")
                     continue
                 failures += 1
                 delay = self._backoff.delay(failures)
+                self._restarted("ended")
             except errors.APIGoneError as exc:
+                self._restarted("gone")
                 self.stats.gone += 1
                 log.info("%s: %s; listing again", self.name, exc)
                 need_list = True
                 failures += 1
                 # The first 410 re-lists at once; a loop of them backs off.
                 delay = self._backoff.delay(failures - 1)
+            except errors.APINotFoundError as exc:
+                if not self._optional:
+                    self.stats.errors += 1
+                    failures += 1
+                    delay = self._backoff.delay(failures)
+                    log.warning("%s: %s; retrying in %.1fs", self.name, exc, delay)
+                else:
+                    self._mark_absent()
+                    need_list, failures = True, 0
+                    delay = self._absent_poll
             except errors.APITooManyRequestsError as exc:
+                self._restarted("throttled")
                 self.stats.throttled += 1
                 failures += 1
                 delay = max(self._backoff.delay(failures), exc.retry_after or 0.0)
             except errors.APIError as exc:
-                self.stats.errors += 1
                 failures += 1
-                delay = self._backoff.delay(failures)
-                log.warning("%s: %s; retrying in %.1fs", self.name, exc, delay)
+                delay = self._failed(failures, str(exc))
             except Exception:
-                self.stats.errors += 1
                 failures += 1
-                delay = self._backoff.delay(failures)
-                log.exception("%s: watch loop failed; retrying in %.1fs", self.name, delay)
+                delay = self._failed(failures, "watch loop failed", trace=True)
             if delay:
                 self._stopping.wait(delay)
+
+    def _failed(self, failures: int, what: str, *, trace: bool = False) -> float:
+        """Count a failed list or watch; the delay before the next try."""
+        self._restarted("error")
+        self.stats.errors += 1
+        delay = self._backoff.delay(failures)
+        report = log.exception if trace else log.warning
+        report("%s: %s; retrying in %.1fs", self.name, what, delay)
+        return delay
+
+    def _restarted(self, reason: str) -> None:
+        if not self._stopping.is_set():  # stopping the informer is not a restart
+            metrics.watch_restarted(self.resource.plural, reason)
 
     def _list_all(self) -> tuple[list[Obj], str]:
         items: list[Obj] = []
@@ -462,12 +508,41 @@ class Informer:
                 self._note_rv_locked(uid, new_rv)
             self._rv = rv
             self._synced_list = seq
+            if self.present is False:
+                log.info("%s: %s is served now", self.name, self.resource.kind)
+            self.present = True
             self.stats.lists += 1
             self._cond.notify_all()
         for event_type, obj in changes:
             self._emit(event_type, obj)
         with self._cond:
             # Synced only once the handlers have had the first LIST, as in client-go.
+            self._synced = True
+            self._cond.notify_all()
+
+    def _mark_absent(self) -> None:
+        """The kind is not served: an empty cache that counts as synced."""
+        with self._cond:
+            was = self.present
+            gone = list(self._objects.values())
+            for obj in gone:
+                self._remove_locked(obj["metadata"]["uid"])
+                self.stats.synthetic_deletions += 1
+            self._rv = None
+            self.present = False
+            self._lists_started += 1
+            self._synced_list = self._lists_started
+            self._cond.notify_all()
+        if was is not False:
+            log.info(
+                "%s: %s is not served by this cluster; looking again every %.0fs",
+                self.name,
+                self.resource.kind,
+                self._absent_poll,
+            )
+        for obj in gone:
+            self._emit("DELETED", obj)
+        with self._cond:
             self._synced = True
             self._cond.notify_all()
 
@@ -536,6 +611,7 @@ class Informer:
                 if not stream.stopped_by_watchdog:
                     stream.stopped_by_watchdog = True
                     self.stats.watchdog_stops += 1
+                    metrics.watch_restarted(self.resource.plural, "watchdog")
                     log.info("%s: silent for %.0fs; restarting the watch", self.name, inactivity)
                 # Repeated: a stop before the response headers came back cannot cut the
                 # socket (the client has not handed it over yet); the read timeout bounds

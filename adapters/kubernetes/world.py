@@ -7,6 +7,7 @@ decisions it can change, so exactly those are re-evaluated.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -14,6 +15,7 @@ from kubernetes.client import ApiClient
 
 from adapters.kubernetes import kinds
 from adapters.kubernetes.rendering import UID_LABEL
+from adapters.kubernetes.secret_lookup import NamedSecrets
 from adapters.kubernetes.watching import Informer, Obj, Resource, Timeouts, by_label
 
 __all__ = ["ClusterCache"]
@@ -65,9 +67,26 @@ def _meta(obj: Obj) -> dict[str, Any]:
 class ClusterCache:
     """Informers for every kind the controller reads, started and stopped together."""
 
-    def __init__(self, api: ApiClient, *, timeouts: Timeouts | None = None) -> None:
-        def informer(resource: Resource, **kwargs: Any) -> Informer:
-            return Informer(api, resource, timeouts=timeouts, resync_period=300.0, **kwargs)
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        timeouts: Timeouts | None = None,
+        hpa_api_version: str = "autoscaling/v2",
+        discovery_period: float = 30.0,
+        secret_refresh: float = 30.0,
+    ) -> None:
+        def informer(resource: Resource, optional: bool = False, **kwargs: Any) -> Informer:
+            # Kinds of other modules and of DRA may be absent: empty until they appear.
+            return Informer(
+                api,
+                resource,
+                timeouts=timeouts,
+                resync_period=300.0,
+                optional=optional or resource in kinds.OPTIONAL,
+                absent_poll=discovery_period,
+                **kwargs,
+            )
 
         self.orders = informer(
             kinds.INFERENCE_SERVICES,
@@ -86,13 +105,44 @@ class ClusterCache:
         self.resource_slices = informer(kinds.RESOURCE_SLICES)
         self.resource_claims = informer(kinds.RESOURCE_CLAIMS)
         self.priority_classes = informer(kinds.PRIORITY_CLASSES)
-        self.secrets = informer(kinds.SECRETS)
         # Children carry the order's UID label; the selector keeps the cache to ours.
         self.deployments = informer(
             kinds.DEPLOYMENTS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
         )
         self.pods = informer(
             kinds.PODS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+        )
+        # The rest of what an order owns: compared with what it should have on every pass
+        # (drift is repaired, what is no longer rendered is pruned).
+        self.services = informer(
+            kinds.SERVICES, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+        )
+        self.claim_templates = informer(
+            kinds.RESOURCE_CLAIM_TEMPLATES,
+            label_selector=UID_LABEL,
+            indexers={BY_ORDER: by_label(UID_LABEL)},
+        )
+        self.ingresses = informer(
+            kinds.INGRESSES, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+        )
+        # A server without this HPA version must not hold the start: the orders that need
+        # one say why on their status (the apply fails), the others are served.
+        self.autoscalers = informer(
+            kinds.autoscalers(hpa_api_version),
+            optional=True,
+            label_selector=UID_LABEL,
+            indexers={BY_ORDER: by_label(UID_LABEL)},
+        )
+        self.token_secrets = informer(
+            kinds.SECRETS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+        )
+        # Never every Secret of the cluster: our token Secrets by label (above), and the
+        # Secrets orders name read by name (secret_lookup.py).
+        self.secrets = NamedSecrets(
+            api,
+            own=self.token_secrets,
+            named=lambda: self.orders.index_values(BY_SECRET),
+            refresh=secret_refresh,
         )
 
     @property
@@ -102,11 +152,18 @@ class ClusterCache:
     def start(self) -> None:
         for inf in self.informers:
             inf.start()
+        self.secrets.start()
 
     def wait_synced(self, timeout: float) -> bool:
-        return all(inf.wait_synced(timeout) for inf in self.informers)
+        deadline = time.monotonic() + timeout
+        return all(inf.wait_synced(max(0.0, deadline - time.monotonic())) for inf in self.informers)
+
+    def unsynced(self) -> list[str]:
+        """The informers still waiting for their first LIST (for the error message)."""
+        return [inf.name for inf in self.informers if not inf.has_synced()]
 
     def stop(self) -> None:
+        self.secrets.stop()
         for inf in self.informers:
             inf.stop()
 
@@ -118,6 +175,11 @@ class ClusterCache:
             return None
         return obj
 
+    def catalog_installed(self, kind: str) -> bool:
+        """Whether the cluster serves this ai-models kind (its CRD is installed)."""
+        informer = self.cluster_models if kind == "ClusterModel" else self.models
+        return informer.present is not False
+
     def catalog_object(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         if kind == "ClusterModel":
             return self.cluster_models.get_by_name(None, name)
@@ -125,6 +187,23 @@ class ClusterCache:
 
     def pods_of(self, uid: str) -> list[Obj]:
         return self.pods.by_index(BY_ORDER, uid)
+
+    @property
+    def owned_kinds(self) -> list[Informer]:
+        """The informers of every kind an order's workload is made of."""
+        return [
+            self.claim_templates,
+            self.services,
+            self.deployments,
+            self.autoscalers,
+            self.ingresses,
+            self.token_secrets,
+        ]
+
+    def children_of(self, uid: str, *, copy_: bool = True) -> list[Obj]:
+        """Every object the order owns (by its UID label), of every kind it renders;
+        `copy_=False`: the cached objects themselves, to read only."""
+        return [obj for inf in self.owned_kinds for obj in inf.by_index(BY_ORDER, uid, copy_=copy_)]
 
     # -- what a change affects -----------------------------------------------------------
 
@@ -162,7 +241,7 @@ class ClusterCache:
         self.cluster_models.add_handler(
             route(lambda o: orders_where(BY_CATALOG, f"ClusterModel//{_meta(o).get('name')}"))
         )
-        for child in (self.deployments, self.pods):
+        for child in (self.pods, *self.owned_kinds):
             child.add_handler(route(lambda o: [str((_meta(o).get("labels") or {}).get(UID_LABEL))]))
         # Capacity, recipes, priorities and settings can change any order's decisions.
         for informer in (

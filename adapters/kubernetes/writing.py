@@ -8,12 +8,17 @@ The controller's loop reads from informers (watching.py) and writes only through
   is the object as stored, also when the apply created it (HTTP 201), where the
   generated client's patch methods return None.
 - `write_status(...)`: through the `/status` subresource only, as a JSON patch that
-  sets `metadata.resourceVersion` to the one the caller's decision read, so the server
-  answers 409 (APIConflictError) if the object moved since: re-read and re-decide, never
-  resend the stale body. The status replaces the old one whole (a merge patch could not
+  tests `metadata.uid` (an object deleted and recreated under the same name never gets
+  the old one's status: 422, APIInvalidError) and, when the caller gives one, sets
+  `metadata.resourceVersion` to the one its decision read, so the server answers 409
+  (APIConflictError) if the object moved since: re-read and re-decide, never resend the
+  stale body. The status replaces the old one whole (a merge patch could not
   drop a field). Nothing is sent when the status equals what is there (`current`) or,
   failing that, what this writer last wrote: a level-triggered loop otherwise rewrites
   the same status on every pass.
+- `create`, `get`, `patch` (merge, with the resourceVersion the caller read) and
+  `delete` (with a UID precondition, so a namesake made in between is never deleted):
+  the token Secret, priority scale-downs and pruning go through these.
 - `event(...)`: a core v1 Event about an object (reason, message, Normal/Warning,
   reportingComponent ai-inference) so `kubectl describe` tells the story; a repeat of
   the same reason and message bumps `count` and `lastTimestamp` of the first instead of
@@ -140,15 +145,64 @@ class Writer:
             content_type="application/apply-patch+yaml",
         )
 
+    def create(self, obj: Mapping[str, Any]) -> Obj:
+        """Create `obj`; APIConflictError (409) when one of that name exists."""
+        resource = self.resource_for(obj["apiVersion"], obj["kind"])
+        namespace = obj["metadata"].get("namespace") if resource.namespaced else None
+        self._count_write()
+        return call(self._api, "POST", resource.collection_path(namespace), body=dict(obj))
+
+    def get(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
+        """A live read (not the cache), for the few decisions that must not act on a
+        stale copy; None when absent."""
+        try:
+            return call(self._api, "GET", resource.object_path(namespace, name))
+        except errors.APINotFoundError:
+            return None
+
+    def patch(
+        self, resource: Resource, namespace: str | None, name: str, body: Mapping[str, Any]
+    ) -> Obj:
+        """A JSON merge patch (put `metadata.resourceVersion` in it to make it conditional)."""
+        self._count_write()
+        return call(
+            self._api,
+            "PATCH",
+            resource.object_path(namespace, name),
+            query=[("fieldManager", self.field_manager)],
+            body=dict(body),
+            content_type="application/merge-patch+json",
+        )
+
+    def delete(self, resource: Resource, namespace: str | None, name: str, uid: str) -> bool:
+        """Delete the object if it is still the one with `uid`; whether one was deleted."""
+        self._count_write()
+        try:
+            call(
+                self._api,
+                "DELETE",
+                resource.object_path(namespace, name),
+                body={
+                    "apiVersion": "v1",
+                    "kind": "DeleteOptions",
+                    "preconditions": {"uid": uid},
+                    "propagationPolicy": "Background",
+                },
+            )
+        except (errors.APINotFoundError, errors.APIConflictError):
+            return False  # gone already, or a namesake took its place
+        return True
+
     def write_status(
         self,
         resource: Resource,
         namespace: str | None,
         name: str,
         status: Mapping[str, Any],
-        resource_version: str,
+        resource_version: str | None = None,
         *,
         current: Mapping[str, Any] | None = None,
+        uid: str | None = None,
     ) -> Obj | None:
         """Write `status` if it changes anything; the updated object, or None if skipped.
 
@@ -166,10 +220,14 @@ class Writer:
             unchanged = last is not None and last == desired
         if unchanged:
             return None
-        patch = [
-            {"op": "replace", "path": "/metadata/resourceVersion", "value": resource_version},
-            {"op": "add", "path": "/status", "value": copy.deepcopy(desired)},
-        ]
+        patch: list[dict[str, Any]] = []
+        if uid is not None:
+            patch.append({"op": "test", "path": "/metadata/uid", "value": uid})
+        if resource_version is not None:
+            patch.append(
+                {"op": "replace", "path": "/metadata/resourceVersion", "value": resource_version}
+            )
+        patch.append({"op": "add", "path": "/status", "value": copy.deepcopy(desired)})
         self._count_write()
         written = call(
             self._api,

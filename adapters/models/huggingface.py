@@ -30,7 +30,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import Any
 
@@ -164,8 +164,35 @@ class HubResolver:
             log.info("could not resolve %s@%s: %s", name, revision, result.reason)
         return result
 
+    def peek(
+        self, name: str, *, token: str | None = None, revision: str = "main"
+    ) -> ModelLookup | None:
+        """The answer `resolve` would give without asking the hub, or None: an id that is
+        not one, or a cached answer. The controller asks the hub off its workers."""
+        token = (token or "").strip() or None
+        if not is_repo_id(name):
+            return self.resolve(name, token=token, revision=revision)
+        return self._cache.get((name, revision, token_fingerprint(token)))
+
     def clear_cache(self) -> None:
         self._cache.clear()
+
+    def use_endpoint(self, endpoint: str) -> bool:
+        """Point at another hub (the settings changed); True if it was another one.
+
+        Answers cached from the old hub are dropped: they describe another hub's models.
+        A resolution already running finishes against the hub it started with.
+        """
+        settings = replace(self.settings, endpoint=endpoint)
+        if settings.endpoint == self.settings.endpoint:
+            return False
+        api = HfApi(
+            endpoint=settings.endpoint, token=False, library_name=_LIBRARY, library_version=_VERSION
+        )
+        self.settings, self._api = settings, api
+        self._cache.clear()
+        log.info("hub endpoint is now %s", settings.endpoint)
+        return True
 
 
 class _Resolution:

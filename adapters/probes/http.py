@@ -10,7 +10,8 @@ the answer counts only if it is JSON with a `data` list (an OpenAI-style model l
 
 The token is sent as `Authorization: Bearer` and never appears in an answer's error
 text, whatever the server or the library say. The controller turns a ProbeAnswer into a
-`ProbeResult` observation; `latency` is for metrics and logs, never for the fold.
+`ProbeResult` observation; `latency` is for metrics and logs, never for the fold. Every
+probe is counted and timed in `adapters.metrics`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from adapters import metrics
 
 __all__ = ["DEFAULT_MAX_BODY", "MAX_REDIRECTS", "MODELS_PATH", "ProbeAnswer", "probe"]
 
@@ -59,6 +62,22 @@ def probe(
     The exchange ends within about twice `timeout` (one blocking read may start just
     before the deadline); `transport` swaps the I/O seam in tests.
     """
+    answer = _probe(
+        base_url, token, timeout=timeout, max_body=max_body, verify=verify, transport=transport
+    )
+    metrics.probed(ok=answer.ok, status_code=answer.status_code, seconds=answer.latency)
+    return answer
+
+
+def _probe(
+    base_url: str,
+    token: str | None,
+    *,
+    timeout: float,
+    max_body: int,
+    verify: bool,
+    transport: httpx.BaseTransport | None,
+) -> ProbeAnswer:
     started = time.monotonic()
     deadline = started + timeout
     headers = {"Accept": "application/json", "User-Agent": _USER_AGENT}

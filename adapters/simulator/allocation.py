@@ -3,7 +3,7 @@
 Pure: given the published devices (ResourceSlices), the DeviceClasses and what existing
 claims already hold, find devices on one node for every request of a claim. A device
 qualifies when its class's selectors AND the request's selectors are true (CEL, through
-`fsm.cel`, the same evaluation the planner uses). `ExactCount` takes `count` distinct
+`fsm.placement.cel`, the same evaluation the planner uses). `ExactCount` takes `count` distinct
 devices, `All` every matching device on the node, `firstAvailable` the first subrequest
 that fits; `constraints[].matchAttribute` must agree across the devices it covers; the
 search backtracks, within a step budget, like the real allocator.
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from fsm import cel
-from fsm.capacity import Device, DeviceClassInfo, parse_snapshot
+from fsm.placement import cel
+from fsm.placement.capacity import Device, DeviceClassInfo, parse_snapshot
 from fsm.quantity import QuantityError, parse_quantity
 
 __all__ = [

@@ -7,16 +7,18 @@ them from pods and refuses them in server-side apply ("field not declared in sch
 So on such a server the same list travels in an annotation of the pod (template), and
 the simulator mirrors the statuses into another one. `pod_claims` reads the field and
 falls back to the annotation; `for_old_server` is the pure rewrite a writer applies to a
-manifest before sending it to a server without the fields (Deployment, ReplicaSet, Pod).
+manifest before sending it to a server without the fields (Deployment, ReplicaSet, Pod);
+it lives with the controller (adapters/kubernetes/oldservers.py), which needs it too.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from adapters.kubernetes.oldservers import CLAIMS_ANNOTATION, for_old_server
 
 __all__ = [
     "CLAIMS_ANNOTATION",
@@ -29,7 +31,6 @@ __all__ = [
     "pod_claims",
 ]
 
-CLAIMS_ANNOTATION = "simulator.ai-inference.deckhouse.io/resource-claims"
 CLAIM_STATUSES_ANNOTATION = "simulator.ai-inference.deckhouse.io/resource-claim-statuses"
 # Set by Kubernetes' resourceclaim controller on every claim it generates for a pod.
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
@@ -97,25 +98,3 @@ def claim_statuses(pod: Mapping[str, Any]) -> dict[str, str]:
         for s in statuses
         if isinstance(s, Mapping) and s.get("name") and s.get("resourceClaimName")
     }
-
-
-def for_old_server(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a Pod or pod-template owner without the DRA pod fields, carrying them in
-    the annotation instead. Nothing changes for a manifest without claims."""
-    result = copy.deepcopy(dict(manifest))
-    spec = result.get("spec") or {}
-    holder = spec.get("template") if "template" in spec else result
-    if not isinstance(holder, dict):
-        return result
-    pod_spec = holder.get("spec") or {}
-    claims = pod_spec.pop("resourceClaims", None)
-    for group in ("containers", "initContainers"):
-        for container in pod_spec.get(group) or ():
-            resources = container.get("resources")
-            if isinstance(resources, dict):
-                resources.pop("claims", None)
-    if claims:
-        metadata = holder.setdefault("metadata", {})
-        annotations = metadata.setdefault("annotations", {})
-        annotations[CLAIMS_ANNOTATION] = json.dumps(claims, separators=(",", ":"), sort_keys=True)
-    return result

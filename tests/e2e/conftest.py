@@ -6,7 +6,6 @@ the namespace user's steps run as `alice` under her RBAC.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -15,20 +14,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from adapters.platform import LocalPlatform
+from tests.support import polling
 
 T = TypeVar("T")
 GROUP, VERSION, PLURAL = "ai.deckhouse.io", "v1alpha1", "inferenceservices"
 
 
 def wait_for(fn: Callable[[], T | None], *, timeout: float = 60, what: str = "") -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or fn}; last: {last!r}")
+    return polling.eventually(fn, timeout=timeout, interval=0.25, what=what)
 
 
 class Orders:

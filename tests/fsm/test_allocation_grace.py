@@ -9,13 +9,13 @@ controller passed never matters to a replay.
 from __future__ import annotations
 
 import pytest
-from strategies import ROLLING, applied, at, planned, run
 
 from fsm import effects
 from fsm import events as ev
 from fsm import observations as ob
 from fsm.decide import decide
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, OrderState
+from tests.support.strategies import ROLLING, applied, at, planned, run
 
 
 def waiting(

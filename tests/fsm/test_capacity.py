@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from planner_inputs import claim, device_class, gpu, priority_class, resource_slice, snapshot
 
-from fsm.capacity import FULL_SHARE, find_place, usage_by_device
+from fsm.placement.capacity import FULL_SHARE, find_place, usage_by_device
 from fsm.values import PlacementMode, SharingMode
+from tests.support.planner_inputs import (
+    claim,
+    device_class,
+    gpu,
+    priority_class,
+    resource_slice,
+    snapshot,
+)
 
 T4 = "Tesla T4"
 

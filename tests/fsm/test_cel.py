@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import pytest
-from planner_inputs import GPU_CLASS, MIG_CLASS, device_class, gpu, mig, resource_slice, snapshot
 
-from fsm import cel
-from fsm.capacity import Device
+from fsm.placement import cel
+from fsm.placement.capacity import Device
+from tests.support.planner_inputs import (
+    GPU_CLASS,
+    MIG_CLASS,
+    device_class,
+    gpu,
+    mig,
+    resource_slice,
+    snapshot,
+)
 
 A100 = "NVIDIA A100 80GB PCIe"
 

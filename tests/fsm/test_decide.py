@@ -5,7 +5,24 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import (
+
+from fsm import observations as ob
+from fsm.decide import decide, excluded_device_classes, held_devices, needs_plan
+from fsm.effects import (
+    ApplyWorkload,
+    EnsureAuthSecret,
+    PublishStatus,
+    Recheck,
+    RequestPlan,
+    ScheduleProbe,
+    effects,
+)
+from fsm.fold import evolve, fold
+from fsm.reasons import Reason
+from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, PROBE_FAILURE_THRESHOLD, OrderState
+from fsm.status import render_status
+from fsm.values import ClassOutcome, ExposureType, ModelOutcome, PlanOutcome
+from tests.support.strategies import (
     AVAILABLE,
     PLANNED,
     REPLANNED_AND_FAILED,
@@ -28,23 +45,6 @@ from strategies import (
     spec,
     workload,
 )
-
-from fsm import observations as ob
-from fsm.decide import decide, excluded_device_classes, held_devices, needs_plan
-from fsm.effects import (
-    ApplyWorkload,
-    EnsureAuthSecret,
-    PublishStatus,
-    Recheck,
-    RequestPlan,
-    ScheduleProbe,
-    effects,
-)
-from fsm.fold import evolve, fold
-from fsm.reasons import Reason
-from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, PROBE_FAILURE_THRESHOLD, OrderState
-from fsm.status import render_status
-from fsm.values import ClassOutcome, ExposureType, ModelOutcome, PlanOutcome
 
 R = Reason
 PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -262,8 +262,14 @@ def test_effects_are_a_function_of_the_state(runs: list[ob.Observation]) -> None
 # --- effects ----------------------------------------------------------------------------
 
 
+class Repair:
+    """Stands for an ApplyWorkload with repair=True: the applied plan, compared live."""
+
+
 def kinds(state: OrderState) -> list[type]:
-    return [type(c) for c in effects(state)]
+    return [
+        Repair if isinstance(c, ApplyWorkload) and c.repair else type(c) for c in effects(state)
+    ]
 
 
 EFFECTS = [
@@ -278,17 +284,27 @@ EFFECTS = [
     (
         "planned-with-token",
         (*PLANNED, ob.AuthSecretSeen(at=at(4), name="support-llm-auth")),
-        [ApplyWorkload, PublishStatus],
+        [EnsureAuthSecret, ApplyWorkload, PublishStatus],
     ),
-    ("rolling", ROLLING, [PublishStatus]),
-    ("claims-waiting", (*ROLLING, workload(60, 0, unallocated_since=6)), [Recheck, PublishStatus]),
-    ("available", AVAILABLE, [ScheduleProbe, PublishStatus]),
-    ("serving", SERVING, [ScheduleProbe, PublishStatus]),
-    ("plan-in-force", REPLANNED_AND_FAILED, [RequestPlan, ScheduleProbe, PublishStatus]),
+    # From the first apply on, every pass asks for the token Secret and compares the
+    # workload with the live objects (level-based repair).
+    ("rolling", ROLLING, [EnsureAuthSecret, Repair, PublishStatus]),
+    (
+        "claims-waiting",
+        (*ROLLING, workload(60, 0, unallocated_since=6)),
+        [EnsureAuthSecret, Repair, Recheck, PublishStatus],
+    ),
+    ("available", AVAILABLE, [EnsureAuthSecret, Repair, ScheduleProbe, PublishStatus]),
+    ("serving", SERVING, [EnsureAuthSecret, Repair, ScheduleProbe, PublishStatus]),
+    (
+        "plan-in-force",
+        REPLANNED_AND_FAILED,
+        [EnsureAuthSecret, RequestPlan, Repair, ScheduleProbe, PublishStatus],
+    ),
     (
         "apply-failed",
         (*ROLLING, ob.ApplyFailed(at=at(6), message="quota")),
-        [ApplyWorkload, PublishStatus],
+        [EnsureAuthSecret, ApplyWorkload, PublishStatus],
     ),
     ("deleted", (*SERVING, ob.Deleted(at=at(9))), []),
 ]
@@ -318,7 +334,9 @@ def test_an_edited_model_is_applied_even_when_the_plan_is_the_same() -> None:
         *SERVING, spec(10, 2, name="meta-llama/Llama-3.1-8B"), klass(11), model(12), planned(13)
     )
     assert ApplyWorkload in kinds(edited)
-    assert ApplyWorkload not in kinds(run(ob.ApplySucceeded(at=at(14), plan=plan()), state=edited))
+    applied = run(ob.ApplySucceeded(at=at(14), plan=plan()), state=edited)
+    assert ApplyWorkload not in kinds(applied)
+    assert Repair in kinds(applied)
 
 
 def test_probes_come_faster_while_a_failure_is_being_confirmed() -> None:

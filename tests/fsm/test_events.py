@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from pydantic import ValidationError
-from strategies import T0, order_streams, plan, policy, raw_event_streams
 
 from fsm import events as ev
 from fsm.fold import fold
 from fsm.reasons import Reason
 from fsm.status import render_status
+from tests.support.strategies import T0, order_streams, plan, policy, raw_event_streams
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ORDER_EVENTS: tuple[type[ev.Event], ...] = typing.get_args(ev.OrderEvent)

@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 
 from hypothesis import HealthCheck, given, settings
-from strategies import (
+
+from fsm import events as ev
+from fsm import observations as ob
+from fsm.decide import decide
+from fsm.explain import WHO_CAN_ACT, blocking_condition, explain, history_rows
+from fsm.fold import evolve, fold
+from fsm.reasons import CATALOGUE, ConditionType, Phase, Reason
+from fsm.state import OrderState
+from fsm.values import Candidate, PlanOutcome
+from tests.support.strategies import (
     AVAILABLE,
     RESOLVED,
     SERVING,
@@ -19,15 +28,6 @@ from strategies import (
     scaling,
     spec,
 )
-
-from fsm import events as ev
-from fsm import observations as ob
-from fsm.decide import decide
-from fsm.explain import WHO_CAN_ACT, blocking_condition, explain, history_rows
-from fsm.fold import evolve, fold
-from fsm.reasons import CATALOGUE, ConditionType, Phase, Reason
-from fsm.state import OrderState
-from fsm.values import Candidate, PlanOutcome
 
 R = Reason
 

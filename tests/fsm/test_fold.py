@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from strategies import (
+
+from fsm import events as ev
+from fsm import machine
+from fsm import observations as ob
+from fsm.decide import decide
+from fsm.fold import evolve, fold
+from fsm.reasons import CATALOGUE, ConditionStatus, ConditionType, Phase, Reason
+from fsm.state import PROBE_FAILURE_THRESHOLD, OrderState
+from tests.support.strategies import (
     AVAILABLE,
     PLANNED,
     REPLANNED_AND_FAILED,
@@ -28,14 +36,6 @@ from strategies import (
     spec,
     workload,
 )
-
-from fsm import events as ev
-from fsm import machine
-from fsm import observations as ob
-from fsm.decide import decide
-from fsm.fold import evolve, fold
-from fsm.reasons import CATALOGUE, ConditionStatus, ConditionType, Phase, Reason
-from fsm.state import PROBE_FAILURE_THRESHOLD, OrderState
 
 C, R = ConditionType, Reason
 T, F, U = ConditionStatus.TRUE, ConditionStatus.FALSE, ConditionStatus.UNKNOWN
@@ -68,6 +68,16 @@ SCENARIOS: list[tuple[Reason, ConditionType, tuple[ob.Observation, ...]]] = [
     (R.ROLLOUT_IN_PROGRESS, C.WORKLOAD_READY, ROLLING),
     (R.WORKLOAD_AVAILABLE, C.WORKLOAD_READY, AVAILABLE),
     (R.DEVICES_NOT_ALLOCATED, C.WORKLOAD_READY, (*ROLLING, workload(6, 0, unallocated_since=5))),
+    (
+        R.PODS_UNSCHEDULABLE,
+        C.WORKLOAD_READY,
+        (
+            *ROLLING,
+            ob.WorkloadSeen(
+                at=at(6), desired=1, ready=0, available=0, unschedulable="Insufficient cpu."
+            ),
+        ),
+    ),
     (
         R.PREEMPTED_BY_PRIORITY,
         C.WORKLOAD_READY,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from strategies import expected_leaf
 
 from fsm import machine
 from fsm.machine import Leaf, Summary
 from fsm.reasons import ConditionStatus, Phase, Reason
+from tests.support.strategies import expected_leaf
 
 T, F, U = ConditionStatus.TRUE, ConditionStatus.FALSE, ConditionStatus.UNKNOWN
 R = Reason

@@ -6,7 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from planner_inputs import (
+
+from fsm import policy
+from fsm.placement.capacity import Snapshot
+from fsm.placement.planner import PlanRequest, plan, room_for
+from fsm.reasons import Reason
+from fsm.values import (
+    AcceleratorPolicy,
+    EndpointType,
+    ModelFacts,
+    PlacementMode,
+    SharingMode,
+)
+from tests.support.planner_inputs import (
     A100,
     BGE_M3,
     GGUF_05B,
@@ -31,18 +43,6 @@ from planner_inputs import (
     resource_slice,
     seed_class,
     snapshot,
-)
-
-from fsm import policy
-from fsm.capacity import Snapshot
-from fsm.planner import PlanRequest, plan, room_for
-from fsm.reasons import Reason
-from fsm.values import (
-    AcceleratorPolicy,
-    EndpointType,
-    ModelFacts,
-    PlacementMode,
-    SharingMode,
 )
 
 RECIPES = default_recipes()

@@ -12,7 +12,12 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from planner_inputs import (
+
+from fsm.placement import sizing
+from fsm.placement.capacity import FULL_SHARE, Snapshot, usage_by_device
+from fsm.placement.planner import PlanRequest, plan
+from fsm.values import AcceleratorPolicy, ModelFacts, PlacementMode, Plan, PlanOutcome, SharingMode
+from tests.support.planner_inputs import (
     BGE_M3,
     GGUF_05B,
     GPU_CLASS,
@@ -31,11 +36,6 @@ from planner_inputs import (
     resource_slice,
     snapshot,
 )
-
-from fsm import sizing
-from fsm.capacity import FULL_SHARE, Snapshot, usage_by_device
-from fsm.planner import PlanRequest, plan
-from fsm.values import AcceleratorPolicy, ModelFacts, PlacementMode, Plan, PlanOutcome, SharingMode
 
 RECIPES = default_recipes()
 PRODUCTS = [

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 import yaml
-from planner_inputs import SEED_CLASSES, model, seed_class
 
 from fsm import policy
 from fsm.reasons import ClassReason, ConditionStatus, Reason
@@ -22,6 +21,7 @@ from fsm.values import (
     Quantization,
     SharingMode,
 )
+from tests.support.planner_inputs import SEED_CLASSES, model, seed_class
 
 PRIORITY_CLASSES = ("inference-low", "inference-normal", "inference-high")
 DEVICE_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com", "nvidia-t4-mps-physical")

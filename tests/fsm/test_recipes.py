@@ -5,11 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from planner_inputs import default_recipes
 
+from fsm.placement.recipes import (
+    RecipeError,
+    choose_recipe,
+    parse_recipe,
+    parse_recipes,
+    render_args,
+)
 from fsm.reasons import Reason
-from fsm.recipes import RecipeError, choose_recipe, parse_recipe, parse_recipes, render_args
 from fsm.values import EndpointType, ModelFormat, PlacementMode, Quantization
+from tests.support.planner_inputs import default_recipes
 
 WHOLE, PARTITION = PlacementMode.WHOLE_DEVICE, PlacementMode.PARTITION
 CHAT, EMBED, RERANK = EndpointType.CHAT, EndpointType.EMBEDDINGS, EndpointType.RERANK

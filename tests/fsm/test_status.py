@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from strategies import (
+
+from fsm import observations as ob
+from fsm.reasons import ORDER_CONDITIONS, Reason
+from fsm.state import OrderState
+from fsm.status import judge, render_status, rfc3339
+from fsm.values import ClassOutcome, PlanOutcome
+from tests.support.strategies import (
     PLANNED,
     REPLANNED_AND_FAILED,
     RESOLVED,
@@ -23,12 +29,6 @@ from strategies import (
     run,
     spec,
 )
-
-from fsm import observations as ob
-from fsm.reasons import ORDER_CONDITIONS, Reason
-from fsm.state import OrderState
-from fsm.status import judge, render_status, rfc3339
-from fsm.values import ClassOutcome, PlanOutcome
 
 R = Reason
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")

@@ -2,19 +2,16 @@
 
 Two families: the suite's own sample events (any batch split, any recorded times, so
 time travel is exercised with clocks that step back), and real order streams drawn by
-`tests/fsm/strategies.py` (decide + evolve on random observations), where the oracle is
+`tests/support/strategies.py` (decide + evolve on random observations), where the oracle is
 the core's own fold: folding what the store returns, with or without a snapshot taken
 midway, equals folding the events in memory.
 """
 
 from __future__ import annotations
 
-import importlib
 import itertools
-import sys
 import uuid
 from datetime import UTC, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, assume, given, settings
@@ -25,10 +22,7 @@ import store
 from fsm.events import Event
 from fsm.fold import fold as fold_order
 from fsm.state import OrderState
-
-# The core's strategies live beside its tests; load them as those tests do (same module).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fsm"))
-order_strategies: Any = importlib.import_module("strategies")
+from tests.support import strategies as order_strategies
 
 PROPERTY = settings(
     max_examples=15,

@@ -21,7 +21,7 @@ from fsm.fold import evolve, fold
 from fsm.reasons import Reason
 from fsm.state import OrderState
 from store import schema
-from tests.fsm import strategies as s
+from tests.support import strategies as s
 
 UID = "0b7c2a8e-1111-4c1e-9a55-000000000001"
 KEY = store.StreamKey(UID, "support", "support-llm")

@@ -17,6 +17,7 @@ import urllib3.exceptions
 from kubernetes import client
 
 from adapters.kubernetes import leader
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -66,15 +67,6 @@ class Candidate:
 
     def when(self, what: str) -> float:
         return next(t for w, _, t in self.journal if w == what)
-
-
-def eventually(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"not true after {timeout}s")
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from workload_samples import FACTS, HF_REF, ORDER, PLAN, RECIPE, SETTINGS, polic
 from adapters.kubernetes import rendering
 from adapters.kubernetes.rendering import OrderRef, RenderError, render_workload
 from adapters.kubernetes.settings import Settings
-from fsm import cel, sizing
-from fsm.capacity import Device
+from fsm.placement import cel, sizing
+from fsm.placement.capacity import Device
 from fsm.policy import classless_policy
 from fsm.quantity import GIB, MIB, parse_quantity
 from fsm.values import (

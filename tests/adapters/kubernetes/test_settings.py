@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 import pytest
 
+from adapters.cli import controller_cmd
 from adapters.kubernetes.settings import (
     CatalogMode,
     Settings,
     SettingsError,
+    Source,
     reload,
 )
 from fsm.values import HttpsMode
@@ -124,3 +127,102 @@ def test_reload_keeps_the_settings_in_force_when_the_new_ones_are_invalid() -> N
     assert error is not None and "probe.timeoutSeconds" in error and "keeping" in error
     updated, error = reload(current, module_config({"ingressClass": "internal"}))
     assert (updated.ingress_class, error) == ("internal", None)
+
+
+# --- without a ModuleConfig: a file and flags (settings.Source) ------------------------
+
+
+def write_settings(tmp_path: Any, text: str) -> Any:
+    path = tmp_path / "settings.yaml"
+    path.write_text(text, "utf-8")
+    return path
+
+
+def test_a_file_holds_what_spec_settings_would(tmp_path: Any) -> None:
+    path = write_settings(
+        tmp_path,
+        "publicDomainTemplate: '%s.apps.corp.internal'\n"
+        "https: {mode: Disabled}\n"
+        "ingressClass: public\n"
+        "probe: {intervalSeconds: 20, timeoutSeconds: 4}\n"
+        "huggingFace: {endpoint: 'http://127.0.0.1:9/'}\n",
+    )
+    settings = Source.from_file(path).resolve(None)
+    assert settings.public_host("x") == "x.apps.corp.internal"
+    assert settings.https.mode is HttpsMode.DISABLED
+    assert settings.ingress_class == "public"
+    assert (settings.probe.interval_seconds, settings.probe.timeout_seconds) == (20, 4)
+    assert settings.hugging_face.endpoint == "http://127.0.0.1:9"
+
+
+def test_an_empty_file_is_the_defaults(tmp_path: Any) -> None:
+    assert Source.from_file(write_settings(tmp_path, "")).resolve(None) == Settings()
+
+
+def test_a_module_config_replaces_the_file_and_flags_win_over_both(tmp_path: Any) -> None:
+    path = write_settings(tmp_path, "ingressClass: from-file\nprobe: {intervalSeconds: 30}\n")
+    source = Source.from_file(path, {"huggingFace": {"endpoint": "http://127.0.0.1:7"}})
+    from_file = source.resolve(None)
+    assert from_file.ingress_class == "from-file" and from_file.probe.interval_seconds == 30
+    from_config = source.resolve(module_config({"ingressClass": "from-config"}))
+    assert from_config.ingress_class == "from-config"
+    assert from_config.probe.interval_seconds == 10  # not merged with the file's
+    for settings in (from_file, from_config):
+        assert settings.hugging_face.endpoint == "http://127.0.0.1:7"
+
+
+def test_flags_merge_into_a_block_rather_than_replace_it(tmp_path: Any) -> None:
+    path = write_settings(tmp_path, "probe: {intervalSeconds: 30, timeoutSeconds: 9}\n")
+    settings = Source.from_file(path, {"probe": {"timeoutSeconds": 5}}).resolve(None)
+    assert (settings.probe.interval_seconds, settings.probe.timeout_seconds) == (30, 5)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param("ingresClass: typo\n", "ingresClass", id="unknown-field"),
+        pytest.param("probe: {timeoutSeconds: 0}\n", "probe.timeoutSeconds", id="bound"),
+        pytest.param("- a list\n", "expected a mapping", id="not-a-mapping"),
+        pytest.param("ingressClass: [unclosed\n", "settings file", id="not-yaml"),
+        # Only the schema forbids these (the reader alone would take them).
+        pytest.param(
+            "publicDomainTemplate: '%s.Example.com'\n", "publicDomainTemplate", id="upper"
+        ),
+        pytest.param("ingressClass: Not_A_Name\n", "ingressClass", id="class-pattern"),
+    ],
+)
+def test_a_bad_file_is_refused_at_start_with_the_field_named(
+    tmp_path: Any, text: str, message: str
+) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Source.from_file(write_settings(tmp_path, text))
+
+
+def test_a_module_config_is_checked_against_the_same_schema() -> None:
+    with pytest.raises(SettingsError, match="publicDomainTemplate"):
+        Settings.from_module_config(module_config({"publicDomainTemplate": "%s.Example.com"}))
+
+
+def test_the_controllers_flags_become_overrides() -> None:
+    parser = argparse.ArgumentParser()
+    controller_cmd.register(parser.add_subparsers())
+    args = parser.parse_args(
+        [
+            "controller",
+            "--public-domain-template=%s.corp",
+            "--https-mode=OnlyInURI",
+            "--ingress-class=public",
+            "--hub-endpoint=http://127.0.0.1:5",
+            "--probe-interval=15",
+        ]
+    )
+    overrides = controller_cmd.setting_overrides(args)
+    assert overrides == {
+        "publicDomainTemplate": "%s.corp",
+        "https": {"mode": "OnlyInURI"},
+        "ingressClass": "public",
+        "huggingFace": {"endpoint": "http://127.0.0.1:5"},
+        "probe": {"intervalSeconds": 15},
+    }
+    settings = Source(None, overrides).resolve(None)
+    assert settings.https.mode is HttpsMode.ONLY_IN_URI and settings.probe.timeout_seconds == 3

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from adapters.kubernetes import tokens
+from adapters.kubernetes import tokens, writing
 from adapters.kubernetes.rendering import OrderRef, labels, owner_reference
 
 pytestmark = pytest.mark.cluster
@@ -28,6 +28,11 @@ def api(cluster: Any) -> client.ApiClient:
 @pytest.fixture(scope="module")
 def core(api: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api)
+
+
+@pytest.fixture(scope="module")
+def writer(api: client.ApiClient) -> writing.Writer:
+    return writing.Writer(api)
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +67,9 @@ def token_of(core: client.CoreV1Api, order: OrderRef) -> str:
 
 
 def test_the_secret_is_made_with_a_strong_token_owned_by_the_order(
-    core: client.CoreV1Api, order: OrderRef
+    writer: writing.Writer, core: client.CoreV1Api, order: OrderRef
 ) -> None:
-    assert tokens.ensure_auth_secret(core, order) == f"{order.name}-auth"
+    assert tokens.ensure_auth_secret(writer, order) == f"{order.name}-auth"
     secret = core.read_namespaced_secret(f"{order.name}-auth", order.namespace)
     assert secret.type == "Opaque"
     assert secret.immutable is True
@@ -83,18 +88,22 @@ def test_the_secret_is_made_with_a_strong_token_owned_by_the_order(
     ) == (tuple(owner_reference(order).values()))
 
 
-def test_ensuring_again_keeps_the_token(core: client.CoreV1Api, order: OrderRef) -> None:
-    tokens.ensure_auth_secret(core, order)
+def test_ensuring_again_keeps_the_token(
+    writer: writing.Writer, core: client.CoreV1Api, order: OrderRef
+) -> None:
+    tokens.ensure_auth_secret(writer, order)
     first = core.read_namespaced_secret(f"{order.name}-auth", order.namespace)
     for _ in range(3):  # a re-apply, a restart, a second leader
-        assert tokens.ensure_auth_secret(core, order) == f"{order.name}-auth"
+        assert tokens.ensure_auth_secret(writer, order) == f"{order.name}-auth"
     again = core.read_namespaced_secret(f"{order.name}-auth", order.namespace)
     assert again.data == first.data
     assert again.metadata.resource_version == first.metadata.resource_version
 
 
-def test_the_token_cannot_be_edited_in_place(core: client.CoreV1Api, order: OrderRef) -> None:
-    tokens.ensure_auth_secret(core, order)
+def test_the_token_cannot_be_edited_in_place(
+    writer: writing.Writer, core: client.CoreV1Api, order: OrderRef
+) -> None:
+    tokens.ensure_auth_secret(writer, order)
     with pytest.raises(ApiException) as refused:
         core.patch_namespaced_secret(
             f"{order.name}-auth", order.namespace, {"data": {"token": "b3RoZXI="}}
@@ -103,9 +112,13 @@ def test_the_token_cannot_be_edited_in_place(core: client.CoreV1Api, order: Orde
 
 
 def test_orders_get_different_tokens(
-    core: client.CoreV1Api, api: client.ApiClient, namespace: str, order: OrderRef
+    writer: writing.Writer,
+    core: client.CoreV1Api,
+    api: client.ApiClient,
+    namespace: str,
+    order: OrderRef,
 ) -> None:
-    tokens.ensure_auth_secret(core, order)
+    tokens.ensure_auth_secret(writer, order)
     second = client.CustomObjectsApi(api).create_namespaced_custom_object(
         GROUP,
         VERSION,
@@ -119,7 +132,7 @@ def test_orders_get_different_tokens(
         },
     )
     other = OrderRef(second["metadata"]["name"], namespace, second["metadata"]["uid"])
-    tokens.ensure_auth_secret(core, other)
+    tokens.ensure_auth_secret(writer, other)
     assert token_of(core, order) != token_of(core, other)
 
 
@@ -135,52 +148,54 @@ def foreign_secret(core: client.CoreV1Api, order: OrderRef) -> Any:
 
 
 def test_a_secret_the_order_does_not_own_is_neither_adopted_nor_changed(
-    core: client.CoreV1Api, order: OrderRef
+    writer: writing.Writer, core: client.CoreV1Api, order: OrderRef
 ) -> None:
     before = foreign_secret(core, order)
     with pytest.raises(tokens.AuthSecretConflict) as conflict:
-        tokens.ensure_auth_secret(core, order)
+        tokens.ensure_auth_secret(writer, order)
     assert "users-own-value" not in str(conflict.value)
-    assert not tokens.delete_auth_secret_if_unneeded(core, order, needed=False)
+    assert not tokens.delete_auth_secret_if_unneeded(writer, order, needed=False)
     after = core.read_namespaced_secret(f"{order.name}-auth", order.namespace)
     assert after.metadata.resource_version == before.metadata.resource_version
 
 
 def test_the_secret_goes_when_the_class_stops_requiring_a_token(
-    core: client.CoreV1Api, order: OrderRef
+    writer: writing.Writer, core: client.CoreV1Api, order: OrderRef
 ) -> None:
-    tokens.ensure_auth_secret(core, order)
-    assert not tokens.delete_auth_secret_if_unneeded(core, order, needed=True)
+    tokens.ensure_auth_secret(writer, order)
+    assert not tokens.delete_auth_secret_if_unneeded(writer, order, needed=True)
     token_of(core, order)  # still there
-    assert tokens.delete_auth_secret_if_unneeded(core, order, needed=False)
+    assert tokens.delete_auth_secret_if_unneeded(writer, order, needed=False)
     with pytest.raises(ApiException) as gone:
         core.read_namespaced_secret(f"{order.name}-auth", order.namespace)
     assert gone.value.status == 404
-    assert not tokens.delete_auth_secret_if_unneeded(core, order, needed=False)
+    assert not tokens.delete_auth_secret_if_unneeded(writer, order, needed=False)
 
 
 def test_rotation_is_deliberate_deleting_makes_a_new_token(
-    core: client.CoreV1Api, order: OrderRef
+    writer: writing.Writer, core: client.CoreV1Api, order: OrderRef
 ) -> None:
-    tokens.ensure_auth_secret(core, order)
+    tokens.ensure_auth_secret(writer, order)
     old = token_of(core, order)
     core.delete_namespaced_secret(f"{order.name}-auth", order.namespace)
-    tokens.ensure_auth_secret(core, order)
+    tokens.ensure_auth_secret(writer, order)
     assert token_of(core, order) != old
 
 
-def test_api_errors_are_translated_without_the_token(core: client.CoreV1Api) -> None:
+def test_api_errors_are_translated_without_the_token(
+    writer: writing.Writer, core: client.CoreV1Api
+) -> None:
     missing = OrderRef("llm", f"no-such-namespace-{uuid.uuid4().hex[:4]}", str(uuid.uuid4()))
     with pytest.raises(tokens.TokenError) as failed:
-        tokens.ensure_auth_secret(core, missing)
+        tokens.ensure_auth_secret(writer, missing)
     assert failed.value.status == 404
     assert "\n" not in str(failed.value)
 
 
 def test_deleting_the_order_deletes_the_secret(
-    core: client.CoreV1Api, api: client.ApiClient, order: OrderRef
+    writer: writing.Writer, core: client.CoreV1Api, api: client.ApiClient, order: OrderRef
 ) -> None:
-    tokens.ensure_auth_secret(core, order)
+    tokens.ensure_auth_secret(writer, order)
     client.CustomObjectsApi(api).delete_namespaced_custom_object(
         GROUP, VERSION, order.namespace, PLURAL, order.name
     )

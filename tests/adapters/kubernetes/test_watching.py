@@ -11,9 +11,8 @@ import base64
 import contextlib
 import socket
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
@@ -22,18 +21,9 @@ import pytest
 from kubernetes import client, config
 
 from adapters.kubernetes import watching
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.cluster
-
-
-def eventually(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not true after {timeout}s: {predicate}")
 
 
 class Relay:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,6 +11,7 @@ from kubernetes import client
 
 from adapters.kubernetes import errors, writing
 from adapters.kubernetes.watching import CONFIG_MAPS, EVENTS, Resource, call
+from tests.support import polling
 
 GROUP = "testing.ai-inference.io"
 GADGETS = Resource(GROUP, "v1", "gadgets", "Gadget")
@@ -43,16 +43,7 @@ GADGET_CRD = {
 
 
 def eventually(predicate: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            if value := predicate():
-                return value
-        except errors.APIError as exc:
-            last = exc
-        time.sleep(0.1)
-    raise AssertionError(f"not true after {timeout}s (last error: {last})")
+    return polling.eventually(predicate, timeout=timeout, interval=0.1, tolerate=(errors.APIError,))
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from adapters.kubernetes.rendering import OrderRef
 from adapters.kubernetes.settings import Settings
-from fsm.recipes import EnvVar, Recipe, ToolCalling
+from fsm.placement.recipes import EnvVar, Recipe, ToolCalling
 from fsm.values import (
     AcceleratorPolicy,
     Authentication,

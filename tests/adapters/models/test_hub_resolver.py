@@ -357,3 +357,24 @@ def test_repos_whose_config_cannot_be_used_are_metadata_invalid(
         failure = unavailable(HubResolver(HubSettings(endpoint=odd.url)).resolve(name))
     assert failure.reason is Reason.MODEL_METADATA_INVALID
     assert says in failure.message
+
+
+# --- the settings change the hub ---------------------------------------------------------
+
+
+def test_use_endpoint_re_points_the_resolver_and_forgets_the_old_hubs_answers(
+    hub: StandInHub,
+) -> None:
+    other = StandInHub()
+    try:
+        resolver = HubResolver(HubSettings(endpoint=other.url))
+        found(resolver.resolve(PUBLIC))
+        assert other.requests and not hub.requests
+        assert not resolver.use_endpoint(other.url + "/")  # the same hub: nothing to do
+        assert resolver.use_endpoint(hub.url)
+        assert resolver.settings.endpoint == hub.url
+        other.clear_requests()
+        found(resolver.resolve(PUBLIC))  # not served from the old hub's cached answer
+        assert hub.requests and not other.requests
+    finally:
+        other.close()

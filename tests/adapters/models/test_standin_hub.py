@@ -14,6 +14,7 @@ from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError
 
 from adapters.simulator.hub import FIXTURE, StandInHub, load_fixture
+from tests.support import polling
 
 SEEDS_AND_TASK_MODELS = {
     "Qwen/Qwen2.5-32B-Instruct-AWQ",
@@ -105,7 +106,8 @@ def test_close_does_not_wait_for_a_delayed_answer() -> None:
     hub.delay = 30.0
     asking = threading.Thread(target=lambda: httpx2.get(f"{hub.url}/api/models/BAAI/bge-m3"))
     asking.start()
-    time.sleep(0.1)
+    # The request must be in the hub's hands (not still connecting) when it closes.
+    polling.eventually(lambda: hub.requests, timeout=10, what="the hub to receive the request")
     started = time.monotonic()
     hub.close()
     asking.join(timeout=5)

@@ -10,13 +10,12 @@ does and releases their claims), then the namespace goes. Waits poll with a boun
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 from adapters.simulator import capacity, podclaims
 from adapters.simulator.kube import JSON, Kube, path
 from adapters.simulator.simulator import Simulator
+from tests.support.polling import eventually
 
 T = TypeVar("T")
 
@@ -70,18 +69,6 @@ def bed_capacity_spec() -> capacity.CapacitySpec:
         _class(MIG, "Simulated A100 MIG", "mig"),
     ]
     return capacity.load_capacity(base)
-
-
-def eventually(probe: Callable[[], T | None], *, timeout: float = 20, what: str = "") -> T:
-    """Poll until `probe` returns something truthy; fail with the last value after timeout."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout}s: {what or probe} (last: {last!r})")
 
 
 class Bed:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from adapters.simulator import capacity
-from fsm.capacity import parse_snapshot
+from fsm.placement.capacity import parse_snapshot
 from fsm.values import PlacementMode, SharingMode
 
 

@@ -30,8 +30,8 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from fsm.placement.sizing import GPU_MEMORY_UTILIZATION
 from fsm.reasons import Reason
-from fsm.sizing import GPU_MEMORY_UTILIZATION
 from fsm.values import EndpointType, Frozen, ModelFormat, PlacementMode, Quantization
 
 __all__ = [

@@ -27,7 +27,7 @@ from typing import Any
 import celpy
 from celpy import celtypes
 
-from fsm.capacity import Device, DeviceClassInfo, Version
+from fsm.placement.capacity import Device, DeviceClassInfo, Version
 from fsm.quantity import QuantityError, parse_quantity
 
 __all__ = [

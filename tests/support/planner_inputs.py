@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from fsm.capacity import ORDER_UID_LABEL, Snapshot, parse_snapshot
-from fsm.recipes import Recipe, parse_recipes
+from fsm.placement.capacity import ORDER_UID_LABEL, Snapshot, parse_snapshot
+from fsm.placement.recipes import Recipe, parse_recipes
 from fsm.values import (
     ClassSpec,
     EndpointType,

@@ -33,12 +33,12 @@ from fractions import Fraction
 
 from pydantic import Field
 
-from fsm import cel, sizing
-from fsm.capacity import FULL_SHARE, Device, DeviceClassInfo, Place, Snapshot, find_place
+from fsm.placement import cel, sizing
+from fsm.placement.capacity import FULL_SHARE, Device, DeviceClassInfo, Place, Snapshot, find_place
+from fsm.placement.recipes import Recipe, choose_recipe
 from fsm.policy import ENDPOINT_PREFERENCE, choose_endpoint_type
 from fsm.quantity import GIB, gib_rounded
 from fsm.reasons import Reason
-from fsm.recipes import Recipe, choose_recipe
 from fsm.values import (
     AcceleratorPolicy,
     Candidate,
@@ -53,7 +53,7 @@ from fsm.values import (
     SharingMode,
 )
 
-__all__ = ["PlanRequest", "plan", "room_for"]
+__all__ = ["PlanRequest", "plan", "plan_devices", "room_for"]
 
 # How far an option got; the furthest explains a failure (rule 4).
 _PROGRESS: dict[Reason, int] = {
@@ -165,6 +165,25 @@ def plan(request: PlanRequest, snapshot: Snapshot, recipes: Sequence[Recipe]) ->
     return _failure(request, losses, names)
 
 
+def plan_devices(snapshot: Snapshot, current: Plan) -> list[Device] | None:
+    """The devices a plan's claims may land on: its device class's selection, of the
+    plan's product and memory (what the scheduler picks among). None: undecidable."""
+    info = snapshot.device_class(current.device_class)
+    if info is None:
+        return None
+    try:
+        devices = cel.selected_devices(info, snapshot.devices)
+    except cel.SelectorError:
+        return None
+    return [
+        d
+        for d in devices
+        if d.product_name == current.accelerator_product_name
+        and d.memory_bytes is not None
+        and gib_rounded(d.memory_bytes) == current.accelerator_memory_gib
+    ]
+
+
 def room_for(
     snapshot: Snapshot,
     current: Plan,
@@ -177,20 +196,9 @@ def room_for(
     claims to free for it (lowest priority first). None: no room even by preemption —
     the order that wants to grow is ScaleUpBlocked. The controller preempts with this."""
     priority = snapshot.priority_value(priority_class_name)
-    info = snapshot.device_class(current.device_class)
-    if info is None:
+    group = plan_devices(snapshot, current)
+    if group is None:
         return None
-    try:
-        devices = cel.selected_devices(info, snapshot.devices)
-    except cel.SelectorError:
-        return None
-    group = [
-        d
-        for d in devices
-        if d.product_name == current.accelerator_product_name
-        and d.memory_bytes is not None
-        and gib_rounded(d.memory_bytes) == current.accelerator_memory_gib
-    ]
     return find_place(
         snapshot,
         group,

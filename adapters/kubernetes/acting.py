@@ -1,0 +1,366 @@
+"""The core's commands, carried out: one `match`, every write through the one Writer.
+
+`Actor.act(order, state, command)` returns the observation the command produced (for
+the pass to record) or None. Applying the workload is level-based: what the plan renders
+is compared with the cached live objects; missing or drifted objects are re-applied,
+objects the order owns that nothing renders any more are deleted (converging.py). The
+status is written only when it differs from the live one, with the order's UID as a
+precondition.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from adapters.kubernetes import converging, errors, kinds, tokens
+from adapters.kubernetes.background import Background
+from adapters.kubernetes.observing import secret_value
+from adapters.kubernetes.rendering import (
+    AUTH_SECRET_KEY,
+    AUTH_SECRET_UID_ANNOTATION,
+    RenderError,
+    render_workload,
+)
+from adapters.kubernetes.settings import Settings
+from adapters.kubernetes.watching import Obj
+from adapters.kubernetes.world import ClusterCache
+from adapters.kubernetes.writing import Writer
+from adapters.probes.http import probe
+from adapters.probes.targets import TargetResolver
+from fsm import effects
+from fsm import observations as ob
+from fsm.decide import STALE_FACTS_NOTE
+from fsm.identity import OrderRef, auth_secret_name, tls_secret_name
+from fsm.placement.arbitration import TAKEN_ANNOTATION, Taking
+from fsm.placement.recipes import Recipe
+from fsm.reasons import ConditionStatus
+from fsm.state import OrderState
+from fsm.values import Authentication
+
+__all__ = ["Actor", "Outcome"]
+
+log = logging.getLogger(__name__)
+
+_RESOURCES = {
+    "ResourceClaimTemplate": kinds.RESOURCE_CLAIM_TEMPLATES,
+    "Service": kinds.SERVICES,
+    "Deployment": kinds.DEPLOYMENTS,
+    "Ingress": kinds.INGRESSES,
+    "Secret": kinds.SECRETS,
+}
+
+
+@dataclass
+class Outcome:
+    """What carrying out a command left for the pass: an observation to record, and
+    when to look again."""
+
+    observation: ob.Observation | None = None
+    requeue: list[float] = field(default_factory=list)
+
+
+class Actor:
+    def __init__(
+        self,
+        *,
+        world: ClusterCache,
+        writer: Writer,
+        targets: TargetResolver,
+        settings: Callable[[], Settings],
+        hpa_api_version: str,
+        recipes: Callable[[], Sequence[Recipe]],
+        background: Background,
+        rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None,
+    ) -> None:
+        self._world = world
+        self._writer = writer
+        self._targets = targets
+        self._settings = settings
+        self._hpa_api_version = hpa_api_version
+        self._recipes = recipes
+        self._background = background
+        self._rewrite = rewrite
+        self.repairs = 0  # objects re-applied or pruned because the live world drifted
+
+    def act(
+        self, order: OrderRef, state: OrderState, command: effects.Command, now: datetime
+    ) -> Outcome:
+        match command:
+            case effects.EnsureAuthSecret():
+                return Outcome(self._token(order, now))
+            case effects.ApplyWorkload():
+                return Outcome(self._workload(order, state, command, now))
+            case effects.ScheduleProbe():
+                return self._probe(order, state, command.after_seconds, now)
+            case effects.Recheck():
+                return Outcome(requeue=[command.after_seconds])
+            case effects.PublishStatus() | effects.RequestPlan():
+                raise TypeError(f"{type(command).__name__} is the pass's own (log and lock)")
+        raise TypeError(f"unknown command {type(command).__name__}")
+
+    # -- the token ---------------------------------------------------------------------
+
+    def _token(self, order: OrderRef, now: datetime) -> ob.AuthSecretSeen:
+        name = auth_secret_name(order.name)
+        live = self._world.token_secrets.get_by_name(order.namespace, name, copy_=False)
+        if live is None or not tokens.owned_by(live, order):
+            name = tokens.ensure_auth_secret(self._writer, order)
+        return ob.AuthSecretSeen(at=now, name=name)
+
+    def _token_uid(self, order: OrderRef, name: str | None) -> str | None:
+        if name is None:
+            return None
+        live = self._world.token_secrets.get_by_name(order.namespace, name)
+        if live is None:  # made a moment ago: the watch has not brought it yet
+            live = self._writer.get(kinds.SECRETS, order.namespace, name)
+        return str(live["metadata"]["uid"]) if live is not None else None
+
+    # -- the workload ------------------------------------------------------------------
+
+    def _render(self, order: OrderRef, command: effects.ApplyWorkload) -> list[dict[str, Any]]:
+        recipe = next((r for r in self._recipes() if r.name == command.plan.recipe), None)
+        if recipe is None:
+            raise RenderError(f"launch recipe {command.plan.recipe!r} is gone")
+        docs = render_workload(
+            order,
+            command.plan,
+            recipe,
+            command.policy,
+            command.model_ref,
+            settings=self._settings(),
+            facts=command.facts,
+            auth_secret=command.auth_secret_name,
+            auth_secret_uid=self._token_uid(order, command.auth_secret_name),
+            hpa_api_version=self._hpa_api_version,
+        )
+        return [self._rewrite(doc) if self._rewrite else doc for doc in docs]
+
+    def _live(self, order: OrderRef) -> dict[converging.Key, Obj]:
+        # Read only (compared, never changed): no copy of every child on every pass.
+        children = self._world.children_of(order.uid, copy_=False)
+        return {converging.key_of(obj): obj for obj in children}
+
+    def _workload(
+        self, order: OrderRef, state: OrderState, command: effects.ApplyWorkload, now: datetime
+    ) -> ob.Observation | None:
+        try:
+            docs = self._render(order, command)
+        except RenderError as exc:
+            return ob.ApplyFailed(at=now, message=str(exc)[:500])
+        live = self._live(order)
+        _keep_priority_replicas(docs, live)
+        changed = docs if not command.repair else converging.drifted(docs, live)
+        if command.repair:
+            self.repairs += len(changed)
+        try:
+            for doc in changed:
+                self._apply(order, doc, live.get(converging.key_of(doc)))
+            wanted = list(docs)
+            if command.auth_secret_name:
+                wanted.append({"kind": "Secret", "metadata": {"name": command.auth_secret_name}})
+            for stray in converging.strays(wanted, live.values(), order.uid):
+                self._prune(order, stray)
+        except errors.APIError as exc:
+            return ob.ApplyFailed(at=now, message=str(exc)[:500])
+        if command.repair:
+            if changed:
+                log.info("%s: repaired %s", order.key, [converging.key_of(d) for d in changed])
+            return None
+        return ob.ApplySucceeded(at=now, plan=command.plan)
+
+    def _apply(self, order: OrderRef, doc: Mapping[str, Any], live: Obj | None) -> None:
+        try:
+            self._read_own_write(self._writer.apply(doc))
+        except errors.APIInvalidError:
+            if live is None or not converging.owned_by(live, order.uid):
+                raise
+            # An edit apply cannot undo (a Service retyped to ExternalName keeps the
+            # user's externalName): the object is ours, so it is made anew.
+            kind = str(live.get("kind"))
+            resource = _RESOURCES.get(kind) or self._writer.resource_for(
+                str(live.get("apiVersion")), kind
+            )
+            meta = live["metadata"]
+            self._writer.delete(resource, order.namespace, meta["name"], meta["uid"])
+            self._read_own_write(self._writer.apply(doc))
+
+    def _read_own_write(self, written: Obj) -> None:
+        """Wait (bounded) for the watch to bring back what was just written, so the next
+        pass compares with it and does not apply the same object again."""
+        kind = str(written.get("kind"))
+        meta = written.get("metadata") or {}
+        for informer in self._world.owned_kinds:
+            if informer.resource.kind == kind:
+                informer.wait_for_rv(str(meta.get("uid")), str(meta.get("resourceVersion")), 5.0)
+
+    def _prune(self, order: OrderRef, stray: Mapping[str, Any]) -> None:
+        kind, name = converging.key_of(stray)
+        resource = _RESOURCES.get(kind) or self._writer.resource_for(
+            str(stray.get("apiVersion")), kind
+        )
+        self.repairs += 1
+        self._writer.delete(resource, order.namespace, name, str(stray["metadata"]["uid"]))
+        log.info("%s: pruned %s %s", order.key, kind, name)
+        if kind == "Ingress":
+            self._prune_tls_secret(order)
+
+    def _prune_tls_secret(self, order: OrderRef) -> None:
+        """cert-manager's Secret for the order's Ingress goes with it — only if cert-manager
+        made it for that Ingress (it names the Certificate after the Secret)."""
+        name = tls_secret_name(order.name)
+        secret = self._writer.get(kinds.SECRETS, order.namespace, name)
+        annotations = ((secret or {}).get("metadata") or {}).get("annotations") or {}
+        if secret is not None and annotations.get("cert-manager.io/certificate-name") == name:
+            self._writer.delete(kinds.SECRETS, order.namespace, name, secret["metadata"]["uid"])
+
+    def scale(
+        self, order: OrderRef, replicas: int, record: Taking | None, resource_version: str
+    ) -> None:
+        """Scale an order's Deployment for priority, with the record of what is taken, in
+        one patch conditional on the version the decision read (409: decide again)."""
+        body: dict[str, Any] = {
+            "metadata": {
+                "resourceVersion": resource_version or None,
+                "annotations": {TAKEN_ANNOTATION: record.dump() if record else None},
+            },
+            "spec": {"replicas": replicas},
+        }
+        self._writer.patch(kinds.DEPLOYMENTS, order.namespace, order.name, body)
+        log.info("%s: scaled to %d for priority (%s)", order.key, replicas, record and record.by)
+
+    # -- probing -----------------------------------------------------------------------
+
+    def _probe(self, order: OrderRef, state: OrderState, after: float, now: datetime) -> Outcome:
+        """Probe off the worker: start the probe when due, record its answer when back."""
+        key = ("probe", order.uid)
+        done, answer = self._background.take(key)
+        if done:
+            return Outcome(answer, requeue=[after])
+        if self._background.busy(key):
+            return Outcome()  # its end wakes the order
+        last = state.last_probe_at
+        if last is not None:
+            wait = after - (now - last).total_seconds()
+            if wait > 0:
+                return Outcome(requeue=[wait])
+        token = None
+        needs_token = (
+            state.policy is not None
+            and state.policy.exposure.authentication is Authentication.TOKEN
+        )
+        if needs_token and state.auth_secret_name:
+            secret = self._world.token_secrets.get_by_name(order.namespace, state.auth_secret_name)
+            if secret is None or not self._rolled_out(order, secret):
+                return Outcome(requeue=[after])  # the runtime has not the current token yet
+            token = secret_value(secret, AUTH_SECRET_KEY)
+        if not self._service_is_ours(order):
+            return Outcome(requeue=[after])  # never follow a retyped Service elsewhere
+        url = self._targets.resolve(order, self._world.pods_of(order.uid))
+        if url is None:
+            return Outcome(requeue=[after])  # no Ready pod yet: its change wakes us
+        timeout = float(self._settings().probe.timeout_seconds)
+
+        def call() -> ob.ProbeResult:
+            answer = probe(url, token, timeout=timeout)
+            return ob.ProbeResult(
+                at=now, ok=answer.ok, status_code=answer.status_code, error=answer.error
+            )
+
+        self._background.start(key, call)
+        done, result = self._background.take(key)  # at once when run inline (tests)
+        return Outcome(result if done else None, requeue=[after])
+
+    def _rolled_out(self, order: OrderRef, secret: Obj) -> bool:
+        """The Deployment's pods carry the token Secret's current UID (rotation done)."""
+        deployment = self._world.deployments.get_by_name(order.namespace, order.name, copy_=False)
+        if deployment is None:
+            return False
+        template = ((deployment.get("spec") or {}).get("template") or {}).get("metadata") or {}
+        marked = (template.get("annotations") or {}).get(AUTH_SECRET_UID_ANNOTATION)
+        status = deployment.get("status") or {}
+        generation = int((deployment.get("metadata") or {}).get("generation", 0))
+        settled = int(status.get("observedGeneration", 0)) >= generation and int(
+            status.get("updatedReplicas", 0)
+        ) >= int(status.get("replicas", 0))
+        return marked == secret["metadata"]["uid"] and settled
+
+    def _service_is_ours(self, order: OrderRef) -> bool:
+        service = self._world.services.get_by_name(order.namespace, order.name, copy_=False)
+        return service is not None and (service.get("spec") or {}).get("type") == "ClusterIP"
+
+    # -- what the order and the people reading it see ----------------------------------
+
+    def publish(self, order: OrderRef, state: OrderState, status: dict[str, Any]) -> bool:
+        """Write the status if the live one differs; True when written."""
+        current = self._world.orders.get(order.uid, copy_=False)
+        if current is None:
+            return False
+        try:
+            written = self._writer.write_status(
+                kinds.INFERENCE_SERVICES,
+                order.namespace,
+                order.name,
+                status,
+                current=current.get("status") or {},
+                uid=order.uid,
+            )
+        except (errors.APINotFoundError, errors.APIInvalidError):
+            return False  # deleted, or recreated under the name: not this order's status
+        return written is not None
+
+    def tell(self, order: OrderRef, previous: OrderState, state: OrderState) -> None:
+        """A Kubernetes Event per judged condition change, so `kubectl describe` tells
+        the story; the log, not these Events, is the record (they expire)."""
+        old = {c.type: (c.status, c.reason, c.message) for c in previous.conditions}
+        involved = {
+            "apiVersion": "ai.deckhouse.io/v1alpha1",
+            "kind": "InferenceService",
+            "metadata": {"name": order.name, "namespace": order.namespace, "uid": order.uid},
+        }
+        for cond in state.conditions:
+            before = old.get(cond.type)
+            if cond.status is ConditionStatus.UNKNOWN or before == (
+                cond.status,
+                cond.reason,
+                cond.message,
+            ):
+                continue
+            if (
+                before is not None
+                and before[:2] == (cond.status, cond.reason)
+                and not (_stale_note(cond.message) or _stale_note(before[2]))
+            ):
+                continue  # same verdict, new wording: not news (except facts kept stale)
+            kind: Literal["Normal", "Warning"] = (
+                "Warning"
+                if cond.status is ConditionStatus.FALSE or _stale_note(cond.message)
+                else "Normal"
+            )
+            try:
+                self._writer.event(
+                    involved,
+                    str(cond.reason),
+                    f"{cond.type}={cond.status}: {cond.message}"[:1000],
+                    event_type=kind,
+                )
+            except errors.APIError as exc:
+                log.warning("could not record an Event for %s: %s", order.key, exc)
+
+
+def _stale_note(message: str) -> bool:
+    return STALE_FACTS_NOTE in message
+
+
+def _keep_priority_replicas(docs: list[dict[str, Any]], live: dict[converging.Key, Obj]) -> None:
+    """While replicas are taken by priority (arbiter.py), the arbiter owns the count."""
+    for doc in docs:
+        if doc.get("kind") != "Deployment":
+            continue
+        current = live.get(converging.key_of(doc))
+        annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
+        if annotations.get(TAKEN_ANNOTATION):
+            doc.get("spec", {}).pop("replicas", None)

@@ -1,0 +1,96 @@
+"""Desired against live: which owned objects drifted, which are no longer rendered.
+
+Every pass renders what the order should have (rendering.py) and compares it with the
+cached live objects — the fields we manage, not the whole object: the server adds
+defaults (clusterIP, terminationMessagePath), other controllers add their own fields
+(the HPA its status, a user an extra env entry), and none of that is drift. A field we
+set whose live value differs is drift; so is an object missing altogether. Lists of
+named items (containers, env, ports, volumes) are matched by name, so an entry someone
+else added is not ours to remove and does not make us write forever; other lists must
+match item for item. Quantities compare by value ("1.5" and "1500m" are one CPU and a
+half), because the server stores them canonically.
+
+Pure functions over the API's JSON, so the rules are table-tested without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from fsm.quantity import QuantityError, parse_quantity
+
+__all__ = ["covers", "drifted", "key_of", "owned_by", "strays"]
+
+Obj = Mapping[str, Any]
+Key = tuple[str, str]  # (kind, name): an order's objects all live in its namespace
+
+
+def key_of(obj: Obj) -> Key:
+    return str(obj.get("kind", "")), str((obj.get("metadata") or {}).get("name", ""))
+
+
+def _same_scalar(live: Any, desired: Any) -> bool:
+    if live == desired:
+        return True
+    if isinstance(live, str | int) and isinstance(desired, str | int):
+        try:
+            return parse_quantity(str(live)) == parse_quantity(str(desired))
+        except QuantityError:
+            return False
+    return False
+
+
+def _named(items: Sequence[Any]) -> bool:
+    return bool(items) and all(isinstance(i, Mapping) and "name" in i for i in items)
+
+
+def covers(live: Any, desired: Any) -> bool:
+    """Whether `live` has every field `desired` sets, with the same value."""
+    if isinstance(desired, Mapping):
+        if not isinstance(live, Mapping):
+            return False
+        return all(covers(live.get(k), v) for k, v in desired.items() if v is not None)
+    if isinstance(desired, list | tuple):
+        if not isinstance(live, list | tuple):
+            return not desired and live is None
+        if _named(desired) and _named(live):
+            by_name = {item["name"]: item for item in live}
+            return all(covers(by_name.get(item["name"]), item) for item in desired)
+        return len(live) == len(desired) and all(
+            covers(a, b) for a, b in zip(live, desired, strict=True)
+        )
+    return _same_scalar(live, desired)
+
+
+def drifted(desired: Iterable[Obj], live: Mapping[Key, Obj]) -> list[Obj]:
+    """The desired objects that are missing or whose managed fields differ live."""
+    out = []
+    for doc in desired:
+        current = live.get(key_of(doc))
+        if current is None or not covers(current, _managed(doc)):
+            out.append(doc)
+    return out
+
+
+def _managed(doc: Obj) -> dict[str, Any]:
+    # apiVersion may legitimately differ (an HPA read as v2beta2 and rendered as v2).
+    return {k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}
+
+
+def owned_by(obj: Obj, uid: str) -> bool:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == uid and r.get("controller") for r in refs)
+
+
+def strays(desired: Iterable[Obj], children: Iterable[Obj], uid: str) -> list[Obj]:
+    """Objects the order owns that nothing renders any more (to prune). Objects merely
+    carrying its label but owned by something else are never touched."""
+    wanted = {key_of(doc) for doc in desired}
+    return [
+        obj
+        for obj in children
+        if key_of(obj) not in wanted
+        and owned_by(obj, uid)
+        and not (obj.get("metadata") or {}).get("deletionTimestamp")
+    ]

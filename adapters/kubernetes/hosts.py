@@ -1,0 +1,43 @@
+"""The public host label of an order: unique per (namespace, name), readable when it can be.
+
+rendering.py fills `publicDomainTemplate`'s `%s` with the label made here. The plain
+label `<order>-<namespace>` (`support-llm-support`) is ambiguous on its own: `support-llm`
+in `support` and `support` in `llm-support` both concatenate to it, and two tenants must
+never share a host (one would serve the other's traffic and certificate).
+
+The rule, which makes a collision impossible short of a hash collision:
+
+- Plain `<order>-<namespace>` when the namespace has no `-` and the label fits 63
+  characters. The namespace is then what follows the last `-`, so the label names one
+  pair; and because an object name never ends in `-`, that last `-` is a single one.
+- Otherwise `<prefix>--<digest>`: the plain concatenation cut to leave room, a double
+  `-`, and 10 base32 characters of SHA-256 over `namespace/name` (`/` is in neither
+  name, so the hashed text names one pair). A plain label never has `--` before its last
+  segment, so a hashed label never equals a plain one; two hashed labels are equal only
+  if their 50-bit digests are.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+__all__ = ["DIGEST_LENGTH", "LABEL_LIMIT", "host_label"]
+
+LABEL_LIMIT = 63  # one DNS label
+DIGEST_LENGTH = 10  # base32 characters: 50 bits
+
+
+def _digest(name: str, namespace: str) -> str:
+    raw = hashlib.sha256(f"{namespace}/{name}".encode()).digest()
+    return base64.b32encode(raw).decode("ascii").lower()[:DIGEST_LENGTH]
+
+
+def host_label(name: str, namespace: str) -> str:
+    """The label `%s` stands for in the order's public host."""
+    plain = f"{name}-{namespace}"
+    if "-" not in namespace and len(plain) <= LABEL_LIMIT:
+        return plain
+    room = LABEL_LIMIT - len("--") - DIGEST_LENGTH
+    prefix = plain[:room].rstrip("-.")
+    return f"{prefix}--{_digest(name, namespace)}"

@@ -1,0 +1,271 @@
+"""The cached world, read as the core's observations: one function per thing observed.
+
+A pass reads only from the informers' cache (controller-runtime's "read from the cache")
+plus the model source, whose answers are cached by the resolver. Nothing here writes;
+every reading becomes a frozen `fsm.observations` value that `fsm.decide` judges.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from adapters.kubernetes.background import Background
+from adapters.kubernetes.rendering import endpoint_url
+from adapters.kubernetes.settings import CatalogMode, Settings
+from adapters.kubernetes.watching import Obj
+from adapters.kubernetes.world import ClusterCache
+from adapters.models import (
+    HubResolver,
+    ModelFound,
+    ModelLookup,
+    ModelUnavailable,
+    catalog_target,
+    facts_from_catalog,
+)
+from fsm import observations as ob
+from fsm import policy
+from fsm.identity import OrderRef
+from fsm.reasons import Reason
+from fsm.state import OrderState
+from fsm.values import ClassOutcome, ClassSpec, ModelOutcome, ModelRef, ModelSource
+
+__all__ = [
+    "Observer",
+    "WorkloadPods",
+    "model_ref_of",
+    "order_of",
+    "secret_value",
+    "workload_pods",
+]
+
+# The scheduler says so of a pod whose device claims it cannot satisfy; any other
+# reason (CPU, memory, taints) is not the device class's fault.
+_CLAIM_WORDS = ("claim",)
+
+
+def order_of(obj: Obj) -> OrderRef:
+    meta = obj["metadata"]
+    return OrderRef(meta["name"], meta["namespace"], meta["uid"], int(meta.get("generation", 1)))
+
+
+def model_ref_of(spec: dict[str, Any]) -> ModelRef:
+    model = spec.get("model") or {}
+    ref = model.get("ref") or {}
+    secret = model.get("authSecretRef") or {}
+    return ModelRef(
+        src=ModelSource(str(model.get("src"))),
+        name=str(ref.get("name", "")),
+        kind=ref.get("kind"),
+        namespace=ref.get("namespace"),
+        auth_secret_name=secret.get("name"),
+        auth_secret_key=secret.get("key") or "token",
+    )
+
+
+def secret_value(secret: Obj | None, key: str) -> str | None:
+    data = (secret or {}).get("data") or {}
+    if key not in data:
+        return None
+    return base64.b64decode(data[key]).decode("utf-8", "replace")
+
+
+def _names(objs: Sequence[Obj]) -> list[str]:
+    return [str((o.get("metadata") or {}).get("name")) for o in objs]
+
+
+def _stamp(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+class WorkloadPods:
+    """What the order's pods say of scheduling: since when some wait for their device
+    claims, and the scheduler's message for those pending for anything else."""
+
+    def __init__(self, unallocated_since: datetime | None, unschedulable: str | None) -> None:
+        self.unallocated_since = unallocated_since
+        self.unschedulable = unschedulable
+
+
+def workload_pods(pods: Sequence[Obj]) -> WorkloadPods:
+    waiting: list[datetime] = []
+    other: list[str] = []
+    for pod in pods:
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") != "PodScheduled" or cond.get("status") != "False":
+                continue
+            message = str(cond.get("message") or cond.get("reason") or "unschedulable")
+            stamp = (pod.get("metadata") or {}).get("creationTimestamp")
+            if any(word in message.lower() for word in _CLAIM_WORDS):
+                if stamp:
+                    waiting.append(_stamp(stamp))
+            else:
+                other.append(message)
+    return WorkloadPods(
+        min(waiting) if waiting else None, sorted(other)[0][:500] if other else None
+    )
+
+
+class Observer:
+    """Turns the cache (and the model source) into observations of one order."""
+
+    def __init__(
+        self,
+        world: ClusterCache,
+        hub: HubResolver,
+        settings: Callable[[], Settings],
+        background: Background,
+    ) -> None:
+        self._world = world
+        self._hub = hub
+        self._settings = settings
+        self._background = background
+
+    def spec(self, obj: Obj, at: datetime) -> ob.SpecSeen:
+        order = order_of(obj)
+        spec = obj.get("spec") or {}
+        return ob.SpecSeen(
+            at=at,
+            generation=order.generation,
+            model_ref=model_ref_of(spec),
+            class_name=spec.get("inferenceServiceClassName"),
+            name=order.name,
+            namespace=order.namespace,
+        )
+
+    def klass(self, order: OrderRef, state: OrderState, at: datetime) -> ob.ClassJudged:
+        name = state.class_name
+        priority = _names(self._world.priority_classes.objects(copy_=False))
+        devices = _names(self._world.device_classes.objects(copy_=False))
+        obj = self._world.classes.get_by_name(None, name, copy_=False) if name else None
+        spec: ClassSpec | None = None
+        if obj is not None:
+            try:
+                spec = ClassSpec.model_validate(obj.get("spec") or {})
+            except ValueError as exc:
+                return ob.ClassJudged(
+                    at=at,
+                    outcome=ClassOutcome(
+                        reason=Reason.CLASS_NOT_READY,
+                        message=f"InferenceServiceClass {name!r} cannot be read: {exc}",
+                    ),
+                )
+        outcome = policy.resolve_class(
+            name, order.namespace, spec, priority_classes=priority, device_classes=devices
+        )
+        return ob.ClassJudged(at=at, outcome=outcome)
+
+    def model(self, order: OrderRef, state: OrderState, at: datetime) -> ob.ModelJudged | None:
+        """The model's verdict, or None while the hub is being asked (off this worker)."""
+        effective, ref = state.policy, state.model_ref
+        if effective is None or ref is None:
+            return None
+        lookup = self._lookup(order, ref)
+        if lookup is None:
+            return None
+        if isinstance(lookup, ModelFound):
+            return ob.ModelJudged(at=at, outcome=policy.resolve_model(effective, lookup.facts))
+        return ob.ModelJudged(
+            at=at,
+            outcome=ModelOutcome(reason=lookup.reason, message=lookup.message),
+        )
+
+    def _lookup(self, order: OrderRef, ref: ModelRef) -> ModelLookup | None:
+        if ref.src is ModelSource.AI_MODELS:
+            if self._settings().catalog.mode is CatalogMode.NONE:
+                return ModelUnavailable(
+                    Reason.CATALOG_DISABLED,
+                    "the ai-models catalog is turned off in the module settings "
+                    "(settings.catalog.mode: None); name a HuggingFace model instead",
+                )
+            kind, namespace, name = catalog_target(ref, order.namespace)
+            if not self._world.catalog_installed(str(kind)):
+                return ModelUnavailable(
+                    Reason.CATALOG_DISABLED,
+                    f"this cluster does not serve {kind} (the ai-models module is not "
+                    "installed); name a HuggingFace model instead",
+                )
+            obj = self._world.catalog_object(str(kind), namespace, name)
+            if obj is None:
+                where = f" in namespace {namespace}" if namespace else ""
+                return ModelUnavailable(
+                    Reason.MODEL_NOT_FOUND, f"{kind} {name!r}{where} does not exist"
+                )
+            return facts_from_catalog(obj)
+        token = None
+        if ref.auth_secret_name:
+            secret = self._world.secrets.get_by_name(order.namespace, ref.auth_secret_name)
+            if secret is None:
+                return ModelUnavailable(
+                    Reason.AUTH_SECRET_NOT_FOUND,
+                    f"Secret {ref.auth_secret_name!r} named by spec.model.authSecretRef does not "
+                    f"exist in namespace {order.namespace}",
+                )
+            token = secret_value(secret, ref.auth_secret_key)
+            if token is None:
+                return ModelUnavailable(
+                    Reason.AUTH_SECRET_KEY_MISSING,
+                    f"Secret {ref.auth_secret_name!r} has no key {ref.auth_secret_key!r}",
+                )
+        known = self._hub.peek(ref.name, token=token)
+        if known is not None:
+            return known
+        key = ("hub", order.uid)
+        done, answer = self._background.take(key)
+        if done:
+            return answer  # type: ignore[no-any-return]
+        name = ref.name
+        self._background.start(key, lambda: self._hub.resolve(name, token=token))
+        done, answer = self._background.take(key)  # at once when run inline (tests)
+        return answer if done else None
+
+    def workload(
+        self,
+        order: OrderRef,
+        state: OrderState,
+        at: datetime,
+        *,
+        grace_seconds: float,
+        free_units: Callable[[str], int],
+    ) -> ob.WorkloadSeen | None:
+        deployment = self._world.deployments.get_by_name(order.namespace, order.name, copy_=False)
+        if deployment is None or state.plan_in_force is None:
+            return None
+        status = deployment.get("status") or {}
+        pods = workload_pods(self._world.pods_of(order.uid))
+        # Only when the grace may end: reading capacity costs a snapshot.
+        free = (
+            free_units(state.plan_in_force.device_class)
+            if pods.unallocated_since is not None
+            else None
+        )
+        return ob.WorkloadSeen(
+            at=at,
+            desired=int((deployment.get("spec") or {}).get("replicas", 1)),
+            ready=int(status.get("readyReplicas", 0)),
+            available=int(status.get("availableReplicas", 0)),
+            unallocated_since=pods.unallocated_since,
+            grace_seconds=grace_seconds,
+            unschedulable=pods.unschedulable,
+            free_units=free,
+        )
+
+    def endpoint(self, order: OrderRef, state: OrderState, at: datetime) -> ob.EndpointSeen | None:
+        effective = state.policy
+        if effective is None or state.plan_in_force is None:
+            return None
+        url = endpoint_url(order, effective, self._settings())
+        return ob.EndpointSeen(at=at, url=url, type=effective.exposure.type)
+
+    @staticmethod
+    def capacity(
+        state: OrderState, at: datetime, free_units: Callable[[str], int]
+    ) -> ob.CapacitySeen | None:
+        """What each tried device class offers now (only asked while some are tried)."""
+        if not state.tried_device_classes:
+            return None
+        return ob.CapacitySeen(
+            at=at, free_units=tuple((dc, free_units(dc)) for dc in state.tried_device_classes)
+        )

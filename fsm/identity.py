@@ -1,0 +1,37 @@
+"""An order's identity and the names derived from it — each computed here, once.
+
+The controller, the renderer, the probes and the core all speak of "the order" and of
+the objects named after it; this module is the one home of that vocabulary, so the
+`-auth` Secret or the TLS Secret is never spelled twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["OrderRef", "auth_secret_name", "tls_secret_name"]
+
+
+@dataclass(frozen=True, slots=True)
+class OrderRef:
+    """The order a pass works on: enough to name, label and own its objects. Keyed by
+    UID everywhere: an order deleted and recreated under its name is another order."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int = 1
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def auth_secret_name(order_name: str) -> str:
+    """The order's own token Secret (SPEC §3 step 6)."""
+    return f"{order_name}-auth"
+
+
+def tls_secret_name(order_name: str) -> str:
+    """The TLS Secret cert-manager fills for the order's Ingress."""
+    return f"{order_name}-tls"

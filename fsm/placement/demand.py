@@ -1,0 +1,93 @@
+"""Capacity promised once: other orders' planned-but-unallocated places, as demand.
+
+Between a plan and its allocated claims lies the scheduler, which may give the order any
+device its claim selects — not necessarily the one the planner named. So a plan that no
+allocated claim covers yet is counted as *demand on the devices its class selects*: each
+such order takes, in a stable order, room of its plan's shape from what is still free,
+and the planner sees that room as taken. Two orders planned in the same moment are thus
+never both given the last device; the controller serialises planning so each plan is
+seen by the next (adapters/kubernetes/planning.py).
+
+Pure: the controller passes the snapshot and the demands; this returns a snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from fsm.placement import cel
+from fsm.placement.capacity import FULL_SHARE, Allocation, Snapshot, find_place, usage_by_device
+from fsm.placement.planner import plan_devices
+from fsm.values import Plan
+
+__all__ = ["Demand", "free_units", "with_demand"]
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """Replicas of `plan` that order `holder` waits to be allocated."""
+
+    holder: str  # the order's UID
+    namespace: str
+    name: str
+    plan: Plan
+    replicas: int
+    priority: int | None = None  # the holder's priority value (what may reclaim it)
+
+
+def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
+    """`snapshot` with each demand's room taken, as claim-shaped allocations.
+
+    A demand that no free room can hold any more (the cluster shrank, or the scheduler
+    chose differently) keeps the devices its plan named, so it still counts."""
+    allocations = list(snapshot.allocations)
+    for demand in sorted(demands, key=lambda d: (d.namespace, d.name, d.holder)):
+        if demand.replicas <= 0:
+            continue
+        current = replace(snapshot, allocations=tuple(allocations))
+        group = plan_devices(current, demand.plan)
+        place = None
+        if group is not None:
+            place = find_place(
+                current,
+                group,
+                count=demand.plan.accelerator_count,
+                share_percent=demand.plan.share_percent or FULL_SHARE,
+                replicas=demand.replicas,
+                priority=None,  # demand never reclaims: it only marks room as spoken for
+                own_uid=demand.holder,
+            )
+        replicas = place.replicas if place is not None else _named(demand)
+        for index, devices in enumerate(replicas):
+            allocations.append(
+                Allocation(
+                    namespace=demand.namespace,
+                    name=f"{demand.name}-planned-{index}",
+                    devices=devices,
+                    share_percent=demand.plan.share_percent or FULL_SHARE,
+                    holder=demand.holder,
+                    priority=demand.priority,
+                )
+            )
+    return replace(snapshot, allocations=tuple(sorted(allocations, key=lambda a: a.key)))
+
+
+def _named(demand: Demand) -> tuple[tuple[str, ...], ...]:
+    count = max(demand.plan.accelerator_count, 1)
+    devices = demand.plan.devices
+    replicas = [devices[i : i + count] for i in range(0, len(devices), count)]
+    return tuple(tuple(r) for r in replicas[: demand.replicas])
+
+
+def free_units(snapshot: Snapshot, device_class: str) -> int:
+    """Free share units (100 a whole device) on the devices `device_class` selects."""
+    info = snapshot.device_class(device_class)
+    if info is None:
+        return 0
+    try:
+        devices = cel.selected_devices(info, snapshot.devices)
+    except cel.SelectorError:
+        return 0
+    used = usage_by_device(snapshot)
+    return sum(max(FULL_SHARE - used.get(d.id, 0), 0) for d in devices)

@@ -1,0 +1,264 @@
+"""The audit CLI for people and scripts: `list`, `-o`, `--store` forms, relative times,
+exit codes, progress, `migrate`, and reading without ever writing (a SELECT-only role).
+
+The log is written as the controller writes it (tests/adapters/cli/test_audit_cli.py's
+life of one order), on SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+import yaml
+
+import store
+from adapters.cli import audit_cmd
+from adapters.cli.main import main
+from fsm import decide, status
+from fsm.fold import evolve
+from fsm.reasons import Reason
+from fsm.state import OrderState
+from store import schema
+from tests.adapters.cli.test_audit_cli import UID, _write_life
+from tests.store.conftest import PG_HOST, PG_PORT
+from tests.support import strategies as s
+
+OTHER_UID = "0b7c2a8e-2222-4c1e-9a55-000000000002"
+OTHER = store.StreamKey(OTHER_UID, "analytics", "embedder")
+
+
+def _write_waiting(log: store.EventLog) -> None:
+    """A second order, in another namespace, stuck without capacity; then deleted."""
+    state = OrderState()
+    for obs in (s.spec(0), s.klass(1), s.model(2), s.planned(3, Reason.NO_CAPACITY)):
+        events = decide.decide(state, obs)
+        if events:
+            log.append(OTHER, events, expected_version=state.version, epoch=1, recorded_at=obs.at)
+            for event in events:
+                state = evolve(state, event)
+    log.record_projection(OTHER_UID, state.version, status.render_status(state))
+    log.mark_deleted(OTHER_UID, s.at(100))
+
+
+@pytest.fixture
+def two(log_url: str) -> str:
+    with store.open_log(log_url) as log:
+        _write_life(log)
+        _write_waiting(log)
+    return log_url
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# -- --store: a path or a URL, everywhere ---------------------------------------------------
+
+
+def test_history_takes_a_plain_path_like_the_controller(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "events.sqlite"
+    with store.open_log(f"sqlite:///{path}") as log:
+        _write_life(log)
+    code, out, err = _run(capsys, "history", "support/support-llm", "--store", str(path))
+    assert code == 0, err
+    assert out.startswith("support/support-llm (uid " + UID)
+
+
+# -- list -----------------------------------------------------------------------------------
+
+
+def test_list_shows_every_order_and_filters(two, capsys) -> None:
+    code, out, _ = _run(capsys, "list", "--store", two)
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert header.split()[:4] == ["NAMESPACE", "NAME", "PHASE", "REASON"]
+    assert len(rows) == 2
+    assert rows[0].split()[:4] == ["support", "support-llm", "Ready", "-"]
+    assert rows[1].split()[:4] == ["analytics", "embedder", "Pending", "NoCapacity"]
+
+    def names(*argv: str) -> list[str]:
+        code, out, _ = _run(capsys, "list", "--store", two, "-o", "json", *argv)
+        assert code == 0
+        return [f"{d['namespace']}/{d['name']}" for d in json.loads(out)]
+
+    assert names("-n", "analytics") == ["analytics/embedder"]
+    assert names("--phase", "Ready") == ["support/support-llm"]
+    assert names("--reason", "NoCapacity") == ["analytics/embedder"]
+    assert names("--deleted") == ["analytics/embedder"]
+    assert names("--live") == ["support/support-llm"]
+    assert names("--phase", "Failed") == []
+
+
+def test_list_as_yaml_carries_the_same_fields(two, capsys) -> None:
+    code, out, _ = _run(capsys, "list", "--store", two, "-o", "yaml")
+    docs = yaml.safe_load(out)
+    assert code == 0 and [d["uid"] for d in docs] == [UID, OTHER_UID]
+    assert docs[1]["deleted"] is not None and docs[1]["reason"] == "NoCapacity"
+    assert docs[0]["version"] > 0 and docs[0]["phase"] == "Ready"
+
+
+# -- -o on every read command ----------------------------------------------------------------
+
+
+def test_every_read_command_speaks_json_and_yaml(two, capsys) -> None:
+    for fmt, load in (("json", json.loads), ("yaml", yaml.safe_load)):
+        code, out, _ = _run(capsys, "history", "support/support-llm", "--store", two, "-o", fmt)
+        assert code == 0 and load(out)["events"][-1]["phaseAfter"] == "Ready"
+        code, out, _ = _run(capsys, "status", "support/support-llm", "--store", two, "-o", fmt)
+        assert code == 0 and load(out)["status"]["phase"] == "Ready"
+        code, out, _ = _run(capsys, "why", "analytics/embedder", "--store", two, "-o", fmt)
+        doc = load(out)
+        assert code == 0 and doc["blocking"]["reason"] == "NoCapacity"
+        assert doc["blocking"]["condition"] == "Planned" and doc["deleted"] is not None
+        code, out, _ = _run(capsys, "verify", "--store", two, "-o", fmt)
+        assert code == 0 and load(out) == {"checked": 2, "divergent": []}
+
+
+def test_status_as_a_table(two, capsys) -> None:
+    code, out, _ = _run(capsys, "status", "analytics/embedder", "--store", two, "-o", "table")
+    assert code == 0
+    assert out.splitlines()[0].endswith(": Pending")
+    assert any(line.split()[:3] == ["Planned", "False", "NoCapacity"] for line in out.splitlines())
+
+
+def test_verify_reports_a_divergence_for_scripts(two, capsys) -> None:
+    with store.open_log(two) as log, log.engine.begin() as conn:
+        bad = dict(log.projection(UID).status, phase="Failed")
+        conn.execute(
+            sa.update(schema.projections)
+            .where(schema.projections.c.stream_uid == UID)
+            .values(status=bad)
+        )
+    code, out, _ = _run(capsys, "verify", "--store", two, "-o", "json")
+    doc = json.loads(out)
+    assert code == 1 and doc["checked"] == 2
+    assert [d["uid"] for d in doc["divergent"]] == [UID]
+    assert doc["divergent"][0]["differences"]["phase"] == {
+        "recorded": "Failed",
+        "replayed": "Ready",
+    }
+
+
+# -- relative times ----------------------------------------------------------------------------
+
+
+def test_relative_times_count_back_from_now() -> None:
+    now = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    parse = audit_cmd.parse_instant
+    assert parse("-2h", now=lambda: now) == now - timedelta(hours=2)
+    assert parse("-15m", now=lambda: now) == now - timedelta(minutes=15)
+    assert parse("-1d", now=lambda: now) == now - timedelta(days=1)
+    assert parse("-1h30m", now=lambda: now) == now - timedelta(hours=1, minutes=30)
+    assert parse("2026-12-02T10:00:00Z") == datetime(2026, 12, 2, 10, tzinfo=UTC)
+    for bad in ("-", "-2x", "2h", "-h", "yesterday", "2026-12-02T10:00:00"):
+        with pytest.raises(Exception, match="time"):
+            parse(bad)
+
+
+def test_status_at_a_time_ago(two, capsys) -> None:
+    # The life was recorded in 2025: an hour ago it was long Ready...
+    code, out, _ = _run(capsys, "status", "support/support-llm", "--store", two, "--at", "-1h")
+    assert code == 0 and yaml.safe_load(out)["status"]["phase"] == "Ready"
+    # ...and 100 years ago it had no events at all.
+    code, _, err = _run(capsys, "status", "support/support-llm", "--store", two, "--at", "-36500d")
+    assert code == 1 and "no events yet" in err
+
+
+# -- exit codes -------------------------------------------------------------------------------
+
+
+def test_exit_codes_tell_usage_unreadable_and_missing_apart(tmp_path, two, capsys) -> None:
+    with pytest.raises(SystemExit) as usage:
+        main(["history"])  # no order named
+    assert usage.value.code == 2
+    with pytest.raises(SystemExit) as bad_format:
+        main(["list", "--store", two, "-o", "xml"])
+    assert bad_format.value.code == 2
+    code, _, err = _run(capsys, "list", "--store", str(tmp_path / "nope.sqlite"))
+    assert code == 3 and "no file" in err
+    assert not (tmp_path / "nope.sqlite").exists(), "a read must not create the log"
+    code, _, err = _run(capsys, "list", "--store", "mysql://someone@127.0.0.1/x")
+    assert code == 3 and "unsupported database" in err
+    code, _, _ = _run(capsys, "why", "support/nobody", "--store", two)
+    assert code == 1
+
+
+def test_a_log_without_schema_is_refused_not_migrated(tmp_path, capsys) -> None:
+    path = tmp_path / "empty.sqlite"
+    sa.create_engine(f"sqlite:///{path}").connect().close()  # an empty database file
+    code, _, err = _run(capsys, "verify", "--store", str(path))
+    assert code == 3 and "no schema" in err
+    engine = sa.create_engine(f"sqlite:///{path}")
+    try:
+        assert sa.inspect(engine).get_table_names() == []
+    finally:
+        engine.dispose()
+    code, out, _ = _run(capsys, "migrate", "--store", str(path))
+    assert code == 0 and "at revision" in out
+    code, out, _ = _run(capsys, "verify", "--store", str(path))
+    assert code == 0 and "0 streams verified" in out
+
+
+# -- progress ------------------------------------------------------------------------------
+
+
+def test_verify_shows_progress_on_stderr_when_asked(two, capsys) -> None:
+    code, out, err = _run(capsys, "verify", "--store", two, "--progress")
+    assert code == 0 and "2 streams verified" in out
+    assert "verify: 2/2 streams" in err
+    code, _, err = _run(capsys, "verify", "--store", two)  # not a terminal: quiet
+    assert code == 0 and err == ""
+
+
+# -- a role that may only read ----------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_a_select_only_role_reads_everything(postgres_url: str, capsys) -> None:
+    with store.open_log(postgres_url) as log:
+        _write_life(log)
+        _write_waiting(log)
+    schema_name = postgres_url.rsplit("search_path%3D", 1)[1]
+    database = postgres_url.rsplit("/", maxsplit=1)[-1].split("?", maxsplit=1)[0]
+    role = f"reader_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(
+        host=PG_HOST, port=PG_PORT, user="postgres", dbname=database, autocommit=True
+    ) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        admin.execute(f'GRANT USAGE ON SCHEMA "{schema_name}" TO "{role}"')
+        admin.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema_name}" TO "{role}"')
+    try:
+        url = postgres_url.replace("postgres@", f"{role}@", 1)
+        for argv in (
+            ["list"],
+            ["history", "support/support-llm"],
+            ["status", "support/support-llm", "--at", "-1h"],
+            ["why", "analytics/embedder"],
+            ["verify"],
+        ):
+            code, out, err = _run(capsys, *argv, "--store", url)
+            assert code == 0, (argv, err)
+            assert out
+        # The same role cannot write: migrate (a writer) is refused, with exit code 3.
+        with psycopg.connect(
+            host=PG_HOST, port=PG_PORT, user="postgres", dbname=database, autocommit=True
+        ) as admin:
+            admin.execute(f'DELETE FROM "{schema_name}".alembic_version')
+        code, _, err = _run(capsys, "migrate", "--store", url)
+        assert code == 3 and "permission denied" in err
+        code, _, err = _run(capsys, "list", "--store", url)
+        assert code == 3 and "no schema" in err
+    finally:
+        with psycopg.connect(
+            host=PG_HOST, port=PG_PORT, user="postgres", dbname=database, autocommit=True
+        ) as admin:
+            admin.execute(f'DROP OWNED BY "{role}"')
+            admin.execute(f'DROP ROLE "{role}"')

@@ -1,0 +1,384 @@
+"""The reconcile pass against fake seams (tests/support/fakes.py): no server, milliseconds.
+
+What a pass writes, counted: a new order's children applied once each and nothing when
+nothing differs; a deleted or edited child applied again, exactly; what the class no
+longer renders pruned; the status written only when the live one differs and never to a
+namesake; capacity promised once when two workers plan at once; a model source blip
+keeping a resolved order's facts and a Pending one retried soon.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import store
+from adapters.kubernetes import queueing
+from adapters.kubernetes.background import Background
+from adapters.kubernetes.reconciling import Reconciler
+from adapters.kubernetes.settings import Settings
+from adapters.kubernetes.world import ClusterCache
+from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION, AnnotatedPodTarget
+from fsm import events as ev
+from fsm.identity import OrderRef
+from fsm.status import render_status
+from tests.support import fakes
+from tests.support.planner_inputs import A100, GPU_CLASS, device_class, gpu, model, resource_slice
+from tests.support.polling import eventually
+
+REPO = Path(__file__).resolve().parents[3]
+QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def external_token_class(name: str = "conv") -> dict[str, Any]:
+    return {
+        "apiVersion": "ai.deckhouse.io/v1alpha1",
+        "kind": "InferenceServiceClass",
+        "metadata": {"name": name},
+        "spec": {
+            "modelPolicy": {"allowedEndpointTypes": ["Chat"]},
+            "acceleratorPolicy": {
+                "allowedPlacementTypes": ["WholeDevice"],
+                "allowedSharingModes": ["Dedicated"],
+                "maxAcceleratorCount": 1,
+            },
+            "exposurePolicy": {
+                "type": "External",
+                "authentication": "Token",
+                "https": {"mode": "Disabled"},
+            },
+        },
+    }
+
+
+def order(name: str, klass: str = "conv") -> dict[str, Any]:
+    return {
+        "apiVersion": "ai.deckhouse.io/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": name, "namespace": "support"},
+        "spec": {
+            "inferenceServiceClassName": klass,
+            "model": {"src": "HuggingFace", "ref": {"name": QWEN}},
+        },
+    }
+
+
+class Bed:
+    def __init__(self, tmp: Path, a100s: int = 1) -> None:
+        self.world: ClusterCache = fakes.world()
+        self.writer = fakes.FakeWriter(self.world)
+        self.hub = fakes.FakeHub(model(QWEN, params=0.5, weights_gb=1.0))
+        self.log = store.open_log(f"sqlite:///{tmp / 'log.sqlite'}")
+        self.log.claim_epoch(1)
+        for path in sorted((REPO / "deploy/recipes").glob("*.yaml")):
+            fakes.put(self.world, yaml.safe_load(path.read_text()))
+        fakes.put(self.world, device_class("gpu.nvidia.com", GPU_CLASS))
+        devices = [gpu(f"gpu-{i}", A100, "80Gi") for i in range(a100s)]
+        fakes.put(self.world, resource_slice("node-a", *devices))
+        fakes.put(self.world, external_token_class())
+        self.reconciler = Reconciler(
+            world=self.world,
+            log_store=self.log,
+            epoch=lambda: 1,
+            writer=self.writer,  # type: ignore[arg-type]
+            hub=self.hub,  # type: ignore[arg-type]
+            targets=AnnotatedPodTarget(),
+            settings=Settings,
+            clock=lambda: NOW,
+        )
+
+    def order(self, name: str, klass: str = "conv") -> str:
+        return str(fakes.put(self.world, order(name, klass))["metadata"]["uid"])
+
+    def settle(self, uid: str, passes: int = 3) -> Any:
+        outcome = None
+        for _ in range(passes):
+            outcome = self.reconciler.reconcile(uid)
+        return outcome
+
+    def child(self, kind: str, name: str) -> dict[str, Any] | None:
+        for informer in self.world.owned_kinds:
+            if informer.resource.kind == kind:
+                return informer.get_by_name("support", name)
+        raise KeyError(kind)
+
+    def events(self, uid: str, kind: type[ev.Event]) -> list[Any]:
+        return [r.event for r in self.log.read(uid) if isinstance(r.event, kind)]
+
+
+@pytest.fixture
+def bed(tmp_path: Path) -> Iterator[Bed]:
+    handle = Bed(tmp_path)
+    yield handle
+    handle.log.close()
+
+
+CHILDREN = ["ResourceClaimTemplate", "Service", "Deployment", "Ingress"]
+
+
+def test_a_new_order_gets_each_child_once_and_a_quiet_pass_writes_nothing(bed: Bed) -> None:
+    uid = bed.order("llm")
+    bed.settle(uid)
+    assert {kind: bed.writer.calls[("apply", kind)] for kind in CHILDREN} == dict.fromkeys(
+        CHILDREN, 1
+    )
+    assert bed.writer.calls[("create", "Secret")] == 1
+    # Two statuses: the plan applied, then the Deployment seen rolling out.
+    assert bed.writer.calls[("status", "InferenceService")] == 2
+    before = bed.writer.writes
+    bed.settle(uid, passes=5)
+    assert bed.writer.writes == before
+
+
+@pytest.mark.parametrize("kind", CHILDREN)
+def test_a_deleted_child_is_applied_again_exactly_once(bed: Bed, kind: str) -> None:
+    uid = bed.order("llm")
+    bed.settle(uid)
+    child = bed.child(kind, "llm")
+    assert child is not None
+    fakes.drop(bed.world, child)
+    before = bed.writer.calls[("apply", kind)]
+    bed.settle(uid)
+    assert bed.child(kind, "llm") is not None
+    assert bed.writer.calls[("apply", kind)] == before + 1
+    assert bed.reconciler.actor.repairs == 1
+    assert len(bed.events(uid, ev.WorkloadApplied)) == 1  # a repair is not a new plan
+
+
+def test_edits_are_reverted_but_fields_others_add_are_left(bed: Bed) -> None:
+    uid = bed.order("llm")
+    bed.settle(uid)
+    deployment = bed.child("Deployment", "llm")
+    assert deployment is not None
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    container["env"].append({"name": "SOMEONE_ELSES", "value": "1"})  # not ours: kept
+    fakes.put(bed.world, deployment)
+    before = bed.writer.writes
+    bed.settle(uid)
+    assert bed.writer.writes == before
+    container["image"] = "evil/image:latest"  # ours: reverted
+    fakes.put(bed.world, deployment)
+    bed.settle(uid)
+    live = bed.child("Deployment", "llm")
+    assert live is not None
+    assert live["spec"]["template"]["spec"]["containers"][0]["image"] != "evil/image:latest"
+    assert bed.writer.calls[("apply", "Deployment")] == 2
+
+
+def test_replicas_outside_the_bounds_are_put_back(bed: Bed) -> None:
+    uid = bed.order("llm")
+    bed.settle(uid)
+    deployment = bed.child("Deployment", "llm")
+    assert deployment is not None and deployment["spec"]["replicas"] == 1  # min = max = 1
+    deployment["spec"]["replicas"] = 5
+    fakes.put(bed.world, deployment)
+    bed.settle(uid)
+    live = bed.child("Deployment", "llm")
+    assert live is not None and live["spec"]["replicas"] == 1
+    assert bed.writer.calls[("apply", "Deployment")] == 2
+
+
+def test_a_service_retyped_to_external_name_is_made_anew(bed: Bed) -> None:
+    uid = bed.order("llm")
+    bed.settle(uid)
+    service = bed.child("Service", "llm")
+    assert service is not None
+    service["spec"].update(type="ExternalName", externalName="evil.example")
+    fakes.put(bed.world, service)
+    bed.settle(uid)
+    live = bed.child("Service", "llm")
+    assert live is not None and live["spec"]["type"] == "ClusterIP"
+    assert bed.writer.calls[("delete", "Service")] == 1
+
+
+def test_a_deleted_token_secret_is_made_again_and_rolls_the_pods(bed: Bed) -> None:
+    uid = bed.order("llm")
+    bed.settle(uid)
+    secret = bed.child("Secret", "llm-auth")
+    assert secret is not None
+    fakes.drop(bed.world, secret)
+    bed.settle(uid)
+    fresh = bed.child("Secret", "llm-auth")
+    assert fresh is not None and fresh["metadata"]["uid"] != secret["metadata"]["uid"]
+    deployment = bed.child("Deployment", "llm")
+    assert deployment is not None
+    marked = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert marked["ai.deckhouse.io/auth-secret-uid"] == fresh["metadata"]["uid"]
+    assert bed.writer.calls[("create", "Secret")] == 2
+
+
+def test_switching_the_class_to_cluster_local_without_token_prunes(tmp_path: Path) -> None:
+    # A new policy replans, and a replan never offers the place the order holds: room
+    # for a second device.
+    bed = Bed(tmp_path, a100s=2)
+    uid = bed.order("llm")
+    bed.settle(uid)
+    klass = bed.world.classes.get_by_name(None, "conv")
+    assert klass is not None
+    klass["spec"]["exposurePolicy"] = {"type": "ClusterLocal", "authentication": "None"}
+    klass["metadata"]["generation"] = 2
+    fakes.put(bed.world, klass)
+    bed.settle(uid)
+    assert bed.child("Ingress", "llm") is None
+    assert bed.child("Secret", "llm-auth") is None
+    assert bed.child("Service", "llm") is not None
+    assert bed.writer.calls[("delete", "Ingress")] == 1
+    assert bed.writer.calls[("delete", "Secret")] == 1
+    before = bed.writer.writes
+    bed.settle(uid)
+    assert bed.writer.writes == before
+    bed.log.close()
+
+
+def test_the_status_of_a_recreated_namesake_is_never_the_old_ones(bed: Bed) -> None:
+    uid = bed.order("llm")
+    bed.settle(uid)
+    old = bed.world.orders.get(uid)
+    assert old is not None
+    fakes.drop(bed.world, old)
+    newer = bed.order("llm")  # same name, another UID, not yet reconciled
+    assert newer != uid
+    state = bed.reconciler.state_of(uid)
+    written = bed.reconciler.actor.publish(
+        OrderRef("llm", "support", uid), state, dict(render_status(state))
+    )
+    assert not written
+    assert "status" not in (bed.world.orders.get(newer) or {})
+
+
+def test_two_workers_never_promise_one_device_twice(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, a100s=1)
+    uids = [bed.order(name) for name in ("first", "second")]
+    start = threading.Barrier(2)
+
+    def work(uid: str) -> None:
+        start.wait()
+        bed.settle(uid, passes=1)
+
+    threads = [threading.Thread(target=work, args=(uid,)) for uid in uids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    planned = [uid for uid in uids if bed.events(uid, ev.PlanComputed)]
+    failed = [uid for uid in uids if bed.events(uid, ev.PlanFailed)]
+    assert len(planned) == 1 and len(failed) == 1
+    (verdict,) = bed.events(failed[0], ev.PlanFailed)
+    assert verdict.reason.value == "NoCapacity"
+    bed.log.close()
+
+
+def test_a_hub_blip_keeps_a_planned_order_and_a_pending_one_is_retried_soon(bed: Bed) -> None:
+    uid = bed.order("llm")
+    bed.settle(uid)
+    bed.hub.down = True
+    bed.settle(uid)
+    assert not bed.events(uid, ev.ModelFailed)
+    assert len(bed.events(uid, ev.PlanComputed)) == 1
+    assert any("unreachable" in message for _, message in bed.writer.events)
+    pending = bed.order("other")
+    outcome = bed.reconciler.reconcile(pending)
+    assert isinstance(outcome, queueing.RequeueAfter) and outcome.seconds <= 5
+    (failed,) = bed.events(pending, ev.ModelFailed)
+    assert failed.reason.value == "ModelSourceUnreachable"
+
+
+# --- probes off the workers -------------------------------------------------------------
+
+
+class HeldEndpoint:
+    """An OpenAI-style endpoint on 127.0.0.1 that answers only once released."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.asked = threading.Event()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                endpoint.asked.set()
+                endpoint.release.wait(30)
+                body = json.dumps({"object": "list", "data": [{"id": QWEN}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def serving(bed: Bed, uid: str, url: str) -> None:
+    """The order's Deployment rolled out and one Ready pod answering at `url`."""
+    deployment = bed.child("Deployment", "llm")
+    assert deployment is not None
+    generation = deployment["metadata"]["generation"]
+    deployment["status"] = {
+        "replicas": 1,
+        "readyReplicas": 1,
+        "availableReplicas": 1,
+        "updatedReplicas": 1,
+        "observedGeneration": generation,
+    }
+    fakes.put(bed.world, deployment)
+    fakes.put(
+        bed.world,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "llm-0",
+                "namespace": "support",
+                "labels": {"ai.deckhouse.io/inference-service-uid": uid},
+                "annotations": {SIMULATOR_ENDPOINT_ANNOTATION: url},
+            },
+            "spec": {"nodeName": "node-a"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        },
+    )
+
+
+def test_a_hung_endpoint_never_holds_a_worker(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    woken: list[str] = []
+    bed.reconciler.background = background = Background(woken.append, workers=2)
+    bed.reconciler.actor._background = background
+    held = HeldEndpoint()
+    try:
+        uid = bed.order("llm")
+        bed.settle(uid)
+        serving(bed, uid, held.url)
+        bed.settle(uid)  # the pass starts the probe and returns while it hangs
+        assert held.asked.wait(10)
+        assert not bed.events(uid, ev.ProbeSucceeded)
+        assert background.busy(("probe", uid))
+        held.release.set()
+        eventually(lambda: woken, timeout=10, what="the probe's end to wake the order")
+        assert woken == [uid]
+        bed.settle(uid, passes=1)
+        (succeeded,) = bed.events(uid, ev.ProbeSucceeded)
+        assert succeeded.observed_at == NOW
+    finally:
+        held.close()
+        background.stop()
+        bed.log.close()

@@ -1,0 +1,527 @@
+"""A plain cluster, and a leader that never wedges: on a control plane of this module's own.
+
+The session cluster carries the stand-in CRDs (ai-models, ModuleConfig, DRA) and its
+Lease is the e2e controller's; deleting either there would break other tests. So this
+module starts one more control plane with only the project's own CRDs, RBAC and
+namespaces — what a cluster without Deckhouse, the ai-models module or DRA v1 serves —
+and runs controllers against it, in-process and as `ai-inference controller` processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+import adapters
+import store
+from adapters.cluster import bootstrap, local
+from adapters.kubernetes import kinds
+from adapters.kubernetes.controller import (
+    LEASE_NAME,
+    LEASE_NAMESPACE,
+    Controller,
+    LeadershipLost,
+)
+from adapters.kubernetes.fencing import NotLeading
+from adapters.kubernetes.manifests import Applier, load_documents, manifest_files
+from adapters.kubernetes.settings import Source
+from adapters.kubernetes.watching import Informer
+from adapters.platform import install_module
+from adapters.resources import resource_dir
+from adapters.simulator.hub import StandInHub
+from tests.support.polling import eventually
+
+pytestmark = pytest.mark.cluster
+
+GROUP, VERSION = "ai.deckhouse.io", "v1alpha1"
+REPO = Path(adapters.__file__).resolve().parent.parent
+QWEN_AWQ = "Qwen/Qwen2.5-32B-Instruct-AWQ"
+HPA = "autoscaling/v2beta2"  # the local 1.20 server
+
+
+# deploy/rbac/controller.yaml's ClusterRole of the controller.
+CONTROLLER_ROLE = "d8:ai-inference:controller"
+
+
+@dataclass
+class Plain:
+    state: local.ClusterState
+    folder: Path
+
+    def api(self, identity: str) -> ApiClient:
+        return bootstrap.api_client(self.state.kubeconfig(identity))
+
+    def holder(self) -> str | None:
+        """The Lease's holder now ('' when released), None when there is no Lease."""
+        leases = client.CoordinationV1Api(self.api("admin"))
+        try:
+            lease = leases.read_namespaced_lease(LEASE_NAME, LEASE_NAMESPACE)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return lease.spec.holder_identity or ""
+
+
+def _standin_crds() -> list[dict[str, Any]]:
+    return load_documents(manifest_files(resource_dir("tests/crds")))
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plain]:
+    folder = tmp_path_factory.mktemp("plain")
+    state = local.up(folder)
+    try:
+        standin = {d["metadata"]["name"] for d in _standin_crds()}
+        docs = [
+            d
+            for d in bootstrap.bootstrap_documents()
+            if not (d["kind"] == "CustomResourceDefinition" and d["metadata"]["name"] in standin)
+        ]
+        with bootstrap.api_client(state.kubeconfig("admin")) as admin:
+            Applier(admin).apply_all(docs)
+            install_module(admin)
+        yield Plain(state, folder)
+    finally:
+        local.down(folder)
+
+
+@pytest.fixture
+def no_lease(plain: Plain) -> Iterator[None]:
+    """Each test campaigns for a Lease no one holds, and leaves none behind."""
+    leases = client.CoordinationV1Api(plain.api("admin"))
+
+    def delete() -> None:
+        try:
+            leases.delete_namespaced_lease(LEASE_NAME, LEASE_NAMESPACE)
+        except ApiException as exc:
+            assert exc.status == 404
+
+    delete()
+    yield
+    delete()
+
+
+def _order(name: str, model: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": {"inferenceServiceClassName": "default-llm", "model": model},
+    }
+
+
+def _condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return dict(cond)
+    return None
+
+
+# --- a plain cluster ----------------------------------------------------------------------
+
+
+def test_the_controller_serves_orders_without_catalog_module_config_or_dra(
+    plain: Plain, no_lease: None, tmp_path: Path
+) -> None:
+    hub = StandInHub()
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(f"huggingFace: {{endpoint: '{hub.url}'}}\ningressClass: plain\n")
+    log = store.open_log(f"sqlite:///{tmp_path / 'log.sqlite'}")
+    controller = Controller(
+        plain.api("controller"),
+        log,
+        settings=Source.from_file(settings),
+        sync_timeout=20,
+        hpa_api_version=HPA,
+        discovery_period=1.0,
+    )
+    custom = client.CustomObjectsApi(plain.api("admin"))
+    try:
+        controller.start(wait=30)  # before: the catalog's informers never synced
+        # Without a ModuleConfig the file is in force, and its hub is the one asked.
+        assert controller.settings().ingress_class == "plain"
+        assert controller.hub_endpoint == controller.settings().hugging_face.endpoint == hub.url
+        assert not controller.cache.models.present and not controller.cache.device_classes.present
+
+        create = custom.create_namespaced_custom_object
+        create(GROUP, VERSION, "support", "inferenceservices", _order("hf", {
+            "src": "HuggingFace", "ref": {"name": QWEN_AWQ},
+        }))  # fmt: skip
+        create(GROUP, VERSION, "support", "inferenceservices", _order("catalog", {
+            "src": "ai-models", "ref": {"kind": "ClusterModel", "name": "qwen"},
+        }))  # fmt: skip
+
+        def get(name: str) -> dict[str, Any]:
+            return dict(
+                custom.get_namespaced_custom_object(
+                    GROUP, VERSION, "support", "inferenceservices", name
+                )
+            )
+
+        resolved = eventually(
+            lambda: _condition(get("hf"), "ModelResolved"), what="hf order gets a status"
+        )
+        assert (resolved["status"], resolved["reason"]) == ("True", "ModelResolved")
+        assert get("hf")["status"]["phase"]
+        catalog = eventually(
+            lambda: _condition(get("catalog"), "ModelResolved"), what="catalog order status"
+        )
+        assert (catalog["status"], catalog["reason"]) == ("False", "CatalogDisabled")
+        assert "does not serve ClusterModel" in catalog["message"]
+        assert controller.still_leading() and controller.alive()
+    finally:
+        controller.stop()
+        log.close()
+        hub.close()
+        for name in ("hf", "catalog"):
+            custom.delete_namespaced_custom_object(
+                GROUP, VERSION, "support", "inferenceservices", name
+            )
+    assert plain.holder() == ""  # stop() released the Lease
+
+
+def test_an_absent_kind_syncs_empty_and_is_picked_up_when_its_crd_appears(plain: Plain) -> None:
+    admin = plain.api("admin")
+    optional = Informer(admin, kinds.MODELS, optional=True, absent_poll=0.5)
+    required = Informer(admin, kinds.MODELS)
+    optional.start()
+    required.start()
+    crds = [d for d in _standin_crds() if d["spec"]["group"] == GROUP]
+    extensions = client.ApiextensionsV1Api(admin)
+    try:
+        assert optional.wait_synced(10) and optional.objects() == []
+        assert optional.present is False
+        assert not required.wait_synced(1.0)  # a kind that must exist still blocks
+
+        Applier(admin).apply_all(crds)
+        model = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Model",
+                 "metadata": {"name": "late"}, "spec": {}}  # fmt: skip
+        custom = client.CustomObjectsApi(admin)
+        eventually(lambda: _try_create(custom, model), what="the Model CRD to be served")
+        eventually(lambda: optional.get_by_name("support", "late"), what="the Model cached")
+        assert optional.present is True
+    finally:
+        for crd in crds:
+            extensions.delete_custom_resource_definition(crd["metadata"]["name"])
+        # The kind going away empties the cache again (a synthetic deletion).
+        eventually(lambda: optional.present is False and optional.objects() == [], timeout=60)
+        optional.stop()
+        required.stop()
+
+
+def _try_create(custom: client.CustomObjectsApi, body: dict[str, Any]) -> bool:
+    try:
+        custom.create_namespaced_custom_object(GROUP, VERSION, "support", "models", body)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False  # the CRD is not established yet
+        raise
+    return True
+
+
+# --- leadership never wedges --------------------------------------------------------------
+
+
+def test_a_leader_whose_caches_do_not_sync_releases_the_lease(
+    plain: Plain, no_lease: None, tmp_path: Path
+) -> None:
+    log = store.open_log(f"sqlite:///{tmp_path / 'log.sqlite'}")
+    # The controller may no longer list PriorityClasses: that cache never syncs (403,
+    # retried), whatever the machine's speed.
+    rbac = client.RbacAuthorizationV1Api(plain.api("admin"))
+    role = rbac.read_cluster_role(CONTROLLER_ROLE)
+    kept = [r for r in role.rules if "priorityclasses" not in (r.resources or [])]
+    rbac.patch_cluster_role(
+        CONTROLLER_ROLE, {"rules": [rbac.api_client.sanitize_for_serialization(r) for r in kept]}
+    )
+    controller = Controller(plain.api("controller"), log, sync_timeout=3.0, identity="slow")
+    try:
+        with pytest.raises(LeadershipLost, match="caches did not sync"):
+            controller.start(wait=40)  # before: a TimeoutError, still holding the Lease
+        assert not controller.alive() and not controller.still_leading()
+        eventually(lambda: plain.holder() == "", timeout=10, what="the Lease released")
+    finally:
+        controller.stop()
+        log.close()
+        rbac.patch_cluster_role(
+            CONTROLLER_ROLE,
+            {"rules": [rbac.api_client.sanitize_for_serialization(r) for r in role.rules]},
+        )
+
+
+def test_a_leader_whose_log_fails_at_take_over_releases_the_lease(
+    plain: Plain, no_lease: None, tmp_path: Path
+) -> None:
+    path = tmp_path / "log.sqlite"
+    log = store.open_log(f"sqlite:///{path}")
+    # Another writer holds the log: reads work, the take-over's epoch claim times out.
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    controller = Controller(plain.api("controller"), log, identity="blocked")
+    try:
+        with pytest.raises(LeadershipLost, match="take-over failed"):
+            controller.start(wait=40)
+        assert not controller.alive()
+        eventually(lambda: plain.holder() == "", timeout=10, what="the Lease released")
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        controller.stop()
+        log.close()
+
+
+def test_a_stale_epoch_ends_leadership_like_a_lost_lease(
+    plain: Plain, no_lease: None, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'log.sqlite'}"
+    log = store.open_log(url)
+    controller = Controller(
+        plain.api("controller"),
+        log,
+        identity="old",
+        discovery_period=1.0,
+        sync_timeout=20,
+        hpa_api_version=HPA,
+    )
+    custom = client.CustomObjectsApi(plain.api("admin"))
+    try:
+        controller.start(wait=30)
+        with store.open_log(url) as newer:
+            newer.claim_epoch(controller.epoch + 5)  # a newer leader wrote to the log
+        name = f"stale-{uuid.uuid4().hex[:6]}"
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, "support", "inferenceservices",
+            _order(name, {"src": "HuggingFace", "ref": {"name": QWEN_AWQ}}),
+        )  # fmt: skip
+        # The pass's first append meets the newer epoch: leadership ends, Lease released.
+        eventually(controller.lost.is_set, what="leadership ended")
+        assert not controller.still_leading() and not controller.alive()
+        assert "newer controller" in (controller.failure or "")
+        eventually(lambda: plain.holder() == "", timeout=10, what="the Lease released")
+        custom.delete_namespaced_custom_object(GROUP, VERSION, "support", "inferenceservices", name)
+    finally:
+        controller.stop()
+        log.close()
+
+
+class Process:
+    """`ai-inference controller` as a process, its stdout lines collected with times."""
+
+    def __init__(self, plain: Plain, store_url: str, *extra: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "adapters.cli.main", "controller",
+                f"--kubeconfig={plain.state.kubeconfig('controller')}",
+                f"--store={store_url}", "--health-port=0",
+                "--hpa-api-version=autoscaling/v2beta2", *extra,
+            ],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.lines: list[tuple[float, str]] = []
+        self._errors: list[str] = []
+        # Both pipes drained as the process writes: a full pipe would block its logging.
+        self._readers = [
+            threading.Thread(target=self._read, daemon=True),
+            threading.Thread(target=self._read_errors, daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self._errors)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic(), line))
+
+    def _read_errors(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self._errors.append(line)
+
+    def said_at(self, text: str) -> float | None:
+        return next((t for t, line in self.lines if text in line), None)
+
+    def leading_at(self) -> float | None:
+        return self.said_at("controller leading")
+
+    def wait(self, timeout: float) -> int:
+        code = self.proc.wait(timeout)
+        for reader in self._readers:
+            reader.join(10)
+        return code
+
+    def kill(self) -> None:
+        """Make sure it is gone and its pipes are closed."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        for reader in self._readers:
+            reader.join(10)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def test_on_sigterm_the_leader_hands_over_within_seconds(
+    plain: Plain, no_lease: None, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'log.sqlite'}"
+    first = Process(plain, url)
+    second: Process | None = None
+    try:
+        eventually(first.leading_at, timeout=60, what="the first controller leads")
+        second = Process(plain, url)
+        eventually(lambda: second.said_at("campaigning"), timeout=60, what="a standby")
+        time.sleep(2.0)  # a renewal round or two: it has seen the Lease held
+        assert second.leading_at() is None
+        sent = time.monotonic()
+        first.proc.send_signal(signal.SIGTERM)
+        assert first.wait(30) == 0, first.stderr
+        took = eventually(second.leading_at, timeout=30, what="the standby leads") - sent
+        # The Lease lasts 15 s: only a released Lease lets the standby lead this soon.
+        assert took < 8.0, f"standby led {took:.1f}s after SIGTERM"
+    finally:
+        first.kill()
+        if second is not None:
+            second.proc.send_signal(signal.SIGTERM)
+            code = second.wait(30)
+            second.kill()
+            assert code == 0, second.stderr
+
+
+def test_a_leader_that_cannot_work_exits_non_zero_and_frees_the_lease(
+    plain: Plain, no_lease: None, tmp_path: Path
+) -> None:
+    proc = Process(plain, f"sqlite:///{tmp_path / 'log.sqlite'}", "--sync-timeout=0.001")
+    try:
+        assert proc.wait(120) == 1  # a loaded machine takes seconds just to import
+        assert "caches did not sync" in proc.stderr
+        assert plain.holder() == ""
+    finally:
+        proc.kill()
+
+
+def _secret(name: str) -> dict[str, Any]:
+    # A kind the controller's RBAC lets it create (its token Secrets).
+    return {"metadata": {"name": name}, "stringData": {"written": "yes"}}
+
+
+def test_after_the_lease_is_taken_the_old_leader_writes_nothing(
+    plain: Plain, no_lease: None, tmp_path: Path
+) -> None:
+    log = store.open_log(f"sqlite:///{tmp_path / 'log.sqlite'}")
+    controller = Controller(
+        plain.api("controller"),
+        log,
+        identity="old",
+        discovery_period=1.0,
+        sync_timeout=20,
+        hpa_api_version=HPA,
+    )
+    admin = plain.api("admin")
+    leases, core = client.CoordinationV1Api(admin), client.CoreV1Api(admin)
+    name = f"fence-{uuid.uuid4().hex[:6]}"
+    try:
+        controller.start(wait=30)
+        writes = client.CoreV1Api(controller.write_api)  # what every write goes through
+        writes.create_namespaced_secret("support", _secret(f"{name}-before"))
+        # Another candidate takes the Lease (as after a partition): a fresh renewal.
+        lease = leases.read_namespaced_lease(LEASE_NAME, LEASE_NAMESPACE)
+        lease.spec.holder_identity = "new"
+        lease.spec.renew_time = datetime.now(UTC)
+        lease.spec.lease_transitions += 1
+        leases.replace_namespaced_lease(LEASE_NAME, LEASE_NAMESPACE, lease)
+        eventually(controller.lost.is_set, what="the old leader noticed")
+        assert not controller.still_leading() and not controller.alive()
+        with pytest.raises(NotLeading):
+            writes.create_namespaced_secret("support", _secret(f"{name}-after"))
+        assert writes.read_namespaced_secret(f"{name}-before", "support")  # reads work
+        with pytest.raises(ApiException) as absent:
+            core.read_namespaced_secret(f"{name}-after", "support")
+        assert absent.value.status == 404
+        assert plain.holder() == "new"  # the old leader did not release another's Lease
+    finally:
+        controller.stop()
+        log.close()
+        with contextlib.suppress(ApiException):
+            core.delete_namespaced_secret(f"{name}-before", "support")
+
+
+def test_a_module_config_appearing_later_replaces_the_file_and_re_points_the_hub(
+    plain: Plain, no_lease: None, tmp_path: Path
+) -> None:
+    first, second = StandInHub(), StandInHub()
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(f"huggingFace: {{endpoint: '{first.url}'}}\ningressClass: plain\n")
+    log = store.open_log(f"sqlite:///{tmp_path / 'log.sqlite'}")
+    controller = Controller(
+        plain.api("controller"),
+        log,
+        settings=Source.from_file(settings),
+        sync_timeout=20,
+        hpa_api_version=HPA,
+        discovery_period=0.5,
+    )
+    admin = plain.api("admin")
+    crds = [d for d in _standin_crds() if d["spec"]["group"] == "deckhouse.io"]
+    custom = client.CustomObjectsApi(admin)
+    try:
+        controller.start(wait=30)
+        assert controller.hub_endpoint == first.url
+        Applier(admin).apply_all(crds)
+        config = {
+            "apiVersion": "deckhouse.io/v1alpha1",
+            "kind": "ModuleConfig",
+            "metadata": {"name": "ai-inference"},
+            "spec": {"version": 1, "settings": {"huggingFace": {"endpoint": second.url}}},
+        }
+        eventually(
+            lambda: _try_create_cluster(custom, "deckhouse.io", "moduleconfigs", config),
+            what="the ModuleConfig CRD to be served",
+        )
+        eventually(lambda: controller.hub_endpoint == second.url, what="the hub re-pointed")
+        in_force = controller.settings()
+        assert in_force.hugging_face.endpoint == second.url  # what HF_ENDPOINT renders
+        assert in_force.ingress_class == "nginx"  # the file no longer applies at all
+    finally:
+        controller.stop()
+        log.close()
+        first.close()
+        second.close()
+        extensions = client.ApiextensionsV1Api(admin)
+        for crd in crds:
+            extensions.delete_custom_resource_definition(crd["metadata"]["name"])
+
+
+def _try_create_cluster(
+    custom: client.CustomObjectsApi, group: str, plural: str, body: dict[str, Any]
+) -> bool:
+    try:
+        custom.create_cluster_custom_object(group, "v1alpha1", plural, body)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True

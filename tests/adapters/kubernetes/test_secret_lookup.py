@@ -1,0 +1,126 @@
+"""The controller's view of Secrets: its own token Secrets and those orders name, nothing else.
+
+Against the session cluster, with the controller's own identity (its RBAC from deploy/):
+a tenant's unrelated Secret never enters any cache, a named one is read by name, and a
+named Secret created after the order that names it reaches that order as a change.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from adapters.kubernetes.rendering import UID_LABEL
+from adapters.kubernetes.world import ClusterCache
+from tests.support.polling import eventually
+
+pytestmark = pytest.mark.cluster
+
+NS = "support"
+GROUP, VERSION = "ai.deckhouse.io", "v1alpha1"
+
+
+@pytest.fixture
+def names() -> dict[str, str]:
+    tag = uuid.uuid4().hex[:6]
+    return {k: f"{k}-{tag}" for k in ("unrelated", "hf", "late", "token", "order")}
+
+
+@pytest.fixture
+def core(cluster: Any, names: dict[str, str]) -> Iterator[client.CoreV1Api]:
+    api = client.CoreV1Api(cluster.api_client("admin"))
+    yield api
+    for key in ("unrelated", "hf", "late", "token"):
+        try:
+            api.delete_namespaced_secret(names[key], NS)
+        except ApiException as exc:
+            assert exc.status == 404
+    try:
+        client.CustomObjectsApi(cluster.api_client("admin")).delete_namespaced_custom_object(
+            GROUP, VERSION, NS, "inferenceservices", names["order"]
+        )
+    except ApiException as exc:
+        assert exc.status == 404
+
+
+def _secret(name: str, value: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "data": {"token": base64.b64encode(value.encode()).decode()},
+    }
+
+
+@pytest.fixture
+def cache(cluster: Any) -> Iterator[ClusterCache]:
+    world = ClusterCache(
+        cluster.api_client("controller"), hpa_api_version="autoscaling/v2beta2", secret_refresh=0.3
+    )
+    changed: list[str] = []
+    world.watch_changes(changed.extend)
+    world.changed = changed  # type: ignore[attr-defined]
+    world.start()
+    assert world.wait_synced(30), world.unsynced()
+    yield world
+    world.stop()
+
+
+def test_secrets_no_order_names_never_enter_the_cache(
+    cache: ClusterCache, core: client.CoreV1Api, names: dict[str, str]
+) -> None:
+    core.create_namespaced_secret(NS, _secret(names["unrelated"], "tenant-private-value"))
+    token = core.create_namespaced_secret(
+        NS, _secret(names["token"], "ours", {UID_LABEL: "some-order-uid"})
+    )
+    # The labelled token Secret arrives through the watch...
+    eventually(lambda: cache.token_secrets.get_by_name(NS, names["token"]), what="token cached")
+    reads = cache.secrets.reads
+    assert cache.secrets.get_by_name(NS, names["token"])["metadata"]["uid"] == token.metadata.uid
+    assert cache.secrets.reads == reads  # ...so reading it costs no request
+    # ...while the tenant's other Secret is held by no informer (before: every Secret was).
+    time.sleep(1.0)
+    for informer in cache.informers:
+        assert informer.get_by_name(NS, names["unrelated"]) is None, informer.name
+    assert cache.secrets.cached_keys() == []
+
+
+def test_a_named_secret_is_read_by_name_and_its_later_creation_wakes_the_order(
+    cluster: Any, cache: ClusterCache, core: client.CoreV1Api, names: dict[str, str]
+) -> None:
+    core.create_namespaced_secret(NS, _secret(names["hf"], "hf_value"))
+    secret = cache.secrets.get_by_name(NS, names["hf"])
+    assert base64.b64decode(secret["data"]["token"]) == b"hf_value"
+    reads = cache.secrets.reads
+    assert cache.secrets.get_by_name(NS, names["hf"]) == secret
+    assert cache.secrets.reads == reads  # the TTL cache answered
+
+    order = client.CustomObjectsApi(cluster.api_client("admin")).create_namespaced_custom_object(
+        GROUP, VERSION, NS, "inferenceservices",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
+            "metadata": {"name": names["order"]},
+            "spec": {"model": {"src": "HuggingFace", "ref": {"name": "org/gated"},
+                               "authSecretRef": {"name": names["late"]}}},
+        },
+    )  # fmt: skip
+    uid = order["metadata"]["uid"]
+    eventually(lambda: cache.orders.get(uid), what="the order cached")
+    assert cache.secrets.get_by_name(NS, names["late"]) is None  # not there yet
+    cache.changed.clear()  # type: ignore[attr-defined]
+    core.create_namespaced_secret(NS, _secret(names["late"], "hf_late"))
+    # A refresh re-reads the Secrets orders name and routes the change to the order.
+    eventually(lambda: uid in cache.changed, what="the order woken")  # type: ignore[attr-defined]
+    late = cache.secrets.get_by_name(NS, names["late"])
+    assert late is not None and base64.b64decode(late["data"]["token"]) == b"hf_late"
+    # A Secret no order names is dropped at the next refresh.
+    eventually(
+        lambda: (NS, names["hf"]) not in cache.secrets.cached_keys(),
+        what="the unnamed Secret dropped",
+    )
+    assert (NS, names["late"]) in cache.secrets.cached_keys()

@@ -1,0 +1,440 @@
+"""The controller converges (issue: level-based repair, pruning, capacity promised once).
+
+Against the real API server with the simulator: owned objects deleted or edited are put
+back, what the class no longer allows is removed, a burst of orders never gets one
+device twice, a class tried for lack of devices is tried again when capacity appears,
+and a hub outage does not demote a Ready order. Every test counts the controller's
+writes (its one Writer) or repairs, so a loop that writes forever fails.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from adapters.platform import LocalPlatform
+from adapters.probes.targets import AnnotatedPodTarget
+from adapters.simulator.hub import StandInHub
+from fsm import events as ev
+from fsm.fold import fold
+from fsm.identity import OrderRef
+from tests.e2e.conftest import Orders, wait_for
+from tests.e2e.test_capacity_paths import (
+    L4,
+    QWEN_SMALL,
+    Admin,
+    admin_fixture,  # noqa: F401 - a fixture
+    class_ready,
+    class_spec,
+    events_of,
+    extra_capacity,
+    gpu_node,
+    hf,
+    orders_fixture,  # noqa: F401 - a fixture
+    product_class,
+)
+
+pytestmark = pytest.mark.cluster
+
+GROUP, VERSION, CLASSES = "ai.deckhouse.io", "v1alpha1", "inferenceserviceclasses"
+NS = "support"
+
+
+def external_token(device_classes: list[str]) -> dict[str, Any]:
+    spec = class_spec(device_classes)
+    spec["exposurePolicy"] = {
+        "type": "External",
+        "authentication": "Token",
+        "https": {"mode": "Disabled"},
+    }
+    return spec
+
+
+def settle(platform: LocalPlatform, uid: str, seconds: float = 2.0) -> int:
+    """Ask for passes of the order for a while; the controller's writes meanwhile."""
+    writer = platform.controller.writer
+    before = writer.writes
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        platform.controller.queue.add(uid)
+        time.sleep(0.2)
+    time.sleep(0.5)
+    return writer.writes - before
+
+
+def rolled_out(admin: Admin, name: str) -> bool:
+    status = admin.apps.read_namespaced_deployment(name, NS).status
+    return (
+        (status.updated_replicas or 0)
+        == (status.replicas or 0)
+        == (status.available_replicas or 0)
+        >= 1
+    )
+
+
+def live_uid(read: Any) -> str | None:
+    try:
+        return str(read().metadata.uid)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def recreated(read: Any, old: str) -> str:
+    return wait_for(
+        lambda: uid if (uid := live_uid(read)) not in (None, old) else None,
+        timeout=30,
+        what="the object to be made again",
+    )
+
+
+def phases(platform: LocalPlatform, uid: str, after: int) -> set[str]:
+    """Phases the order's status passed through since log version `after`."""
+    records = list(platform.log.read(uid))
+    seen = set()
+    state = fold([r.event for r in records[:after]])
+    for record in records[after:]:
+        state = fold([record.event], start=state)
+        seen.add(str(state.phase))
+    return seen
+
+
+@pytest.mark.timeout(240)
+def test_deleted_and_edited_children_come_back_with_no_false_phase(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    node = gpu_node("e2e-conv-node", [(L4, "24Gi")])
+    with extra_capacity(platform, [node], [product_class("e2e-conv-l4", L4)]):
+        admin.create_class("e2e-conv", external_token(["e2e-conv-l4"]))
+        class_ready(platform, "e2e-conv")
+        uid = orders(
+            "conv-repair", {"inferenceServiceClassName": "e2e-conv", "model": hf(QWEN_SMALL)}
+        )
+        alice.wait_phase(NS, "conv-repair", "Ready", timeout=90)
+        assert settle(platform, uid) == 0  # quiet: nothing differs, nothing is written
+        version = platform.log.stream(uid).version  # type: ignore[union-attr]
+        actor = platform.controller.reconciler.actor
+        core, apps = admin.core, admin.apps
+        net = client.NetworkingV1Api(admin.api)
+        custom = admin.custom
+        readers = {
+            "Service": lambda: core.read_namespaced_service("conv-repair", NS),
+            "Ingress": lambda: net.read_namespaced_ingress("conv-repair", NS),
+            "ResourceClaimTemplate": lambda: custom.get_namespaced_custom_object(
+                "resource.k8s.io", "v1", NS, "resourceclaimtemplates", "conv-repair"
+            ),
+        }
+        deleters = {
+            "Service": lambda: core.delete_namespaced_service(
+                "conv-repair", NS, _preload_content=False
+            ),
+            "Ingress": lambda: net.delete_namespaced_ingress(
+                "conv-repair", NS, _preload_content=False
+            ),
+            "ResourceClaimTemplate": lambda: custom.delete_namespaced_custom_object(
+                "resource.k8s.io", "v1", NS, "resourceclaimtemplates", "conv-repair"
+            ),
+        }
+        for kind, read in readers.items():
+            repairs = actor.repairs
+            old = live_uid(lambda r=read: _Meta(r()))
+            assert old is not None
+            deleters[kind]()
+            recreated(lambda r=read: _Meta(r()), old)
+            assert actor.repairs == repairs + 1, f"{kind}: one apply repairs it"
+            assert settle(platform, uid) == 0, f"{kind}: writes after the repair settled"
+
+        assert phases(platform, uid, version) <= {"Ready"}  # no false phase on the way
+        # An edit the apply reverts: the runtime's env (a real rollout, twice: the edit's
+        # and the revert's), and the Service retyped.
+        apps.patch_namespaced_deployment(
+            "conv-repair",
+            NS,
+            {
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "runtime",
+                                    "env": [{"name": "HF_HOME", "value": "/tmp/elsewhere"}],
+                                }
+                            ]
+                        }
+                    }
+                }
+            },
+        )
+
+        def env_restored() -> bool:
+            dep = apps.read_namespaced_deployment("conv-repair", NS)
+            env = {e.name: e.value for e in dep.spec.template.spec.containers[0].env or []}
+            return env.get("HF_HOME") not in (None, "/tmp/elsewhere")
+
+        wait_for(env_restored, timeout=30, what="the runtime's env reverted")
+
+        wait_for(lambda: rolled_out(admin, "conv-repair"), timeout=90, what="the rollout")
+        alice.wait_phase(NS, "conv-repair", "Ready", timeout=90)
+        core.patch_namespaced_service(
+            "conv-repair", NS, {"spec": {"type": "ExternalName", "externalName": "evil.example"}}
+        )
+        wait_for(
+            lambda: core.read_namespaced_service("conv-repair", NS).spec.type == "ClusterIP",
+            timeout=30,
+            what="the Service typed ClusterIP again",
+        )
+        assert settle(platform, uid, seconds=3.0) == 0
+        obj = alice.get(NS, "conv-repair")
+        assert obj is not None and obj["status"]["phase"] == "Ready"
+        assert len(events_of(platform, uid, ev.WorkloadApplied)) == 1  # repairs, no new plan
+
+
+class _Meta:
+    """`live_uid` reads `.metadata.uid` of generated models and of dicts alike."""
+
+    def __init__(self, obj: Any) -> None:
+        uid = obj["metadata"]["uid"] if isinstance(obj, dict) else obj.metadata.uid
+        self.metadata = type("M", (), {"uid": uid})
+
+
+@pytest.mark.timeout(300)
+def test_a_rotated_token_reaches_the_runtime(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    node = gpu_node("e2e-rot-node", [(L4, "24Gi")])
+    with extra_capacity(platform, [node], [product_class("e2e-rot-l4", L4)]):
+        admin.create_class("e2e-rot", external_token(["e2e-rot-l4"]))
+        class_ready(platform, "e2e-rot")
+        uid = orders(
+            "conv-rotate", {"inferenceServiceClassName": "e2e-rot", "model": hf(QWEN_SMALL)}
+        )
+        alice.wait_phase(NS, "conv-rotate", "Ready", timeout=90)
+        core = admin.core
+        old = core.read_namespaced_secret("conv-rotate-auth", NS)
+        old_token = base64.b64decode(old.data["token"]).decode()
+        core.delete_namespaced_secret("conv-rotate-auth", NS, _preload_content=False)
+        new_uid = recreated(
+            lambda: core.read_namespaced_secret("conv-rotate-auth", NS), old.metadata.uid
+        )
+
+        def rolled() -> bool:
+            dep = admin.apps.read_namespaced_deployment("conv-rotate", NS)
+            marked = (dep.spec.template.metadata.annotations or {}).get(
+                "ai.deckhouse.io/auth-secret-uid"
+            )
+            return (
+                marked == new_uid
+                and (dep.status.updated_replicas or 0) >= 1
+                and (dep.status.available_replicas or 0) >= 1
+                and (dep.status.replicas or 0) == (dep.status.updated_replicas or 0)
+            )
+
+        wait_for(rolled, timeout=90, what="the pods rolled to the new token")
+        obj = alice.wait_phase(NS, "conv-rotate", "Ready", timeout=90)
+        new_token = base64.b64decode(
+            core.read_namespaced_secret("conv-rotate-auth", NS).data["token"]
+        ).decode()
+        assert new_token != old_token
+        url = _stub_url(platform, uid)
+        assert (
+            httpx.get(
+                f"{url}/v1/models", headers={"Authorization": f"Bearer {new_token}"}, timeout=5
+            ).status_code
+            == 200
+        )
+        assert (
+            httpx.get(
+                f"{url}/v1/models", headers={"Authorization": f"Bearer {old_token}"}, timeout=5
+            ).status_code
+            == 401
+        )
+        assert obj["status"]["phase"] == "Ready"
+
+
+def _stub_url(platform: LocalPlatform, uid: str) -> str:
+    def url() -> str | None:
+        return AnnotatedPodTarget().resolve(
+            OrderRef("x", NS, uid), platform.controller.cache.pods_of(uid)
+        )
+
+    return wait_for(url, timeout=30, what="a Ready pod's stub")
+
+
+@pytest.mark.timeout(300)
+def test_a_class_switched_to_cluster_local_without_token_prunes_and_back(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    node = gpu_node("e2e-prune-node", [(L4, "24Gi"), (L4, "24Gi")])
+    with extra_capacity(platform, [node], [product_class("e2e-prune-l4", L4)]):
+        admin.create_class("e2e-prune", external_token(["e2e-prune-l4"]))
+        class_ready(platform, "e2e-prune")
+        orders("conv-prune", {"inferenceServiceClassName": "e2e-prune", "model": hf(QWEN_SMALL)})
+        alice.wait_phase(NS, "conv-prune", "Ready", timeout=90)
+        core, net = admin.core, client.NetworkingV1Api(admin.api)
+        assert live_uid(lambda: net.read_namespaced_ingress("conv-prune", NS))
+        assert live_uid(lambda: core.read_namespaced_secret("conv-prune-auth", NS))
+
+        def set_exposure(exposure: dict[str, Any]) -> None:
+            admin.custom.patch_cluster_custom_object(
+                GROUP, VERSION, CLASSES, "e2e-prune", {"spec": {"exposurePolicy": exposure}}
+            )
+
+        set_exposure({"type": "ClusterLocal", "authentication": "None", "https": None})
+        wait_for(
+            lambda: (
+                live_uid(lambda: net.read_namespaced_ingress("conv-prune", NS)) is None
+                and live_uid(lambda: core.read_namespaced_secret("conv-prune-auth", NS)) is None
+            ),
+            timeout=60,
+            what="the Ingress and the token Secret pruned",
+        )
+        obj = alice.wait_phase(NS, "conv-prune", "Ready", timeout=90)
+        assert "authSecretName" not in obj["status"] or not obj["status"]["authSecretName"]
+        assert live_uid(lambda: core.read_namespaced_service("conv-prune", NS))  # kept
+
+        set_exposure({"type": "External", "authentication": "Token", "https": {"mode": "Disabled"}})
+        wait_for(
+            lambda: (
+                live_uid(lambda: net.read_namespaced_ingress("conv-prune", NS))
+                and live_uid(lambda: core.read_namespaced_secret("conv-prune-auth", NS))
+            ),
+            timeout=60,
+            what="the Ingress and the token Secret back",
+        )
+        # The new token's UID rolls the pods: wait for that before counting writes.
+        wait_for(lambda: rolled_out(admin, "conv-prune"), timeout=90, what="the rollout")
+        obj = alice.wait_phase(NS, "conv-prune", "Ready", timeout=90)
+        assert settle(platform, obj["metadata"]["uid"]) == 0
+
+
+@pytest.mark.timeout(300)
+def test_a_burst_never_promises_a_device_twice(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    """Three orders wait for a class that does not exist yet; creating it wakes all three
+    at once on both workers: two devices, so two Ready and exactly one NoCapacity at once,
+    and no order ever waits for devices it was promised."""
+    node = gpu_node("e2e-burst-node", [(L4, "24Gi"), (L4, "24Gi")])
+    with extra_capacity(platform, [node], [product_class("e2e-burst-l4", L4)]):
+        names = ["conv-burst-a", "conv-burst-b", "conv-burst-c"]
+        uids = {
+            name: orders(name, {"inferenceServiceClassName": "e2e-burst", "model": hf(QWEN_SMALL)})
+            for name in names
+        }
+        for name in names:
+            alice.wait_phase(NS, name, "Pending", reason="ClassNotFound", timeout=60)
+        admin.create_class("e2e-burst", class_spec(["e2e-burst-l4"]))
+
+        def settled() -> dict[str, str] | None:
+            found = {
+                n: ((alice.get(NS, n) or {}).get("status") or {}).get("phase", "") for n in names
+            }
+            ready = [n for n, p in found.items() if p == "Ready"]
+            return found if len(ready) == 2 else None
+
+        wait_for(settled, timeout=120, what="two of three orders Ready")
+        for uid in uids.values():
+            assert settle(platform, uid, seconds=1.0) == 0  # the NoCapacity one included
+        no_capacity = []
+        for name, uid in uids.items():
+            planned = events_of(platform, uid, ev.PlanComputed)
+            failed = [
+                e for e in events_of(platform, uid, ev.PlanFailed) if e.reason.value == "NoCapacity"
+            ]
+            waited = [
+                e for e in events_of(platform, uid, ev.WorkloadObserved) if e.unallocated_since
+            ]
+            assert not waited, f"{name} waited for devices it was promised"
+            assert not events_of(platform, uid, ev.DeviceClassTried)
+            if failed:
+                assert not planned, f"{name} was planned and then had no capacity"
+                no_capacity.append(name)
+        assert len(no_capacity) == 1
+
+
+@pytest.mark.timeout(300)
+def test_capacity_added_to_an_exhausted_order_makes_it_ready_with_no_edit(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    reconciler = platform.controller.reconciler
+    before = reconciler.allocation_grace_seconds
+    reconciler.allocation_grace_seconds = 3.0
+    cordoned = gpu_node("e2e-add-cordoned", [(L4, "24Gi")], cordoned=True)
+    try:
+        with extra_capacity(platform, [cordoned], [product_class("e2e-add-l4", L4)]) as publish:
+            admin.create_class("e2e-add", class_spec(["e2e-add-l4"]))
+            class_ready(platform, "e2e-add")
+            uid = orders(
+                "conv-add", {"inferenceServiceClassName": "e2e-add", "model": hf(QWEN_SMALL)}
+            )
+            alice.wait_phase(NS, "conv-add", "Pending", reason="ResourceClaimExhausted", timeout=90)
+            fresh = gpu_node("e2e-add-fresh", [(L4, "24Gi")])
+            publish([cordoned, fresh], [product_class("e2e-add-l4", L4)])
+            alice.wait_phase(NS, "conv-add", "Ready", timeout=120)
+            (retried,) = events_of(platform, uid, ev.DeviceClassRetried)
+            assert retried.device_class == "e2e-add-l4"
+            obj = alice.get(NS, "conv-add")
+            assert obj is not None and obj["metadata"]["generation"] == 1  # no edit
+            assert settle(platform, uid) == 0
+    finally:
+        reconciler.allocation_grace_seconds = before
+
+
+@pytest.mark.timeout(300)
+def test_a_hub_outage_does_not_demote_a_ready_order(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    node = gpu_node("e2e-blip-node", [(L4, "24Gi")])
+    with extra_capacity(platform, [node], [product_class("e2e-blip-l4", L4)]):
+        admin.create_class("e2e-blip", class_spec(["e2e-blip-l4"]))
+        class_ready(platform, "e2e-blip")
+        uid = orders(
+            "conv-blip", {"inferenceServiceClassName": "e2e-blip", "model": hf(QWEN_SMALL)}
+        )
+        alice.wait_phase(NS, "conv-blip", "Ready", timeout=90)
+        hub = platform.hub
+        host, port = hub.url.removeprefix("http://").rsplit(":", 1)
+        hub.close()
+        writes = platform.controller.writer.writes
+        try:
+            resolver = platform.controller._hub
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                resolver.clear_cache()  # every pass asks the (unreachable) hub
+                platform.controller.queue.add(uid)
+                obj = alice.get(NS, "conv-blip")
+                assert obj is not None and obj["status"]["phase"] == "Ready"
+                time.sleep(1.0)
+            model = next(
+                c
+                for c in alice.get(NS, "conv-blip")["status"]["conditions"]  # type: ignore[index]
+                if c["type"] == "ModelResolved"
+            )
+            assert (model["status"], model["reason"]) == ("True", "ModelResolved")
+            assert "unreachable" in model["message"]
+            # One status and one Warning Event say so, however many passes ask the hub.
+            assert platform.controller.writer.writes - writes <= 2
+        finally:
+            platform.hub = StandInHub(host=host, port=int(port))
+        resolver.clear_cache()
+        platform.controller.queue.add(uid)
+        wait_for(
+            lambda: (
+                "unreachable"
+                not in next(
+                    c["message"]
+                    for c in (alice.get(NS, "conv-blip") or {})["status"]["conditions"]
+                    if c["type"] == "ModelResolved"
+                )
+            ),
+            timeout=30,
+            what="the plain message back",
+        )
+        assert len(events_of(platform, uid, ev.PlanComputed)) == 1  # never replanned

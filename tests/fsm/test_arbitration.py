@@ -1,0 +1,262 @@
+"""The arbitration's pure decisions (fsm/arbitration.py, docs/priority.md): the record on a
+victim, which claims belong to whom, what a take leaves, what growth may take, and when
+replicas come back. The scale-downs themselves run end to end in
+tests/e2e/test_capacity_paths.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from fsm.placement.arbitration import (
+    TAKEN_ANNOTATION,
+    GiveBack,
+    Holding,
+    OrderView,
+    Ruling,
+    Taker,
+    Taking,
+    Verdict,
+    growth_snapshot,
+    rule,
+    take,
+    taken_verdict,
+    victims_of,
+)
+from fsm.placement.capacity import ORDER_UID_LABEL, Allocation, Snapshot
+from fsm.reasons import Reason
+from fsm.values import PlacementMode, Plan, SharingMode
+from tests.support import planner_inputs as inputs
+from tests.support.planner_inputs import (
+    GPU_CLASS,
+    device_class,
+    gpu,
+    resource_slice,
+    snapshot,
+)
+
+
+def deployment(annotation: str | None) -> dict[str, Any]:
+    annotations = {TAKEN_ANNOTATION: annotation} if annotation is not None else {}
+    return {"metadata": {"name": "low", "namespace": "support", "annotations": annotations}}
+
+
+def test_the_record_round_trips_through_the_annotation() -> None:
+    record = Taking((Taker("support/high", "inference-high", 1),)).taken(
+        "support/high2", "inference-high", 2
+    )
+    back = Taking.of(deployment(record.dump()))
+    assert back == record
+    assert (back.replicas, back.by) == (3, "support/high, support/high2")
+    assert back.message().startswith("3 replica(s) taken by support/high, support/high2")
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [None, "", "not json", '{"takers": [{"order": "x"}]}', '{"takers": []}'],
+    ids=["absent", "empty", "garbage", "no-replicas", "nothing-taken"],
+)
+def test_no_record_or_an_unreadable_one_is_no_taking(annotation: str | None) -> None:
+    assert Taking.of(deployment(annotation)) is None
+
+
+def test_taking_again_adds_to_the_same_taker() -> None:
+    record = (
+        Taking(())
+        .taken("support/high", "inference-high", 1)
+        .taken("support/high", "inference-high", 1)
+    )
+    assert record.takers == (Taker("support/high", "inference-high", 2),)
+
+
+@pytest.mark.parametrize(
+    ("back", "gone", "left"),
+    [
+        (1, set(), {"support/old": 0, "support/new": 1}),
+        (1, {"support/new"}, {"support/old": 1, "support/new": 0}),
+        (2, set(), None),
+        (5, set(), None),
+    ],
+    ids=["oldest-first", "gone-taker-first", "all-back", "more-than-taken"],
+)
+def test_replicas_come_back_from_gone_takers_first_then_the_oldest(
+    back: int, gone: set[str], left: dict[str, int] | None
+) -> None:
+    record = Taking((Taker("support/old", "a", 1), Taker("support/new", "b", 1)))
+    after = record.given_back(back, gone=lambda name: name in gone)
+    if left is None:
+        assert after is None
+        return
+    assert after is not None
+    assert {t.order: t.replicas for t in after.takers} == {k: v for k, v in left.items() if v}
+
+
+def claim(name: str, holder: str | None) -> dict[str, Any]:
+    labels = {ORDER_UID_LABEL: holder} if holder else {}
+    return {"metadata": {"namespace": "support", "name": name, "labels": labels}}
+
+
+def test_victims_are_grouped_by_holder_and_gone_or_own_claims_free_nothing() -> None:
+    claims = [claim("low-a", "low"), claim("low-b", "low"), claim("mid-a", "mid"),
+              claim("mine", "me"), claim("foreign", None)]  # fmt: skip
+    reclaims = ["support/low-a", "support/mid-a", "support/low-b", "support/gone",
+                "support/mine", "support/foreign"]  # fmt: skip
+    assert victims_of(reclaims, claims, taker_uid="me") == {
+        "low": ["support/low-a", "support/low-b"],
+        "mid": ["support/mid-a"],
+    }
+
+
+def alloc(name: str, holder: str | None, priority: int | None) -> Allocation:
+    return Allocation("support", name, (f"gpu.nvidia.com/node/{name}",), 100, holder, priority)
+
+
+@pytest.mark.parametrize(
+    ("minimums", "reclaimable"),
+    [
+        ({"low": 1, "mid": 1}, {"support/low-1"}),
+        ({"low": 0, "mid": 0}, {"support/low-0", "support/low-1", "support/mid-0"}),
+        ({"low": 2, "mid": 1}, set()),
+        ({}, set()),
+    ],
+    ids=["above-minimum-only", "minimum-zero", "all-at-minimum", "unknown-minimum"],
+)
+def test_growth_takes_only_replicas_above_the_holders_minimum(
+    minimums: dict[str, int], reclaimable: set[str]
+) -> None:
+    snapshot = Snapshot(
+        allocations=(
+            alloc("low-0", "low", 100),
+            alloc("low-1", "low", 100),
+            alloc("mid-0", "mid", 500),
+            alloc("other", None, None),
+        )
+    )
+    grown = growth_snapshot(snapshot, minimums)
+    assert {a.key for a in grown.allocations if a.priority is not None} == reclaimable
+    assert [a.key for a in grown.allocations] == [a.key for a in snapshot.allocations]
+
+
+# --- take and rule: tables over a small cluster ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("desired", "held", "count", "expected"),
+    [
+        (2, 2, 1, (1, 1)),  # one of two replicas goes
+        (2, 2, 5, (0, 2)),  # a minimum may take everything, down to zero
+        (3, 2, 1, (1, 1)),  # a replica still waiting for devices frees nothing
+        (1, 2, 1, None),  # a scale-down under way: nothing more is taken
+        (2, 0, 1, None),  # nothing allocated: nothing to free
+    ],
+    ids=["one", "all", "waiting-replica", "scale-down-under-way", "nothing-held"],
+)
+def test_a_take_counts_from_what_holds_devices(
+    desired: int, held: int, count: int, expected: tuple[int, int] | None
+) -> None:
+    victim = Holding("u-low", "support/low", desired=desired, held=held, resource_version="7")
+    decided = take(victim, count, by="support/high", priority_class_name="inference-high")
+    if expected is None:
+        assert decided is None
+        return
+    assert decided is not None
+    assert (decided.replicas, decided.taken) == expected
+    assert decided.record.takers == (Taker("support/high", "inference-high", expected[1]),)
+    assert decided.resource_version == "7"
+
+
+L4_PLAN = Plan(
+    device_class="gpu.nvidia.com",
+    accelerator_product_name="NVIDIA L4",
+    accelerator_memory_gib=24,
+    accelerator_count=1,
+    placement_mode=PlacementMode.WHOLE_DEVICE,
+    sharing_mode=SharingMode.DEDICATED,
+    recipe="vllm-nvidia",
+    cpu="4",
+    memory="16Gi",
+    model_volume="10Gi",
+)
+
+
+def two_l4s(*holders: tuple[str, int]) -> Snapshot:
+    """One node with two L4s; each (holder, priority) holds the next one."""
+    claims = [
+        inputs.claim(f"{holder}-{i}", "node", f"gpu-{i}", holder=holder, namespace="support")
+        for i, (holder, _) in enumerate(holders)
+    ]
+    return snapshot(
+        [device_class("gpu.nvidia.com", GPU_CLASS)],
+        [
+            resource_slice(
+                "node", gpu("gpu-0", "NVIDIA L4", "24Gi"), gpu("gpu-1", "NVIDIA L4", "24Gi")
+            )
+        ],
+        claims,
+        priorities=dict(holders),
+    )
+
+
+def view(**overrides: Any) -> OrderView:
+    base: dict[str, Any] = {
+        "uid": "u-high",
+        "plan": L4_PLAN,
+        "min_replicas": 1,
+        "max_replicas": 1,
+        "priority_class_name": "inference-high",
+        "available": 0,
+        "desired": 1,
+        "bound": 0,
+        "waiting": True,
+    }
+    return OrderView(**{**base, **overrides})
+
+
+def test_a_waiting_minimum_takes_the_lowest_priority_first() -> None:
+    ruling = rule(view(), two_l4s(("u-low", 100), ("u-mid", 500)), {})
+    assert ruling.reclaims == ("support/u-low-0",)
+    assert ruling.verdict is None  # growth is judged only while the order serves
+
+
+def test_nothing_waits_nothing_is_taken() -> None:
+    ruling = rule(view(waiting=False), two_l4s(("u-low", 100), ("u-mid", 500)), {})
+    assert ruling == Ruling(Verdict(Reason.SCALING_WITHIN_BOUNDS))
+
+
+def test_growth_past_the_victims_minimum_is_blocked() -> None:
+    serving = view(available=1, bound=1, desired=2, max_replicas=2)
+    snap = two_l4s(("u-high", 1000), ("u-low", 100))
+    ruling = rule(serving, snap, {"u-low": 1, "u-high": 1})
+    assert ruling.verdict is not None and ruling.verdict.reason is Reason.SCALE_UP_BLOCKED
+    assert ruling.reclaims == ()
+    grows = rule(serving, snap, {"u-low": 0, "u-high": 1})
+    assert grows.reclaims == ("support/u-low-1",)
+    assert grows.verdict == Verdict(Reason.SCALING_WITHIN_BOUNDS)
+
+
+def test_replicas_come_back_only_from_free_room_once_takers_are_placed() -> None:
+    record = Taking((Taker("support/high", "inference-high", 1),))
+    victim = view(
+        uid="u-low",
+        priority_class_name="inference-low",
+        waiting=False,
+        available=1,
+        desired=1,
+        bound=1,
+        held=1,
+        taking=record,
+        resource_version="9",
+    )
+    free = two_l4s(("u-low", 100))  # the second L4 is free
+    back = rule(victim, free, {})
+    assert back.give_back == GiveBack(2, None, "9")
+    assert back.verdict == Verdict(Reason.SCALING_WITHIN_BOUNDS)
+    waiting = rule(replace(victim, takers_satisfied=False), free, {})
+    assert waiting.give_back is None
+    assert waiting.verdict is not None
+    assert waiting.verdict.reason is Reason.CAPACITY_TAKEN_BY_PRIORITY
+    full = rule(victim, two_l4s(("u-low", 100), ("u-high", 1000)), {})
+    assert full.give_back is None
+    assert full.verdict == taken_verdict(record)

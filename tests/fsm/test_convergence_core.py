@@ -1,0 +1,96 @@
+"""The core's side of convergence: a model-source blip keeps a resolved order's facts, a
+new upstream revision alone does not replan, a tried device class is tried again when it
+offers more, and pods pending for CPU or taints are named apart from devices."""
+
+from __future__ import annotations
+
+from fsm import events as ev
+from fsm import observations as ob
+from fsm.decide import STALE_FACTS_NOTE, decide, needs_plan
+from fsm.reasons import ConditionStatus, ConditionType, Phase, Reason
+from fsm.values import ModelOutcome
+from tests.support.strategies import AVAILABLE, ROLLING, SERVING, at, facts, klass, model, run, spec
+
+
+def unreachable(t: float) -> ob.ModelJudged:
+    return ob.ModelJudged(
+        at=at(t),
+        outcome=ModelOutcome(reason=Reason.MODEL_SOURCE_UNREACHABLE, message="connect refused"),
+    )
+
+
+def test_a_hub_blip_keeps_a_ready_order_ready_and_says_so() -> None:
+    blip = run(*SERVING, unreachable(20))
+    cond = blip.condition(ConditionType.MODEL_RESOLVED)
+    assert cond is not None
+    assert (cond.status, cond.reason) == (ConditionStatus.TRUE, Reason.MODEL_RESOLVED)
+    assert STALE_FACTS_NOTE in cond.message and "connect refused" in cond.message
+    assert blip.phase is Phase.READY
+    assert blip.model is not None and blip.model.facts == facts()
+    assert not needs_plan(blip)
+    # The same blip seen again adds nothing; the hub back restores the plain message.
+    assert decide(blip, unreachable(21)) == []
+    back = run(model(22), state=blip)
+    restored = back.condition(ConditionType.MODEL_RESOLVED)
+    assert restored is not None and STALE_FACTS_NOTE not in restored.message
+    assert back.replan_count == run(*SERVING).replan_count
+
+
+def test_a_pending_order_that_never_resolved_does_fail_on_a_blip() -> None:
+    state = run(spec(0), klass(1), unreachable(2))
+    cond = state.condition(ConditionType.MODEL_RESOLVED)
+    assert cond is not None and cond.reason is Reason.MODEL_SOURCE_UNREACHABLE
+
+
+def test_a_new_upstream_revision_alone_does_not_replan() -> None:
+    serving = run(*SERVING)
+    assert serving.model is not None
+    newer = facts().model_copy(update={"revision": "f00d"})
+    outcome = ModelOutcome(
+        reason=Reason.MODEL_RESOLVED, facts=newer, endpoint_type=serving.model.endpoint_type
+    )
+    assert decide(serving, ob.ModelJudged(at=at(20), outcome=outcome)) == []
+
+
+def test_pods_pending_for_cpu_do_not_use_up_the_device_grace() -> None:
+    seen = ob.WorkloadSeen(
+        at=at(500), desired=1, ready=0, available=0, unschedulable="0/1 nodes: Insufficient cpu."
+    )
+    state = run(*ROLLING, seen)
+    cond = state.condition(ConditionType.WORKLOAD_READY)
+    assert cond is not None and cond.reason is Reason.PODS_UNSCHEDULABLE
+    assert "Insufficient cpu" in cond.message
+    assert state.tried_device_classes == ()
+
+
+def _tried(free: int) -> tuple[ob.Observation, ...]:
+    return (
+        *ROLLING,
+        ob.WorkloadSeen(
+            at=at(200),
+            desired=1,
+            ready=0,
+            available=0,
+            unallocated_since=at(6),
+            grace_seconds=120,
+            free_units=free,
+        ),
+    )
+
+
+def test_a_tried_class_is_tried_again_when_it_offers_more() -> None:
+    tried = run(*_tried(0))
+    assert tried.tried_device_classes == ("nvidia-a100",)
+    assert tried.tried_free_units == (("nvidia-a100", 0),)
+    same = ob.CapacitySeen(at=at(210), free_units=(("nvidia-a100", 0),))
+    assert decide(tried, same) == []
+    more = ob.CapacitySeen(at=at(220), free_units=(("nvidia-a100", 100), ("other", 400)))
+    (retried,) = decide(tried, more)
+    assert isinstance(retried, ev.DeviceClassRetried) and retried.device_class == "nvidia-a100"
+    after = run(more, state=tried)
+    assert after.tried_device_classes == () and after.tried_free_units == ()
+
+
+def test_classes_not_tried_are_never_retried() -> None:
+    state = run(*AVAILABLE)
+    assert decide(state, ob.CapacitySeen(at=at(30), free_units=(("nvidia-a100", 900),))) == []

@@ -1,0 +1,1 @@
+"""What the tests share: polling (`eventually`), fakes of the pass's seams, builders."""

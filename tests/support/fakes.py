@@ -1,0 +1,199 @@
+"""Fakes of the pass's seams, so most pass logic is tested in milliseconds, no server.
+
+- `world()`: the controller's real `ClusterCache` with informers that are never started;
+  tests put objects in with `put`/`drop`, which go through the informers' own cache code
+  (as watch events would).
+- `FakeWriter`: the one Writer's interface over that cache, as an API server would answer
+  (a UID and a resourceVersion on every write, 409 on create of an existing name, a
+  failed UID precondition on a recreated object), counting every write by verb and kind.
+- `FakeHub`: a model source answering from a table.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from adapters.kubernetes import errors
+from adapters.kubernetes.watching import Informer, Obj, Resource
+from adapters.kubernetes.world import ClusterCache
+from adapters.models import ModelFound, ModelUnavailable
+from fsm.reasons import Reason
+from fsm.values import ModelFacts
+
+__all__ = ["FakeHub", "FakeWriter", "drop", "put", "world"]
+
+_RV = itertools.count(1000)
+
+
+def world() -> ClusterCache:
+    cache = ClusterCache(None)  # type: ignore[arg-type]  # informers are never started
+    cache.secrets.read = lambda _namespace, _name: None  # no server: what was not put is absent
+    return cache
+
+
+def _informer_for(cache: ClusterCache, kind: str, labelled: bool) -> Informer:
+    by_kind = {
+        "InferenceService": cache.orders,
+        "InferenceServiceClass": cache.classes,
+        "LaunchRecipe": cache.recipes,
+        "DeviceClass": cache.device_classes,
+        "ResourceSlice": cache.resource_slices,
+        "ResourceClaim": cache.resource_claims,
+        "PriorityClass": cache.priority_classes,
+        "Deployment": cache.deployments,
+        "Pod": cache.pods,
+        "Service": cache.services,
+        "ResourceClaimTemplate": cache.claim_templates,
+        "Ingress": cache.ingresses,
+        "HorizontalPodAutoscaler": cache.autoscalers,
+        "Model": cache.models,
+        "ClusterModel": cache.cluster_models,
+    }
+    if kind == "Secret":
+        return cache.token_secrets if labelled else cache.secrets
+    return by_kind[kind]
+
+
+def put(cache: ClusterCache, obj: Mapping[str, Any]) -> Obj:
+    """Store `obj` as the API server would (a UID, a new resourceVersion) and return it."""
+    stored: Obj = copy.deepcopy(dict(obj))
+    meta = stored.setdefault("metadata", {})
+    meta.setdefault("uid", str(uuid.uuid4()))
+    meta.setdefault("generation", 1)
+    meta["resourceVersion"] = str(next(_RV))
+    labelled = "ai.deckhouse.io/inference-service-uid" in (meta.get("labels") or {})
+    _informer_for(cache, str(stored["kind"]), labelled)._apply("MODIFIED", stored)
+    if stored["kind"] == "Secret" and labelled:
+        cache.secrets._apply("MODIFIED", copy.deepcopy(stored))
+    return copy.deepcopy(stored)
+
+
+def drop(cache: ClusterCache, obj: Mapping[str, Any]) -> None:
+    labelled = "ai.deckhouse.io/inference-service-uid" in (obj["metadata"].get("labels") or {})
+    _informer_for(cache, str(obj["kind"]), labelled)._apply("DELETED", copy.deepcopy(dict(obj)))
+    if obj["kind"] == "Secret" and labelled:
+        cache.secrets._apply("DELETED", copy.deepcopy(dict(obj)))
+
+
+def _merge(live: Any, desired: Any) -> Any:
+    """Server-side apply, roughly: our fields win, fields others set stay."""
+    if isinstance(live, dict) and isinstance(desired, Mapping):
+        out = dict(live)
+        for key, value in desired.items():
+            out[key] = _merge(live.get(key), value)
+        return out
+    return copy.deepcopy(desired)
+
+
+class FakeWriter:
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+        self.calls: Counter[tuple[str, str]] = Counter()  # (verb, kind)
+        self.events: list[tuple[str, str]] = []  # (reason, message)
+        self.writes = 0
+
+    def _count(self, verb: str, kind: str) -> None:
+        self.calls[(verb, kind)] += 1
+        self.writes += 1
+
+    def _find(self, kind: str, namespace: str | None, name: str) -> Obj | None:
+        for labelled in (True, False):
+            obj = _informer_for(self.cache, kind, labelled).get_by_name(namespace, name)
+            if obj is not None:
+                return obj
+        return None
+
+    def resource_for(self, api_version: str, kind: str) -> Resource:
+        group, _, version = api_version.rpartition("/")
+        return Resource(group, version, kind.lower() + "s", kind)
+
+    def apply(self, obj: Mapping[str, Any], *, resource: Resource | None = None) -> Obj:
+        meta = obj["metadata"]
+        self._count("apply", str(obj["kind"]))
+        live = self._find(str(obj["kind"]), meta.get("namespace"), meta["name"])
+        retyped = live is not None and live.get("spec", {}).get("type") == "ExternalName"
+        if retyped and (obj.get("spec") or {}).get("type") == "ClusterIP":
+            raise errors.APIInvalidError("spec.externalName: must be empty", status=422)
+        stored = _merge(live or {}, obj)
+        if live is not None:
+            stored["metadata"]["uid"] = live["metadata"]["uid"]
+        return put(self.cache, stored)
+
+    def create(self, obj: Mapping[str, Any]) -> Obj:
+        meta = obj["metadata"]
+        if self._find(str(obj["kind"]), meta.get("namespace"), meta["name"]) is not None:
+            raise errors.APIConflictError("already exists", status=409)
+        self._count("create", str(obj["kind"]))
+        return put(self.cache, obj)
+
+    def get(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
+        return self._find(resource.kind, namespace, name)
+
+    def patch(
+        self, resource: Resource, namespace: str | None, name: str, body: Mapping[str, Any]
+    ) -> Obj:
+        self._count("patch", resource.kind)
+        live = self._find(resource.kind, namespace, name)
+        if live is None:
+            raise errors.APINotFoundError("not found", status=404)
+        return put(self.cache, _merge(live, body))
+
+    def delete(self, resource: Resource, namespace: str | None, name: str, uid: str) -> bool:
+        self._count("delete", resource.kind)
+        live = self._find(resource.kind, namespace, name)
+        if live is None or live["metadata"]["uid"] != uid:
+            return False
+        drop(self.cache, live)
+        return True
+
+    def write_status(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str | None = None,
+        *,
+        current: Mapping[str, Any] | None = None,
+        uid: str | None = None,
+    ) -> Obj | None:
+        if current is not None and dict(current) == dict(status):
+            return None
+        live = self._find(resource.kind, namespace, name)
+        if live is None:
+            raise errors.APINotFoundError("not found", status=404)
+        if uid is not None and live["metadata"]["uid"] != uid:
+            raise errors.APIInvalidError("the test operation failed", status=422)
+        self._count("status", resource.kind)
+        live["status"] = copy.deepcopy(dict(status))
+        return put(self.cache, live)
+
+    def event(self, involved: Mapping[str, Any], reason: str, message: str, **_: Any) -> Obj:
+        self._count("event", "Event")
+        self.events.append((reason, message))
+        return {}
+
+
+class FakeHub:
+    """Answers `resolve(name)` from `facts`; `down` makes every answer unreachable."""
+
+    def __init__(self, *facts: ModelFacts) -> None:
+        self.facts = {f.name: f for f in facts}
+        self.down = False
+        self.asked = 0
+
+    def peek(self, name: str, *, token: str | None = None) -> None:
+        return None  # nothing cached: every answer comes through the pass's background
+
+    def resolve(self, name: str, *, token: str | None = None) -> ModelFound | ModelUnavailable:
+        self.asked += 1
+        if self.down:
+            return ModelUnavailable(Reason.MODEL_SOURCE_UNREACHABLE, "connection refused")
+        if name not in self.facts:
+            return ModelUnavailable(Reason.MODEL_NOT_FOUND, f"{name} is not on the hub")
+        return ModelFound(self.facts[name])
