@@ -59,7 +59,7 @@ from adapters.kubernetes.watching import Informer, Resource, call
 from adapters.platform import install_module
 from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION as ENDPOINT
 from adapters.simulator import capacity
-from fsm import fold
+from fsm import fold, status
 from store import schema
 
 __all__ = ["BenchOptions", "Benchmark", "bench_capacity", "request_counts"]
@@ -106,35 +106,41 @@ def peak_rss(pid: int) -> int:
     return 0
 
 
-def request_counts(api: ApiClient) -> Counter[tuple[str, str, str]]:
-    """`apiserver_request_total` by (resource, subresource, verb), from /metrics."""
+Requests = Counter[tuple[str, str, str, bool]]
+
+
+def request_counts(api: ApiClient) -> Requests:
+    """`apiserver_request_total` by (resource, subresource, verb, answered 2xx), from
+    /metrics."""
     request = api.param_serialize(
         "GET", "/metrics", header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"]
     )
     response = api.call_api(*request, _request_timeout=(10, 60))
     text = response.read().decode()
-    counts: Counter[tuple[str, str, str]] = Counter()
+    counts: Requests = Counter()
     for line in text.splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
         labels_text, _, value = line.rpartition("} ")
         labels = dict(_LABEL.findall(labels_text))
         resource = labels.get("resource", "")
-        counts[(resource, labels.get("subresource", ""), labels.get("verb", ""))] += int(
+        accepted = labels.get("code", "").startswith("2")
+        counts[(resource, labels.get("subresource", ""), labels.get("verb", ""), accepted)] += int(
             float(value)
         )
     return counts
 
 
-def writes_between(
-    before: Counter[tuple[str, str, str]], after: Counter[tuple[str, str, str]]
-) -> dict[str, int]:
-    """Write requests made in between, as {"resource[/sub] VERB": count}."""
+def writes_between(before: Requests, after: Requests, *, accepted: bool = True) -> dict[str, int]:
+    """Write requests made in between, as {"resource[/sub] VERB": count}: those the
+    server accepted (2xx), or with `accepted=False` those it refused (a 409 AlreadyExists
+    or Conflict is a request made for nothing)."""
     out: dict[str, int] = {}
-    for (resource, sub, verb), count in after.items():
-        delta = count - before.get((resource, sub, verb), 0)
-        if verb in WRITE_VERBS and delta > 0:
-            out[f"{resource}/{sub} {verb}" if sub else f"{resource} {verb}"] = delta
+    for (resource, sub, verb, ok), count in after.items():
+        delta = count - before.get((resource, sub, verb, ok), 0)
+        if ok == accepted and verb in WRITE_VERBS and delta > 0:
+            name = f"{resource}/{sub} {verb}" if sub else f"{resource} {verb}"
+            out[name] = out.get(name, 0) + delta
     return dict(sorted(out.items()))
 
 
@@ -345,6 +351,7 @@ class Benchmark:
                 f"--hub-endpoint={self.hub}",
                 "--probe-target=simulator",
                 "--health-port=0",
+                "--metrics-port=0",
                 f"--workers={self.options.workers}",
                 "--hpa-api-version=autoscaling/v2beta2",
             ),
@@ -590,13 +597,35 @@ class Benchmark:
             "p50_s": round(percentile(to_ready, 0.5), 2),
             "p95_s": round(percentile(to_ready, 0.95), 2),
             "writes_per_order": per_order(writes, n),
+            "refused_writes_per_order": per_order(writes_between(before, after, accepted=False), n),
             "status_writes_per_order": round(status_writes / n, 2),
+            "distinct_statuses_per_order": round(self._distinct_statuses("order-") / n, 2),
             "events_per_order": round(sum(int(e.get("count") or 1) for e in order_events) / n, 2),
             "cpu_s": {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1},
             "controller_peak_rss_mb": round(controller.peak_rss() / 2**20, 1),
             "controller_base_rss_mb": round(base_rss / 2**20, 1),
             "controller_rss_kb_per_order": round((controller.peak_rss() - base_rss) / 1024 / n, 1),
         }
+
+    def _distinct_statuses(self, prefix: str) -> int:
+        """How many times the rendered status of the run's orders changed, replayed from
+        their streams: a status write per change is the most there may be."""
+        log = store.open_log(self.store_url)
+        try:
+            total = 0
+            for info in log.streams():
+                if info.namespace != self.options.namespace or not info.name.startswith(prefix):
+                    continue
+                events = [r.event for r in log.read(info.uid)]
+                last: dict[str, Any] | None = None
+                for upto in range(1, len(events) + 1):
+                    rendered = status.render_status(fold.fold(events[:upto]))
+                    if rendered != last:
+                        total += 1
+                        last = rendered
+            return total
+        finally:
+            log.close()
 
     def idle(self) -> dict[str, Any]:
         """Nothing changing for the window: what is written, what is spent."""
