@@ -34,10 +34,12 @@ import os
 import re
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +48,7 @@ from typing import Any
 
 import httpx
 import msgpack
+import sqlalchemy as sa
 import yaml
 from kubernetes.client import ApiClient
 
@@ -56,7 +59,8 @@ from adapters.kubernetes.watching import Informer, Resource, call
 from adapters.platform import install_module
 from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION as ENDPOINT
 from adapters.simulator import capacity
-from fsm import fold
+from fsm import fold, status
+from store import schema
 
 __all__ = ["BenchOptions", "Benchmark", "bench_capacity", "request_counts"]
 
@@ -102,35 +106,41 @@ def peak_rss(pid: int) -> int:
     return 0
 
 
-def request_counts(api: ApiClient) -> Counter[tuple[str, str, str]]:
-    """`apiserver_request_total` by (resource, subresource, verb), from /metrics."""
+Requests = Counter[tuple[str, str, str, bool]]
+
+
+def request_counts(api: ApiClient) -> Requests:
+    """`apiserver_request_total` by (resource, subresource, verb, answered 2xx), from
+    /metrics."""
     request = api.param_serialize(
         "GET", "/metrics", header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"]
     )
     response = api.call_api(*request, _request_timeout=(10, 60))
     text = response.read().decode()
-    counts: Counter[tuple[str, str, str]] = Counter()
+    counts: Requests = Counter()
     for line in text.splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
         labels_text, _, value = line.rpartition("} ")
         labels = dict(_LABEL.findall(labels_text))
         resource = labels.get("resource", "")
-        counts[(resource, labels.get("subresource", ""), labels.get("verb", ""))] += int(
+        accepted = labels.get("code", "").startswith("2")
+        counts[(resource, labels.get("subresource", ""), labels.get("verb", ""), accepted)] += int(
             float(value)
         )
     return counts
 
 
-def writes_between(
-    before: Counter[tuple[str, str, str]], after: Counter[tuple[str, str, str]]
-) -> dict[str, int]:
-    """Write requests made in between, as {"resource[/sub] VERB": count}."""
+def writes_between(before: Requests, after: Requests, *, accepted: bool = True) -> dict[str, int]:
+    """Write requests made in between, as {"resource[/sub] VERB": count}: those the
+    server accepted (2xx), or with `accepted=False` those it refused (a 409 AlreadyExists
+    or Conflict is a request made for nothing)."""
     out: dict[str, int] = {}
-    for (resource, sub, verb), count in after.items():
-        delta = count - before.get((resource, sub, verb), 0)
-        if verb in WRITE_VERBS and delta > 0:
-            out[f"{resource}/{sub} {verb}" if sub else f"{resource} {verb}"] = delta
+    for (resource, sub, verb, ok), count in after.items():
+        delta = count - before.get((resource, sub, verb, ok), 0)
+        if ok == accepted and verb in WRITE_VERBS and delta > 0:
+            name = f"{resource}/{sub} {verb}" if sub else f"{resource} {verb}"
+            out[name] = out.get(name, 0) + delta
     return dict(sorted(out.items()))
 
 
@@ -252,6 +262,7 @@ class BenchOptions:
     ready_timeout: float = 900.0
     workers: int = 2
     simulator_only: bool = False
+    large_log: int = 0  # events of the large log to read one history among (0: skip)
 
 
 def _order(namespace: str, name: str) -> dict[str, Any]:
@@ -340,6 +351,7 @@ class Benchmark:
                 f"--hub-endpoint={self.hub}",
                 "--probe-target=simulator",
                 "--health-port=0",
+                "--metrics-port=0",
                 f"--workers={self.options.workers}",
                 "--hpa-api-version=autoscaling/v2beta2",
             ),
@@ -403,7 +415,10 @@ class Benchmark:
                 raise TimeoutError(f"not within {timeout}s: {what}")
             time.sleep(0.2)
 
-    def _wait_free(self, claims: Informer, pods: Informer, timeout: float = 300) -> None:
+    def _wait_free(self, claims: Informer, pods: Informer) -> None:
+        # The controller manager's garbage collector takes its time with hundreds of
+        # Deployments on a loaded machine (over 5 minutes for 500 here).
+        timeout = 300 + 2 * self.options.orders
         self._wait(lambda: not claims.uids() and not pods.uids(), timeout, "claims and pods gone")
 
     # --- phases ---------------------------------------------------------------------------
@@ -582,13 +597,35 @@ class Benchmark:
             "p50_s": round(percentile(to_ready, 0.5), 2),
             "p95_s": round(percentile(to_ready, 0.95), 2),
             "writes_per_order": per_order(writes, n),
+            "refused_writes_per_order": per_order(writes_between(before, after, accepted=False), n),
             "status_writes_per_order": round(status_writes / n, 2),
+            "distinct_statuses_per_order": round(self._distinct_statuses("order-") / n, 2),
             "events_per_order": round(sum(int(e.get("count") or 1) for e in order_events) / n, 2),
             "cpu_s": {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1},
             "controller_peak_rss_mb": round(controller.peak_rss() / 2**20, 1),
             "controller_base_rss_mb": round(base_rss / 2**20, 1),
             "controller_rss_kb_per_order": round((controller.peak_rss() - base_rss) / 1024 / n, 1),
         }
+
+    def _distinct_statuses(self, prefix: str) -> int:
+        """How many times the rendered status of the run's orders changed, replayed from
+        their streams: a status write per change is the most there may be."""
+        log = store.open_log(self.store_url)
+        try:
+            total = 0
+            for info in log.streams():
+                if info.namespace != self.options.namespace or not info.name.startswith(prefix):
+                    continue
+                events = [r.event for r in log.read(info.uid)]
+                last: dict[str, Any] | None = None
+                for upto in range(1, len(events) + 1):
+                    rendered = status.render_status(fold.fold(events[:upto]))
+                    if rendered != last:
+                        total += 1
+                        last = rendered
+            return total
+        finally:
+            log.close()
 
     def idle(self) -> dict[str, Any]:
         """Nothing changing for the window: what is written, what is spent."""
@@ -659,6 +696,104 @@ class Benchmark:
             "one_history_ms": round(one_order * 1000, 2),
         }
 
+    def large_log(self, events: int) -> dict[str, Any]:
+        """The run's streams copied under new UIDs until the log holds `events` events, in
+        SQLite and in PostgreSQL (127.0.0.1:5432, a database made and dropped here); then
+        one order's history read among them, and a sample replayed beside raw decoding."""
+        source = sa.create_engine(self.store_url)
+        with source.connect() as conn:
+            stream_rows = [dict(r._mapping) for r in conn.execute(sa.select(schema.streams))]
+            event_rows = [dict(r._mapping) for r in conn.execute(sa.select(schema.events))]
+        source.dispose()
+        if not event_rows:
+            return {}
+        by_stream: dict[str, list[dict[str, Any]]] = {}
+        for row in event_rows:
+            row.pop("position", None)
+            by_stream.setdefault(row["stream_uid"], []).append(row)
+        out: dict[str, Any] = {"events": events}
+        for backend, url, drop in self._large_backends():
+            try:
+                out[backend] = self._fill_and_read(url, stream_rows, by_stream, events)
+            finally:
+                drop()
+        return out
+
+    def _large_backends(self) -> list[tuple[str, str, Callable[[], None]]]:
+        path = self.workdir / "large.sqlite"
+        path.unlink(missing_ok=True)
+        backends = [("sqlite", f"sqlite:///{path}", lambda: path.unlink(missing_ok=True))]
+        try:
+            import psycopg  # noqa: PLC0415 - the dev extra; only this figure needs it
+        except ImportError:
+            return backends
+        name = f"ai_inference_bench_{uuid.uuid4().hex[:8]}"
+
+        def admin(statement: str) -> None:
+            with psycopg.connect(
+                host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True
+            ) as conn:
+                conn.execute(statement)
+
+        try:
+            admin(f'CREATE DATABASE "{name}"')
+        except psycopg.OperationalError:
+            return backends  # no server here: SQLite only
+        backends.append(
+            (
+                "postgresql",
+                f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}",
+                lambda: admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'),
+            )
+        )
+        return backends
+
+    def _fill_and_read(
+        self,
+        url: str,
+        stream_rows: list[dict[str, Any]],
+        by_stream: dict[str, list[dict[str, Any]]],
+        events: int,
+    ) -> dict[str, Any]:
+        store.open_log(url).close()  # migrated
+        engine = sa.create_engine(url)
+        per_copy = sum(len(v) for v in by_stream.values())
+        copies = max(1, math.ceil(events / per_copy))
+        started = time.perf_counter()
+        middle = ""
+        with engine.begin() as conn:
+            for copy_index in range(copies):
+                streams, rows = [], []
+                for stream in stream_rows:
+                    uid = f"{copy_index:07d}-{stream['uid']}"[:64]
+                    streams.append({**stream, "uid": uid})
+                    rows += [
+                        {**r, "stream_uid": uid, "event_id": uuid.uuid4()}
+                        for r in by_stream.get(stream["uid"], ())
+                    ]
+                    if copy_index == copies // 2 and not middle and by_stream.get(stream["uid"]):
+                        middle = uid
+                conn.execute(sa.insert(schema.streams), streams)
+                conn.execute(sa.insert(schema.events), rows)
+        filled = time.perf_counter() - started
+        engine.dispose()
+        log = store.open_log(url)
+        try:
+            log.read(f"{0:07d}-{stream_rows[0]['uid']}"[:64])  # connections and caches warm
+            timings = []
+            for _ in range(5):
+                began = time.perf_counter()
+                history = log.read(middle)
+                timings.append(time.perf_counter() - began)
+        finally:
+            log.close()
+        return {
+            "filled_events": copies * per_copy,
+            "fill_s": round(filled, 1),
+            "one_history_events": len(history),
+            "one_history_ms": round(statistics.median(timings) * 1000, 2),
+        }
+
     def run(self) -> dict[str, Any]:
         options = self.options
         install_module(self.admin)
@@ -685,6 +820,8 @@ class Benchmark:
                 self.result["restart"] = self.restart(min(30.0, options.idle_seconds))
             if options.replay:
                 self.result["replay"] = self.replay()
+            if options.large_log:
+                self.result["large_log"] = self.large_log(options.large_log)
         finally:
             if self.controller is not None:
                 self.controller.stop()

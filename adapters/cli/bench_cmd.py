@@ -35,6 +35,13 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="only the bed: N bare pods with a claim each, no controller",
     )
+    parser.add_argument(
+        "--large-log",
+        type=int,
+        default=0,
+        metavar="EVENTS",
+        help="also read one order's history among this many events (SQLite, PostgreSQL)",
+    )
     parser.add_argument("--workers", type=int, default=2, help="the controller's workers")
     parser.add_argument("--keep", action="store_true", help="leave the control plane up")
     parser.set_defaults(run=_run)
@@ -51,6 +58,7 @@ def _run(args: argparse.Namespace) -> int:
         replay=not args.no_replay,
         workers=args.workers,
         simulator_only=args.simulator_only,
+        large_log=args.large_log,
     )
     args.dir.mkdir(parents=True, exist_ok=True)
     result = run_bench(args.dir.resolve(), options, keep=args.keep)

@@ -16,8 +16,9 @@ It is event-driven: the `Simulator` hands it the pods that became pending (`enqu
 and the claims that changed or whose pod went (`clean_claim`); it reads nodes, claims
 and what they hold from the `world.Store`. A pod that does not fit waits among the
 unschedulable until something that could free capacity happens (a claim, pod, node,
-slice or class changes; and every few seconds, for a template or claim it does not
-watch), as the real scheduler's unschedulable queue does.
+slice or class changes), and not before its backoff (0.25 s doubling to 5 s; its end
+also brings back a pod waiting for a template or claim it does not watch), as the real
+scheduler's unschedulable queue does.
 
 Pods wait in priority order (higher `spec.priority` first, then the oldest). It never
 preempts: a device held by a lower-priority pod stays held (DRA.md) — freeing capacity
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
@@ -49,6 +51,8 @@ SCHEDULER_NAME = "default-scheduler"
 _RESOURCE = "resource.k8s.io/v1"
 _NOT_HELPFUL = "Preemption is not helpful for scheduling"
 _TERMINAL = ("Succeeded", "Failed")
+_FIRST_BACKOFF = 0.25  # seconds a pod that did not fit waits at least, doubling
+_MAX_BACKOFF = 5.0  # ... up to this: a template or claim we do not watch may appear
 
 
 def _now() -> str:
@@ -85,7 +89,11 @@ class Scheduler:
         self.scheduler_name = scheduler_name
         self.namespaces = frozenset(namespaces) if namespaces is not None else None
         self._active: set[str] = set()  # pods to try at the next run
-        self._unschedulable: set[str] = set()  # pods that did not fit: retried on news
+        # Pods that did not fit: uid -> (failures, not before). Retried when capacity may
+        # have been freed, but each not before its backoff, as the real scheduler's
+        # unschedulable queue does: a crowd of waiting pods must not be re-judged (and
+        # their templates read) on every one of a rollout's claim events.
+        self._unschedulable: dict[str, tuple[int, float]] = {}
         self.attempts = 0  # scheduling attempts made (tests and benchmarks count them)
 
     def mine(self, obj: Mapping[str, Any]) -> bool:
@@ -100,38 +108,58 @@ class Scheduler:
         )
 
     def enqueue(self, uid: str) -> None:
-        self._unschedulable.discard(uid)
+        self._unschedulable.pop(uid, None)
         self._active.add(uid)
 
-    def retry_unschedulable(self) -> bool:
-        """Capacity may have been freed: the pods that did not fit try again. True if any."""
-        if not self._unschedulable:
-            return False
-        self._active |= self._unschedulable
-        self._unschedulable.clear()
-        return True
+    def retry_unschedulable(self, *, force: bool = False) -> bool:
+        """Capacity may have been freed: the pods that did not fit and whose backoff has
+        passed (all of them, `force`) try again. True if any."""
+        now = time.monotonic()
+        due = [u for u, (_, after) in self._unschedulable.items() if force or after <= now]
+        for uid in due:
+            self._active.add(uid)
+        return bool(due)
 
     @property
     def waiting(self) -> int:
         return len(self._unschedulable)
 
+    def next_retry(self) -> float | None:
+        """Seconds until the first waiting pod's backoff passes (None: none waits)."""
+        if not self._unschedulable:
+            return None
+        return max(0.0, min(a for _, a in self._unschedulable.values()) - time.monotonic())
+
+    def _failed(self, uid: str) -> None:
+        failures = self._unschedulable.get(uid, (0, 0.0))[0] + 1
+        backoff = min(_MAX_BACKOFF, _FIRST_BACKOFF * 2 ** (failures - 1))
+        self._unschedulable[uid] = (failures, time.monotonic() + backoff)
+
     def run(self) -> bool:
         """Try every active pod, higher priority first; True when it bound one."""
-        pods = [p for uid in self._active if (p := self.store.get(PODS, uid)) is not None]
+        pods = []
+        for uid in self._active:
+            pod = self.store.get(PODS, uid)
+            if pod is None:  # gone: it waits for nothing any more
+                self._unschedulable.pop(uid, None)
+            else:
+                pods.append(pod)
         self._active.clear()
         bound = False
         for pod in sorted(pods, key=_queue_order):
             if not self.wants(pod):
+                self._unschedulable.pop(str(pod["metadata"]["uid"]), None)
                 continue
             self.attempts += 1
             uid = str(pod["metadata"]["uid"])
             try:
                 bound |= self._schedule(pod)
+                self._unschedulable.pop(uid, None)
             except _Unschedulable as why:
-                self._unschedulable.add(uid)
+                self._failed(uid)
                 self._mark_unschedulable(pod, why.reason, why.message)
             except KubeError as err:  # raced with someone; its event brings it back
-                self._unschedulable.add(uid)
+                self._failed(uid)
                 log.info("scheduling %s/%s: %s", *key(pod), err)
         return bound
 

@@ -57,8 +57,7 @@ log = logging.getLogger(__name__)
 
 _SCHEDULE = "schedule"
 _RELOAD = "reload-capacity"
-_RETRY_UNSCHEDULABLE = 5.0  # seconds: a template or claim we do not watch may appear
-_RETRY_UNSCHEDULABLE_KEY = "retry-unschedulable"
+_RETRY_UNSCHEDULABLE = "retry-unschedulable"
 
 
 @dataclass
@@ -191,7 +190,7 @@ class Simulator:
             self.queue.add(f"pod/{pod['metadata']['uid']}")
         for claim in self.store.all(world.CLAIMS):
             self.queue.add(f"claim/{claim['metadata']['uid']}")
-        self.scheduler.retry_unschedulable()
+        self.scheduler.retry_unschedulable(force=True)
         self.queue.add(_SCHEDULE)
         handled = 0
         while (item := self.queue.get(block=False)) is not None:
@@ -280,15 +279,13 @@ class Simulator:
             self.scheduler.clean_claim(uid)
         elif kind == "probe":
             self.kubelet.probe(uid)
-        elif item == _SCHEDULE:
+        elif item in (_SCHEDULE, _RETRY_UNSCHEDULABLE):
+            if item == _RETRY_UNSCHEDULABLE:
+                self.scheduler.retry_unschedulable()
             self.scheduler.run()
-            if self.scheduler.waiting:
-                self.queue.add_after(_RETRY_UNSCHEDULABLE_KEY, _RETRY_UNSCHEDULABLE)
-        elif item == _RETRY_UNSCHEDULABLE_KEY:
-            if self.scheduler.retry_unschedulable():
-                self.scheduler.run()
-                if self.scheduler.waiting:
-                    self.queue.add_after(_RETRY_UNSCHEDULABLE_KEY, _RETRY_UNSCHEDULABLE)
+            retry = self.scheduler.next_retry()
+            if retry is not None:  # the earliest backoff's end, whatever else happens
+                self.queue.add_after(_RETRY_UNSCHEDULABLE, retry)
         elif item == _RELOAD:
             self._reload_capacity()
             self.queue.add_after(_RELOAD, self.interval)
