@@ -395,9 +395,12 @@ def _usage(
             usage[device_id].claims.append((alloc, units))
             if own_uid is not None and alloc.holder == own_uid:
                 own_devices.add(device_id)
-    # The held place counts as taken even before its claims show up in the snapshot.
-    for device_id in held:
-        if device_id in usage and device_id not in own_devices:
+    # The held place counts as taken even before its claims show up in the snapshot —
+    # only for what its allocated claims do not cover yet: the scheduler may have given
+    # the order other devices than the plan named, and those it holds are its place.
+    uncovered = max(0, len(held) - len(own_devices))
+    for device_id in [d for d in held if d not in own_devices][:uncovered]:
+        if device_id in usage:
             usage[device_id].used += _units(by_id[device_id], held_share)
     return usage
 

@@ -249,13 +249,22 @@ def test_a_reclaimed_claim_frees_every_device_it_holds() -> None:
 
 
 def test_the_orders_own_place_is_never_offered_nor_reclaimed() -> None:
+    slices = [resource_slice("node1", gpu("gpu-0", T4, "16Gi"), gpu("gpu-1", T4, "16Gi"))]
+    # Planned on gpu-1, not allocated yet: gpu-1 is its place, gpu-0 is free.
+    planned = snapshot(slices=slices)
+    place = find_place(planned, planned.devices, count=1, own_uid="me", held=_ids("gpu-1"))
+    assert place is not None and place.devices == _ids("gpu-0")
+    # Allocated on gpu-0 although the plan named gpu-1 (the scheduler's choice): what it
+    # holds is its place — never offered nor reclaimed — and gpu-1 is free.
     snap = snapshot(
-        slices=[resource_slice("node1", gpu("gpu-0", T4, "16Gi"), gpu("gpu-1", T4, "16Gi"))],
+        slices=slices,
         claims=[claim("mine", "node1", "gpu-0", holder="me")],
         priorities={"me": 100},
     )
     place = find_place(snap, snap.devices, count=1, priority=1000, own_uid="me", held=_ids("gpu-1"))
-    assert place is None
+    assert place is not None and place.devices == _ids("gpu-1") and not place.reclaims
+    two = find_place(snap, snap.devices, count=1, replicas=2, priority=1000, own_uid="me")
+    assert two is None  # gpu-0 is its own: not offered, not reclaimed
     free = find_place(snap, snap.devices, count=1, own_uid="me")
     assert free is not None and free.devices == _ids("gpu-1")
 
