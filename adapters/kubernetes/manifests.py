@@ -17,9 +17,10 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
+from adapters.kubernetes.writing import FIELD_MANAGER  # one field manager for every apply
+
 __all__ = ["FIELD_MANAGER", "Applier", "load_documents", "manifest_files"]
 
-FIELD_MANAGER = "ai-inference"
 Manifest = dict[str, Any]
 
 

@@ -46,6 +46,8 @@ SNAPSHOT_EVERY = 20  # events between snapshots of an order's state
 _MAX_ROUNDS = 8  # command rounds in one pass; each round is caused by a new event
 # A model source that cannot be reached is asked again soon, not at the next resync.
 _TRANSIENT_RETRY = queueing.Backoff(initial=2.0, cap=60.0)
+# Look again this soon at an order whose model is being asked for, should no answer come.
+_MODEL_PENDING_RECHECK = 2.0
 
 
 @dataclass
@@ -57,6 +59,7 @@ class _Pass:
     now: datetime
     requeue: list[float] = field(default_factory=list)
     transient: bool | None = None  # the model source unreachable; None: not asked now
+    model_pending: bool = False  # no verdict on the model for this generation yet
 
 
 class Reconciler:
@@ -123,6 +126,10 @@ class Reconciler:
         self._record(p, self._observer.spec(obj, now))
         self._record(p, self._observer.klass(p.order, p.state, now))
         model = self._observer.model(p.order, p.state, now)
+        judged = p.state.model is not None and p.state.model.generation == p.state.generation
+        if model is None and p.state.policy is not None and not judged:
+            p.model_pending = True  # being asked off this worker: its answer wakes us
+            p.requeue.append(_MODEL_PENDING_RECHECK)
         if model is not None:
             p.transient = model.outcome.reason is Reason.MODEL_SOURCE_UNREACHABLE
             self._record(p, model)
@@ -190,7 +197,7 @@ class Reconciler:
         if isinstance(command, effects.ApplyWorkload) and not command.repair:
             self._take(p, command.reclaims)  # the plan's place needs these claims freed
         if isinstance(command, effects.PublishStatus):
-            if self.background.waiting(p.order.uid):
+            if p.model_pending or self.background.waiting(p.order.uid):
                 return False  # an answer is on its way and wakes the order: publish then
             if self.actor.publish(p.order, p.state, dict(command.status)):
                 # What `verify` compares a replay with: the status as last written.
