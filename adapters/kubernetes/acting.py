@@ -41,7 +41,7 @@ from fsm.reasons import ConditionStatus
 from fsm.state import OrderState
 from fsm.values import Authentication
 
-__all__ = ["Actor", "Outcome"]
+__all__ = ["Acted", "Actor"]
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ _RESOURCES = {
 
 
 @dataclass
-class Outcome:
+class Acted:
     """What carrying out a command left for the pass: an observation to record, and
     when to look again."""
 
@@ -88,16 +88,16 @@ class Actor:
 
     def act(
         self, order: OrderRef, state: OrderState, command: effects.Command, now: datetime
-    ) -> Outcome:
+    ) -> Acted:
         match command:
             case effects.EnsureAuthSecret():
-                return Outcome(self._token(order, now))
+                return Acted(self._token(order, now))
             case effects.ApplyWorkload():
-                return Outcome(self._workload(order, state, command, now))
+                return Acted(self._workload(order, state, command, now))
             case effects.ScheduleProbe():
                 return self._probe(order, state, command.after_seconds, now)
             case effects.Recheck():
-                return Outcome(requeue=[command.after_seconds])
+                return Acted(requeue=[command.after_seconds])
             case effects.PublishStatus() | effects.RequestPlan():
                 raise TypeError(f"{type(command).__name__} is the pass's own (log and lock)")
         raise TypeError(f"unknown command {type(command).__name__}")
@@ -236,19 +236,19 @@ class Actor:
 
     # -- probing -----------------------------------------------------------------------
 
-    def _probe(self, order: OrderRef, state: OrderState, after: float, now: datetime) -> Outcome:
+    def _probe(self, order: OrderRef, state: OrderState, after: float, now: datetime) -> Acted:
         """Probe off the worker: start the probe when due, record its answer when back."""
         key = ("probe", order.uid)
         done, answer = self._background.take(key)
         if done:  # seen now: its time is this pass's, as every observation's
-            return Outcome(replace(answer, at=now), requeue=[after])
+            return Acted(replace(answer, at=now), requeue=[after])
         if self._background.busy(key):
-            return Outcome()  # its end wakes the order
+            return Acted()  # its end wakes the order
         last = state.last_probe_at
         if last is not None:
             wait = after - (now - last).total_seconds()
             if wait > 0:
-                return Outcome(requeue=[wait])
+                return Acted(requeue=[wait])
         token = None
         needs_token = (
             state.policy is not None
@@ -257,13 +257,13 @@ class Actor:
         if needs_token and state.auth_secret_name:
             secret = self._world.token_secrets.get_by_name(order.namespace, state.auth_secret_name)
             if secret is None or not self._rolled_out(order, secret):
-                return Outcome(requeue=[after])  # the runtime has not the current token yet
+                return Acted(requeue=[after])  # the runtime has not the current token yet
             token = secret_value(secret, AUTH_SECRET_KEY)
         if not self._service_is_ours(order):
-            return Outcome(requeue=[after])  # never follow a retyped Service elsewhere
+            return Acted(requeue=[after])  # never follow a retyped Service elsewhere
         url = self._targets.resolve(order, self._world.pods_of(order.uid))
         if url is None:
-            return Outcome(requeue=[after])  # no Ready pod yet: its change wakes us
+            return Acted(requeue=[after])  # no Ready pod yet: its change wakes us
         timeout = float(self._settings().probe.timeout_seconds)
 
         def call() -> ob.ProbeResult:
@@ -274,7 +274,7 @@ class Actor:
 
         self._background.start(key, call)
         done, result = self._background.take(key)  # at once when run inline (tests)
-        return Outcome(replace(result, at=now) if done else None, requeue=[after])
+        return Acted(replace(result, at=now) if done else None, requeue=[after])
 
     def _rolled_out(self, order: OrderRef, secret: Obj) -> bool:
         """The Deployment's pods carry the token Secret's current UID (rotation done)."""
