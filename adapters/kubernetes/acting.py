@@ -104,21 +104,21 @@ class Actor:
 
     # -- the token ---------------------------------------------------------------------
 
+    def _token_secret(self, order: OrderRef, name: str) -> Obj | None:
+        """The order's token Secret: the cache's copy, else a live read (made a moment ago
+        and not back through the watch yet)."""
+        live = self._world.token_secrets.get_by_name(order.namespace, name, copy_=False)
+        return live if live is not None else self._writer.get(kinds.SECRETS, order.namespace, name)
+
     def _token(self, order: OrderRef, now: datetime) -> ob.AuthSecretSeen:
         name = auth_secret_name(order.name)
-        live = self._world.token_secrets.get_by_name(order.namespace, name, copy_=False)
-        if live is None:  # made a moment ago and not back through the watch yet?
-            live = self._writer.get(kinds.SECRETS, order.namespace, name)
+        live = self._token_secret(order, name)
         if live is None or not tokens.owned_by(live, order):
             name = tokens.ensure_auth_secret(self._writer, order)
         return ob.AuthSecretSeen(at=now, name=name)
 
     def _token_uid(self, order: OrderRef, name: str | None) -> str | None:
-        if name is None:
-            return None
-        live = self._world.token_secrets.get_by_name(order.namespace, name)
-        if live is None:  # made a moment ago: the watch has not brought it yet
-            live = self._writer.get(kinds.SECRETS, order.namespace, name)
+        live = self._token_secret(order, name) if name is not None else None
         return str(live["metadata"]["uid"]) if live is not None else None
 
     # -- the workload ------------------------------------------------------------------

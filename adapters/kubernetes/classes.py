@@ -23,10 +23,6 @@ from fsm.values import ClassSpec
 __all__ = ["class_status", "reconcile_class"]
 
 
-def _names(objs: list[Obj]) -> list[str]:
-    return [str((o.get("metadata") or {}).get("name")) for o in objs]
-
-
 def class_status(
     obj: Obj, *, priority_classes: list[str], device_classes: list[str], now: datetime
 ) -> dict[str, Any]:
@@ -75,8 +71,8 @@ def reconcile_class(
         return False
     status = class_status(
         obj,
-        priority_classes=_names(world.priority_classes.objects()),
-        device_classes=_names(world.device_classes.objects()),
+        priority_classes=world.priority_classes.names(),
+        device_classes=world.device_classes.names(),
         now=clock(),
     )
     try:

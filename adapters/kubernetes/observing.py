@@ -72,10 +72,6 @@ def secret_value(secret: Obj | None, key: str) -> str | None:
     return base64.b64decode(data[key]).decode("utf-8", "replace")
 
 
-def _names(objs: Sequence[Obj]) -> list[str]:
-    return [str((o.get("metadata") or {}).get("name")) for o in objs]
-
-
 def _stamp(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
@@ -137,8 +133,8 @@ class Observer:
 
     def klass(self, order: OrderRef, state: OrderState, at: datetime) -> ob.ClassJudged:
         name = state.class_name
-        priority = _names(self._world.priority_classes.objects(copy_=False))
-        devices = _names(self._world.device_classes.objects(copy_=False))
+        priority = self._world.priority_classes.names()
+        devices = self._world.device_classes.names()
         obj = self._world.classes.get_by_name(None, name, copy_=False) if name else None
         spec: ClassSpec | None = None
         if obj is not None:

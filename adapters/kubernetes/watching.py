@@ -334,6 +334,14 @@ class Informer:
                 return list(self._objects.values())
             return [copy.deepcopy(obj) for obj in self._objects.values()]
 
+    def names(self) -> list[str]:
+        """The names of the cached objects (cluster-scoped kinds: their whole identity)."""
+        with self._cond:
+            return [
+                str(meta.get("name"))
+                for meta in (o.get("metadata") or {} for o in self._objects.values())
+            ]
+
     def uids(self) -> list[str]:
         with self._cond:
             return list(self._objects)
