@@ -85,6 +85,7 @@ class Reason(StrEnum):
     # ModelResolved
     MODEL_RESOLVED = "ModelResolved"
     MODEL_NOT_FOUND = "ModelNotFound"
+    MODEL_NAMESPACE_FORBIDDEN = "ModelNamespaceForbidden"
     MODEL_NOT_READY = "ModelNotReady"
     MODEL_ACCESS_DENIED = "ModelAccessDenied"
     MODEL_SOURCE_UNREACHABLE = "ModelSourceUnreachable"
@@ -181,6 +182,13 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
     ),
     Reason.MODEL_NOT_FOUND: ReasonInfo(
         _C.MODEL_RESOLVED, _F, Who.USER, "The model ref does not resolve at its source."
+    ),
+    Reason.MODEL_NAMESPACE_FORBIDDEN: ReasonInfo(
+        _C.MODEL_RESOLVED,
+        _F,
+        Who.USER,
+        "The ref names a Model in another namespace. A Model is read only in the order's own "
+        "namespace; a model shared between namespaces is a ClusterModel.",
     ),
     Reason.MODEL_NOT_READY: ReasonInfo(
         _C.MODEL_RESOLVED, _F, Who.WAIT, "The catalog model exists but is not Ready yet."

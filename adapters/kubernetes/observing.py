@@ -24,6 +24,7 @@ from adapters.models import (
     ModelUnavailable,
     catalog_target,
     facts_from_catalog,
+    foreign_model_refusal,
 )
 from fsm import observations as ob
 from fsm import policy
@@ -176,6 +177,9 @@ class Observer:
                     "the ai-models catalog is turned off in the module settings "
                     "(settings.catalog.mode: None); name a HuggingFace model instead",
                 )
+            refused = foreign_model_refusal(ref, order.namespace)
+            if refused is not None:
+                return refused
             kind, namespace, name = catalog_target(ref, order.namespace)
             if not self._world.catalog_installed(str(kind)):
                 return ModelUnavailable(
