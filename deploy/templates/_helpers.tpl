@@ -2,7 +2,9 @@
   What the templates assume of the values Deckhouse passes (deploy/README.md lists them):
     .Values.aiInference.*                    this module's settings with their defaults
     .Values.aiInference.internal             computed values (none read yet)
-    .Values.global.highAvailability          the platform's HA mode
+    .Values.aiInference.highAvailability     this module's HA setting, if set, else
+    .Values.global.highAvailability          the platform's HA mode, if set, else
+    .Values.global.discovery.clusterControlPlaneIsHighlyAvailable
     .Values.global.modulesImages.registry.base, .dockercfg; .digests.aiInference.controller
     .Values.global.deckhouseVersion          which RBACv2 scheme the platform reads
   The platform's exposure globals (modules.publicDomainTemplate, https, ingressClass) and
@@ -30,12 +32,27 @@ module: {{ .Chart.Name }}
 {{- end }}
 
 {{- /*
-  "true" when the controller runs two replicas: the platform is in high-availability mode
-  and the event log is shared (PostgreSQL). With SQLite a second replica could not share
-  the file, so the module stays at one replica whatever the platform's mode.
+  "true" when high availability is asked for, as the platform decides it (lib-helm's
+  helm_lib_ha_enabled): the module's `highAvailability` setting when set, else the global
+  one when set, else whether the cluster's control plane is highly available.
+*/ -}}
+{{- define "ai-inference.haRequested" -}}
+{{- if hasKey .Values.aiInference "highAvailability" -}}
+{{- .Values.aiInference.highAvailability | toString -}}
+{{- else if hasKey .Values.global "highAvailability" -}}
+{{- .Values.global.highAvailability | toString -}}
+{{- else -}}
+{{- dig "discovery" "clusterControlPlaneIsHighlyAvailable" false .Values.global | toString -}}
+{{- end -}}
+{{- end }}
+
+{{- /*
+  "true" when the controller runs two replicas: high availability is asked for and the
+  event log is shared (PostgreSQL). With SQLite a second replica could not share the file,
+  so the module stays at one replica whatever the mode.
 */ -}}
 {{- define "ai-inference.ha" -}}
-{{- and .Values.global.highAvailability (ne (include "ai-inference.sqlite" .) "true") -}}
+{{- and (eq (include "ai-inference.haRequested" .) "true") (ne (include "ai-inference.sqlite" .) "true") -}}
 {{- end }}
 
 {{- /*

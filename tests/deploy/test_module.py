@@ -256,6 +256,41 @@ def test_postgres_replicas_follow_high_availability(ha: bool) -> None:
         assert "affinity" not in pod
 
 
+@pytest.mark.parametrize(
+    ("module", "platform", "control_plane", "replicas"),
+    [
+        (None, None, True, 2),  # nothing set: a highly available control plane decides
+        (None, None, False, 1),
+        (None, True, False, 2),  # the platform's mode, when set, over the discovery
+        (None, False, True, 1),
+        (False, True, True, 1),  # the module's setting over both
+        (True, False, False, 2),
+    ],
+)
+def test_high_availability_as_the_platform_decides_it(
+    module: bool | None, platform: bool | None, control_plane: bool, replicas: int
+) -> None:
+    values = deckhouse_values(store=POSTGRES)
+    del values["global"]["highAvailability"]
+    if platform is not None:
+        values["global"]["highAvailability"] = platform
+    values["global"]["discovery"] = {"clusterControlPlaneIsHighlyAvailable": control_plane}
+    if module is not None:
+        values["aiInference"]["highAvailability"] = module
+    deployment = one(render(values), "Deployment", "ai-inference-controller")
+    assert deployment["spec"]["replicas"] == replicas
+
+
+def test_the_module_setting_is_one_deckhouse_accepts() -> None:
+    # Set in a ModuleConfig, it passes the schema and reaches the templates.
+    values = deckhouse_values(store=POSTGRES)
+    assert "highAvailability" not in values["aiInference"]  # no default: the platform's
+    schema = yaml.safe_load((DEPLOY / "openapi" / "config-values.yaml").read_text("utf-8"))
+    jsonschema.validate({"highAvailability": True}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"highAvailability": "yes"}, schema)
+
+
 # --- RBAC --------------------------------------------------------------------------------
 
 
