@@ -152,6 +152,9 @@ class Settings(Frozen):
     probe: ProbeSettings = ProbeSettings()
     hugging_face: HuggingFaceSettings = HuggingFaceSettings()
     store: StoreSettings = StoreSettings()
+    # Read by the module's templates (replicas), not by the controller: accepted here so a
+    # ModuleConfig that sets it is valid. None: the platform's global mode decides.
+    high_availability: bool | None = None
 
     @field_validator("public_domain_template")
     @classmethod
