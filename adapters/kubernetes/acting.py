@@ -177,15 +177,13 @@ class Actor:
         if command.repair:
             self.repairs += len(changed)
         wanted = list(docs)
+        copied = False
         try:
             if certificate is not None:  # the copy before the Ingress that names it
                 wanted.append(certificate)
-                if self._keep_certificate(order, certificate, live):
-                    changed = [certificate, *changed] if command.repair else changed
-                    self.repairs += int(command.repair)
+                copied = self._keep_certificate(order, certificate, live)
             for doc in changed:
-                if doc is not certificate:
-                    self._apply(order, doc, live.get(converging.key_of(doc)))
+                self._apply(order, doc, live.get(converging.key_of(doc)))
             if command.auth_secret_name:
                 wanted.append({"kind": "Secret", "metadata": {"name": command.auth_secret_name}})
             for stray in converging.strays(wanted, live.values(), order.uid):
@@ -193,8 +191,12 @@ class Actor:
         except errors.APIError as exc:
             return ob.ApplyFailed(at=now, message=str(exc)[:500])
         if command.repair:
-            if changed:  # keys only: never an object, one of them may be a certificate
-                log.info("%s: repaired %s", order.key, [converging.key_of(d) for d in changed])
+            repaired = [converging.key_of(d) for d in changed]
+            if copied and certificate is not None:
+                self.repairs += 1
+                repaired.append(converging.key_of(certificate))
+            if repaired:  # keys only, never an object: one may hold a private key
+                log.info("%s: repaired %s", order.key, repaired)
             return None
         return ob.ApplySucceeded(at=now, plan=command.plan)
 
