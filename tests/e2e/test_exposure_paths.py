@@ -161,6 +161,13 @@ def test_an_ingress_host_follows_the_global_domain_unless_the_module_sets_its_ow
         )
         assert platform.controller.settings().public_domain_template == "%s.global2.test"
         assert _host(platform, name) == f"{label}.global2.test"
+        # ...and it does not hold back an edit of the module's own settings.
+        put_module({"publicDomainTemplate": "%s.module2.test"})
+        wait_for(
+            lambda: _host(platform, name) == f"{label}.module2.test",
+            timeout=30,
+            what="the module's edit taken while the global block is invalid",
+        )
 
 
 # --- the CustomCertificate copy -----------------------------------------------------------
