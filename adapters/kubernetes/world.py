@@ -20,7 +20,7 @@ from adapters.kubernetes.secret_lookup import NamedSecrets
 from adapters.kubernetes.settings import MODULE_NAME
 from adapters.kubernetes.watching import Informer, Obj, Resource, Timeouts, by_label
 
-__all__ = ["ClusterCache"]
+__all__ = ["SETTINGS_SOURCES", "ClusterCache"]
 
 BY_CLASS = "class"
 BY_SECRET = "secret"
