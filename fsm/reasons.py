@@ -112,6 +112,7 @@ class Reason(StrEnum):
     DEVICES_NOT_ALLOCATED = "DevicesNotAllocated"
     PODS_UNSCHEDULABLE = "PodsUnschedulable"
     WORKLOAD_APPLY_FAILED = "WorkloadApplyFailed"
+    CERTIFICATE_SECRET_MISSING = "CertificateSecretMissing"
     PREEMPTED_BY_PRIORITY = "PreemptedByPriority"
     # Ready
     ENDPOINT_SERVING = "EndpointServing"
@@ -332,6 +333,14 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _F,
         Who.ADMIN,
         "The API server refused a workload object; the message quotes it.",
+    ),
+    Reason.CERTIFICATE_SECRET_MISSING: ReasonInfo(
+        _C.WORKLOAD_READY,
+        _F,
+        Who.ADMIN,
+        "https mode CustomCertificate names a Secret that does not exist in the controller's "
+        "namespace, so no copy can be made for the order's Ingress; nothing is applied until "
+        "it exists (what runs keeps running).",
     ),
     Reason.ENDPOINT_SERVING: ReasonInfo(
         _C.READY, _T, Who.NOBODY, "The inference API answered the probe."

@@ -3,7 +3,9 @@
 In a cluster it uses the in-cluster config; elsewhere `--kubeconfig`. The event log is a
 SQLite file by default or a PostgreSQL URL. Settings come from the ModuleConfig
 `ai-inference` when present, else from `--settings FILE` (YAML shaped as the
-ModuleConfig's `spec.settings`), else the defaults; the setting flags
+ModuleConfig's `spec.settings`), else the defaults — with the platform's ModuleConfig
+`global` filling publicDomainTemplate, ingressClass and https where those leave them
+unset (docs/workload.md, "Module settings"); the setting flags
 (`--public-domain-template`, `--https-mode`, `--ingress-class`, `--hub-endpoint`,
 `--probe-interval`, `--probe-timeout`) apply on top of whichever is used. Everything is
 checked against deploy/openapi/config-values.yaml. The hub endpoint reaches both the

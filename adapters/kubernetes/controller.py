@@ -33,12 +33,19 @@ from kubernetes import client
 from kubernetes.client import ApiClient
 
 from adapters import logs, metrics
-from adapters.kubernetes import classes, fencing, oldservers, queueing
+from adapters.kubernetes import (
+    certificates,
+    classes,
+    fencing,
+    global_settings,
+    oldservers,
+    queueing,
+)
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.leader import Elector
-from adapters.kubernetes.reconciling import Reconciler
+from adapters.kubernetes.reconciling import MODULE_NAMESPACE, Reconciler
 from adapters.kubernetes.settings import Settings, SettingsError, Source
-from adapters.kubernetes.world import ClusterCache
+from adapters.kubernetes.world import SETTINGS_SOURCES, ClusterCache
 from adapters.kubernetes.writing import Writer
 from adapters.models import HubResolver, HubSettings
 from adapters.probes.targets import ServiceTarget, TargetResolver
@@ -86,8 +93,12 @@ class Controller:
         leader_election: bool = True,
         identity: str | None = None,
         discovery_period: float = 30.0,
+        namespace: str | None = None,
     ) -> None:
         api = _pooled(api, size=32 + workers)
+        # The controller's own namespace, where CustomCertificate Secrets are read: the
+        # pod's (POD_NAMESPACE, from the downward API), else the module's.
+        self.namespace = namespace or os.environ.get("POD_NAMESPACE") or MODULE_NAMESPACE
         # `discovery_period`: how often a kind the cluster does not serve is looked for.
         self.cache = ClusterCache(
             api, hpa_api_version=hpa_api_version, discovery_period=discovery_period
@@ -103,6 +114,7 @@ class Controller:
         if hub_endpoint:
             source = source.overridden({"huggingFace": {"endpoint": hub_endpoint}})
         self._source = source
+        self._global: dict[str, Any] = {}  # the global exposure block in force
         self._settings = source.resolve(None)
         self._settings_lock = threading.Lock()
         self._hub = HubResolver(HubSettings(endpoint=self._settings.hugging_face.endpoint))
@@ -124,7 +136,9 @@ class Controller:
             allocation_grace_seconds=allocation_grace_seconds,
             # Probes and hub lookups on a pool of their own; an answer wakes its order.
             background=Background(self.queue.add, workers=max(4, 2 * workers)),
+            namespace=self.namespace,
         )
+        self.cache.certificate_sources = self._certificate_sources
         self._clock = clock
         self._workers = queueing.Workers(self.queue, self._pass, workers=workers)
         self._class_workers = queueing.Workers(self.class_queue, self._class_pass, workers=1)
@@ -161,9 +175,19 @@ class Controller:
         """The hub the resolver asks now (the settings' `huggingFace.endpoint`)."""
         return self._hub.settings.endpoint
 
+    def _certificate_sources(self) -> set[str]:
+        specs = [obj.get("spec") or {} for obj in self.cache.classes.objects(copy_=False)]
+        secret = self.settings().https.custom_certificate.secret_name
+        return certificates.sources(self.namespace, secret, specs)
+
     def _reload_settings(self) -> None:
+        # The global block first: a bad one keeps the last good one (not the defaults),
+        # and does not hold back a good edit of the module's own settings.
+        self._global, problem = global_settings.reload(self._global, self.cache.global_settings())
+        if problem:
+            log.error("ModuleConfig global rejected: %s", problem)
         try:
-            fresh = self._source.resolve(self.cache.module_settings())
+            fresh = self._source.resolve(self.cache.module_settings(), self._global)
         except SettingsError as exc:
             # Keep working with the last good settings; the message names the bad fields.
             log.error("ModuleConfig ai-inference rejected, keeping previous settings: %s", exc)
@@ -172,6 +196,10 @@ class Controller:
             self._settings = fresh
         # The resolver and the rendered workload (HF_ENDPOINT) read the same hub.
         self._hub.use_endpoint(fresh.hugging_face.endpoint)
+
+    def _settings_changed(self, _event: str, obj: dict[str, Any]) -> None:
+        if (obj.get("metadata") or {}).get("name") in SETTINGS_SOURCES:
+            self._reload_settings()
 
     # -- running ---------------------------------------------------------------------------
 
@@ -254,12 +282,13 @@ class Controller:
 
     def _take_over(self, epoch: int) -> None:
         self._epoch = self._log.claim_epoch(epoch)
+        # Settings first: the orders a settings change enqueues must find them in force.
+        self.cache.module_configs.add_handler(self._settings_changed)
         self.cache.watch_changes(self._enqueue)
         # A class's own Ready condition depends on it and on the priority/device classes.
         self.cache.classes.add_handler(lambda _e, obj: self._enqueue_class(obj))
         for informer in (self.cache.priority_classes, self.cache.device_classes):
             informer.add_handler(lambda _e, _o: self._enqueue_classes())
-        self.cache.module_configs.add_handler(lambda _e, _o: self._reload_settings())
         self.cache.start()
         if not self.cache.wait_synced(self._sync_timeout):
             behind = ", ".join(self.cache.unsynced()) or "?"

@@ -38,10 +38,12 @@ from fsm.reasons import ConditionType, Reason
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, OrderState
 from store import EventLog, StreamKey
 
-__all__ = ["Reconciler", "model_ref_of"]
+__all__ = ["MODULE_NAMESPACE", "Reconciler", "model_ref_of"]
 
 log = logging.getLogger(__name__)
 
+# The module's namespace on Deckhouse: the controller's, unless told otherwise.
+MODULE_NAMESPACE = "d8-ai-inference"
 SNAPSHOT_EVERY = 20  # events between snapshots of an order's state
 _MAX_ROUNDS = 8  # command rounds in one pass; each round is caused by a new event
 # A model source that cannot be reached is asked again soon, not at the next resync.
@@ -81,6 +83,7 @@ class Reconciler:
         rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         allocation_grace_seconds: float = DEVICE_ALLOCATION_GRACE_SECONDS,
         background: Background | None = None,
+        namespace: str = MODULE_NAMESPACE,
     ) -> None:
         self._world = world
         # How long pods may wait for devices before the plan's device class counts as
@@ -111,6 +114,7 @@ class Reconciler:
             recipes=self.planning.recipes,
             background=self.background,
             rewrite=rewrite,
+            namespace=namespace,
         )
 
     # -- the pass ----------------------------------------------------------------------

@@ -92,6 +92,18 @@ SCENARIOS: list[tuple[Reason, ConditionType, tuple[ob.Observation, ...]]] = [
         C.WORKLOAD_READY,
         (*PLANNED, ob.ApplyFailed(at=at(4), message="quota exceeded")),
     ),
+    (
+        R.CERTIFICATE_SECRET_MISSING,
+        C.WORKLOAD_READY,
+        (
+            *PLANNED,
+            ob.ApplyFailed(
+                at=at(4),
+                message="Secret 'wild' does not exist",
+                reason=R.CERTIFICATE_SECRET_MISSING,
+            ),
+        ),
+    ),
     (R.AWAITING_WORKLOAD, C.READY, ROLLING),
     (R.AWAITING_FIRST_PROBE, C.READY, AVAILABLE),
     (R.HEALTH_CHECK_FAILED, C.READY, (*AVAILABLE, probe(8, ok=False))),

@@ -38,6 +38,9 @@ REPO = Path(__file__).resolve().parents[3]
 QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
+# A plain cluster's settings file naming a domain: External orders get an Ingress.
+SETTINGS = Settings(publicDomainTemplate="%s.example.com")
+
 
 def external_token_class(name: str = "conv") -> dict[str, Any]:
     return {
@@ -92,7 +95,7 @@ class Bed:
             writer=self.writer,  # type: ignore[arg-type]
             hub=self.hub,  # type: ignore[arg-type]
             targets=AnnotatedPodTarget(),
-            settings=Settings,
+            settings=lambda: SETTINGS,
             clock=lambda: NOW,
         )
 
