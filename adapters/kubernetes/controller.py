@@ -38,6 +38,7 @@ from adapters.kubernetes.background import Background
 from adapters.kubernetes.leader import Elector
 from adapters.kubernetes.reconciling import Reconciler
 from adapters.kubernetes.settings import Settings, SettingsError, Source
+from adapters.kubernetes.watching import Timeouts
 from adapters.kubernetes.world import ClusterCache
 from adapters.kubernetes.writing import Writer
 from adapters.models import HubResolver, HubSettings
@@ -86,11 +87,16 @@ class Controller:
         leader_election: bool = True,
         identity: str | None = None,
         discovery_period: float = 30.0,
+        watch_timeouts: Timeouts | None = None,
     ) -> None:
         api = _pooled(api, size=32 + workers)
-        # `discovery_period`: how often a kind the cluster does not serve is looked for.
+        # `discovery_period`: how often a kind the cluster does not serve is looked for;
+        # `watch_timeouts`: the watches' three timeouts (watching.Timeouts' defaults).
         self.cache = ClusterCache(
-            api, hpa_api_version=hpa_api_version, discovery_period=discovery_period
+            api,
+            hpa_api_version=hpa_api_version,
+            discovery_period=discovery_period,
+            timeouts=watch_timeouts,
         )
         # Every Kubernetes write of the controller goes through the Writer, and its client
         # refuses any request but a read once still_leading() is false.
