@@ -197,6 +197,26 @@ def closed(plane: Plane, log: store.EventLog, uid: str) -> bool:
     return info is not None and info.deleted_at is not None and not plane.pods_of(uid)
 
 
+def report(plane: Plane, log: store.EventLog, names: Iterable[str]) -> str:
+    """Where each order stands, for a failure message."""
+    lines = []
+    for name in names:
+        obj = plane.get(name)
+        if obj is None:
+            lines.append(f"{name}: absent")
+            continue
+        status = obj.get("status") or {}
+        uid = obj["metadata"]["uid"]
+        replay = render_status(fold(r.event for r in log.read(uid))) if log.stream(uid) else None
+        reasons = [(c.get("type"), c.get("reason")) for c in status.get("conditions") or []]
+        lines.append(
+            f"{name}: gen {obj['metadata']['generation']} observed "
+            f"{status.get('observedGeneration')} phase {status.get('phase')} {reasons}; "
+            f"replay {'equals' if replay == status else 'differs: ' + repr(replay)[:400]}"
+        )
+    return "\n".join(lines)
+
+
 def converged(
     plane: Plane, log: store.EventLog, ready: Iterable[str], deleted: Iterable[str] = ()
 ) -> bool:

@@ -36,6 +36,7 @@ from tests.outages.plane import (
     ControllerProcess,
     Plane,
     converged,
+    report,
     wait_leading,
 )
 from tests.support.polling import eventually
@@ -222,12 +223,15 @@ def test_the_api_server_killed_and_started_again(clean: Plane, tmp_path: Path) -
             procs.append(second)
             wait_leading(second, timeout=120)
         with store.open_log(url, read_only=True) as log:
-            eventually(
-                lambda: converged(
-                    plane, log, ["crash-keep", "crash-change", "crash-new"], [uids["crash-gone"]]
-                ),
-                timeout=CONVERGE, interval=0.5, what="every order after the API server's restart",
-            )  # fmt: skip
+            live = ["crash-keep", "crash-change", "crash-new"]
+            try:
+                eventually(
+                    lambda: converged(plane, log, live, [uids["crash-gone"]]),
+                    timeout=CONVERGE, interval=0.5, what="every order after the restart",
+                )  # fmt: skip
+            except AssertionError as exc:
+                where = report(plane, log, live)
+                raise AssertionError(f"{exc}\n{where}\n{procs[-1].stderr[-6000:]}") from None
         assert procs[-1].proc.poll() is None, procs[-1].stderr[-3000:]
     finally:
         codes = [proc.stop() for proc in procs]
