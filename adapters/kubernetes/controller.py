@@ -5,9 +5,10 @@ feed the cache; every change enqueues the UIDs of the orders it can affect; work
 `Reconciler.reconcile(uid)` one UID at a time; classes have a queue and a worker of
 their own (their status is a separate, cheap pass keyed by name); a StreamConflict
 (another writer moved the stream) drops the in-memory state so the retry re-reads the
-log. Every append is stamped with this process's leader epoch, claimed in the log at
-start, so an older controller's appends are refused. Every write goes through one
-`Writer`.
+log; while the log is unreachable, orders wait at one gate (log_gate.py) and are
+enqueued again together when it answers. Every append is stamped with this process's
+leader epoch, claimed in the log at start, so an older controller's appends are refused.
+Every write goes through one `Writer`.
 
 Leadership never wedges: a leader whose caches do not sync or whose log fails at
 take-over, or that meets a newer epoch in the log (StaleEpoch), gives the Lease up and
@@ -36,6 +37,7 @@ from adapters import logs, metrics
 from adapters.kubernetes import classes, fencing, oldservers, queueing
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.leader import Elector
+from adapters.kubernetes.log_gate import LogGate
 from adapters.kubernetes.reconciling import Reconciler
 from adapters.kubernetes.settings import Settings, SettingsError, Source
 from adapters.kubernetes.watching import Timeouts
@@ -44,7 +46,7 @@ from adapters.kubernetes.writing import Writer
 from adapters.models import HubResolver, HubSettings
 from adapters.probes.targets import ServiceTarget, TargetResolver
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS
-from store import EventLog, StaleEpoch, StreamConflict
+from store import EventLog, StaleEpoch, StoreUnavailable, StreamConflict
 
 __all__ = ["LEASE_NAME", "LEASE_NAMESPACE", "Controller", "LeadershipLost", "utc_now"]
 
@@ -132,6 +134,8 @@ class Controller:
             background=Background(self.queue.add, workers=max(4, 2 * workers)),
         )
         self._clock = clock
+        # While the log is down, orders wait at one gate and one probe asks for it.
+        self.log_gate = LogGate(log_store.epoch, self.queue.add)
         self._workers = queueing.Workers(self.queue, self._pass, workers=workers)
         self._class_workers = queueing.Workers(self.class_queue, self._class_pass, workers=1)
         self._stopping = False
@@ -288,6 +292,7 @@ class Controller:
         self.leading.clear()
         self._workers.stop()
         self._class_workers.stop()
+        self.log_gate.stop()
         self.reconciler.background.stop()
         if self._elector is not None:
             self._elector.stop()
@@ -329,6 +334,8 @@ class Controller:
         """One pass, timed and counted by outcome; its log records name the order."""
         if not self.still_leading():
             return queueing.Done()  # an old leader starts nothing; the next one re-reads all
+        if self.log_gate.park_if_closed(uid):
+            return queueing.Done()  # the log is down: enqueued again once it answers
         meta = (self.cache.orders.get(uid) or {}).get("metadata") or {}
         with (
             logs.about_order(uid=uid, namespace=meta.get("namespace"), name=meta.get("name")),
@@ -347,6 +354,9 @@ class Controller:
         except fencing.NotLeading as exc:
             log.info("pass over %s stopped before a write: %s", uid, exc)
             return queueing.Done()  # the next leader re-reads everything
+        except StoreUnavailable as exc:
+            self.log_gate.failed(uid, exc)  # parked: enqueued again once the log answers
+            return queueing.Done()
         except StaleEpoch as exc:
             # A newer controller appends to the log: end leadership as a lost Lease would.
             self._abdicate(f"a newer controller leads ({exc})")
