@@ -23,7 +23,6 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -170,11 +169,8 @@ def status(folder: Path) -> ClusterState | None:
     return state
 
 
-def up(folder: Path, *, timeout: float = 90, apiserver_flags: Sequence[str] = ()) -> ClusterState:
-    """Start the control plane in `folder` (reuse it when already running there).
-
-    `apiserver_flags`: more kube-apiserver flags (a fault test's dedicated plane, say
-    `--watch-cache-sizes=…`)."""
+def up(folder: Path, *, timeout: float = 90) -> ClusterState:
+    """Start the control plane in `folder` (reuse it when already running there)."""
     folder = folder.resolve()
     running = status(folder)
     if running is not None:
@@ -241,7 +237,6 @@ def up(folder: Path, *, timeout: float = 90, apiserver_flags: Sequence[str] = ()
             "--service-cluster-ip-range=10.96.0.0/16",
             "--allow-privileged=false",
             "--v=1",
-            *apiserver_flags,
         ],
         logs,
     )
