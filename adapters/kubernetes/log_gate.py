@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from adapters import metrics
 from adapters.kubernetes import queueing
 from store import StoreError
 
@@ -85,6 +86,7 @@ class LogGate:
                 return
             self._closed_at = time.monotonic()
             self.stats.closings += 1
+            metrics.log_unreachable(True)
             if self._stopping.is_set():
                 return
             self._prober = threading.Thread(target=self._probe_until_open, name="log-gate")
@@ -127,6 +129,7 @@ class LogGate:
             down = time.monotonic() - (self._closed_at or time.monotonic())
             self._closed_at = None
             self._prober = None
+            metrics.log_unreachable(False)
         log.info("event log answers again after %.0fs: %d orders enqueued", down, len(parked))
         for uid in parked:
             self._wake(uid)

@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 import store
+from adapters import metrics
 from tests.outages.plane import (
     QWEN_SMALL,
     REPO,
@@ -98,6 +99,7 @@ def test_the_log_down_for_30s_under_load(clean: Plane, pg: PrivatePostgres, pg_u
             step()
             # No crash: the leader stays, and keeps its Lease (it is not the log's).
             assert controller.alive() and controller.still_leading()
+            assert metrics.REGISTRY.get_sample_value("ai_inference_log_unreachable") == 1
         gate = controller.log_gate.stats
         during = (gate.closings, gate.failed_passes, gate.probes)
         pg.start()
@@ -111,6 +113,7 @@ def test_the_log_down_for_30s_under_load(clean: Plane, pg: PrivatePostgres, pg_u
         )  # fmt: skip
         drained = time.monotonic() - back
         assert controller.alive() and controller.still_leading()
+        assert metrics.REGISTRY.get_sample_value("ai_inference_log_unreachable") == 0
     finally:
         controller.stop()
         log.close()

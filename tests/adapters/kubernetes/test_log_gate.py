@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 
+from adapters import metrics
 from adapters.kubernetes import queueing
 from adapters.kubernetes.log_gate import LogGate
 from store import StoreUnavailable
@@ -61,5 +62,18 @@ def test_one_prober_however_many_passes_fail() -> None:
         # One probe per interval for the whole backlog, not one retry per order.
         assert gate.stats.closings == 1 and gate.stats.failed_passes == 50
         assert db.reads <= 3
+    finally:
+        gate.stop()
+
+
+def test_the_gauge_says_while_orders_wait_for_the_log() -> None:
+    db = Database()
+    gate = LogGate(db.epoch, lambda _uid: None, backoff=FAST)
+    try:
+        gate.failed("a", StoreUnavailable("connection refused"))
+        assert metrics.REGISTRY.get_sample_value("ai_inference_log_unreachable") == 1
+        db.up = True
+        eventually(lambda: not gate.closed, timeout=5)
+        assert metrics.REGISTRY.get_sample_value("ai_inference_log_unreachable") == 0
     finally:
         gate.stop()
