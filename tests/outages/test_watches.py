@@ -29,6 +29,7 @@ from adapters.cluster import local
 from adapters.kubernetes.watching import Timeouts
 from tests.outages.plane import (
     GROUP,
+    NS,
     PLURAL,
     QWEN_SMALL,
     REPO,
@@ -44,7 +45,7 @@ from tests.support.relay import Relay
 
 pytestmark = pytest.mark.cluster
 
-CONVERGE = 150.0  # seconds for orders to reach Ready on a loaded 2-core machine
+CONVERGE = 240.0  # a bound, not a time: orders reach Ready in seconds on a quiet machine
 
 
 def _etcd_revision(etcd_url: str) -> int:
@@ -111,19 +112,29 @@ def test_a_silent_stream_is_restarted_by_the_watchdog(
         # The connections open now stay open and say nothing more: the watch streams
         # hang (the client's read timeout is 90 s); other requests go on new connections.
         relay.silence()
-        plane.change_model("quiet-change", QWEN_SMALL)
+        generation = plane.change_model("quiet-change", QWEN_SMALL)
         plane.delete("quiet-gone")
         plane.create("quiet-new")
+
+        def heard() -> bool:
+            changed = orders.get_by_name(NS, "quiet-change") or {}
+            return (
+                changed.get("metadata", {}).get("generation") == generation
+                and orders.get_by_name(NS, "quiet-gone") is None
+                and orders.get_by_name(NS, "quiet-new") is not None
+            )
+
         # Heard well before the read timeout would have ended the stream: the watchdog
         # stopped it after 3 s of silence and the watch resumed from its RV.
+        eventually(heard, timeout=45, interval=0.2, what="the changes made while silent")
+        assert orders.stats.watchdog_stops >= 1
+        assert orders.stats.lists == lists  # resumed from its RV: nothing needed a re-LIST
         eventually(
             lambda: converged(
                 plane, log, ["quiet-keep", "quiet-change", "quiet-new"], [uids["quiet-gone"]]
             ),
-            timeout=60, interval=0.5, what="the changes made while the stream was silent",
+            timeout=CONVERGE, interval=0.5, what="the orders after the silence",
         )  # fmt: skip
-        assert orders.stats.watchdog_stops >= 1
-        assert orders.stats.lists == lists  # resumed from its RV: nothing needed a re-LIST
         assert controller.still_leading() and controller.alive()
     finally:
         controller.stop()
@@ -175,12 +186,15 @@ def test_gone_after_etcd_compaction_and_restart_relists_and_misses_nothing(
         )  # fmt: skip
         relay.heal()
 
-        eventually(
-            lambda: converged(
-                plane, log, ["gone-keep", "gone-change", "gone-new"], [uids["gone-gone"]]
-            ),
-            timeout=90, interval=0.5, what="the changes made while the watch was cut",
-        )  # fmt: skip
+        live = ["gone-keep", "gone-change", "gone-new"]
+        try:
+            eventually(
+                lambda: converged(plane, log, live, [uids["gone-gone"]]),
+                timeout=CONVERGE, interval=0.5, what="the changes made while the watch was cut",
+            )  # fmt: skip
+        except AssertionError as exc:
+            where = report(plane, log, live)
+            raise AssertionError(f"{exc}\n{where}\n{orders.stats}") from None
         gone, synthetic = orders.stats.gone, orders.stats.synthetic_deletions
         assert gone > before[0]  # the watch was answered 410 and listed again
         assert synthetic > before[1]  # gone-gone was learnt from the diff, not an event
