@@ -293,22 +293,43 @@ def kill(state: ClusterState, name: str) -> None:
 
 def start_again(state: ClusterState, name: str, *, timeout: float = 90) -> None:
     """Start `name` again with its recorded command line (same ports, same data); for etcd
-    and the API server, return once the API server answers /readyz again."""
+    and the API server, return once the API server answers /readyz again.
+
+    The port can be taken for a while when the server starts again: sockets of the killed
+    process linger, and a client reconnecting to a loopback port may be given that very
+    port as its source and connect to itself. Seen here under load: a start that fails
+    to bind is tried again, within `timeout`.
+    """
     folder = Path(state.folder)
     if _alive(state.pids[name]):
         raise ClusterError(f"{name} is still running")
     logs = folder / "logs"
-    _start(state, name, state.argv[name], logs)
-    _write_state(folder, state)
-    if name in ("etcd", "kube-apiserver"):
-        _wait_ready(
-            f"{state.server}/readyz",
-            identities.read_tokens(folder / "tokens.csv")["admin"],
-            ca=pki.Pki(folder / "pki").ca_cert,
-            pids={n: state.pids[n] for n in ("etcd", "kube-apiserver")},
-            logs=logs,
-            timeout=timeout,
-        )
+    deadline = time.monotonic() + timeout
+    while True:
+        size = _log_size(logs / f"{name}.log")
+        _start(state, name, state.argv[name], logs)
+        _write_state(folder, state)
+        if name not in ("etcd", "kube-apiserver"):
+            return
+        try:
+            _wait_ready(
+                f"{state.server}/readyz",
+                identities.read_tokens(folder / "tokens.csv")["admin"],
+                ca=pki.Pki(folder / "pki").ca_cert,
+                pids={n: state.pids[n] for n in ("etcd", "kube-apiserver")},
+                logs=logs,
+                timeout=max(1.0, deadline - time.monotonic()),
+            )
+            return
+        except ClusterError:
+            said = (logs / f"{name}.log").read_bytes()[size:]
+            if b"address already in use" not in said or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+def _log_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
 
 
 def _write_state(folder: Path, state: ClusterState) -> None:
