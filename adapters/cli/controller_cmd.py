@@ -13,7 +13,8 @@ resolver and the workloads (HF_ENDPOINT); tests and the demo point it at a stand
 
 Exit status: 0 after SIGTERM or Ctrl-C (the Lease is released first, so a standby leads
 within seconds); 1 when leadership was lost or could not be used (caches that did not
-sync, an unreachable log at take-over, a newer leader in the log); 2 for bad settings.
+sync, an unreachable log at take-over, a newer leader in the log) and when the log cannot
+be opened at start; 2 for bad settings.
 """
 
 from __future__ import annotations
@@ -149,7 +150,16 @@ def _run(args: argparse.Namespace) -> int:
     except settings.SettingsError as exc:
         sys.stderr.write(f"ai-inference controller: {exc}\n")
         return 2
-    with store.open_log(args.store) as log_store:
+    try:
+        log_store = store.open_log(args.store)
+    except store.StoreError as exc:
+        # Unreachable, or a schema it cannot migrate: nothing can be done without the log.
+        # Exit 1 with the reason (Kubernetes restarts the pod with backoff; a start after
+        # the log's return works). The driver's message names host and port, never the
+        # password.
+        sys.stderr.write(f"ai-inference controller: cannot open the event log: {exc}\n")
+        return 1
+    with log_store:
         controller = Controller(
             api_client_for(args.kubeconfig),
             log_store,

@@ -5,9 +5,10 @@ feed the cache; every change enqueues the UIDs of the orders it can affect; work
 `Reconciler.reconcile(uid)` one UID at a time; classes have a queue and a worker of
 their own (their status is a separate, cheap pass keyed by name); a StreamConflict
 (another writer moved the stream) drops the in-memory state so the retry re-reads the
-log. Every append is stamped with this process's leader epoch, claimed in the log at
-start, so an older controller's appends are refused. Every write goes through one
-`Writer`.
+log; while the log is unreachable, orders wait at one gate (log_gate.py) and are
+enqueued again together when it answers. Every append is stamped with this process's
+leader epoch, claimed in the log at start, so an older controller's appends are refused.
+Every write goes through one `Writer`.
 
 Leadership never wedges: a leader whose caches do not sync or whose log fails at
 take-over, or that meets a newer epoch in the log (StaleEpoch), gives the Lease up and
@@ -43,14 +44,16 @@ from adapters.kubernetes import (
 )
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.leader import Elector
+from adapters.kubernetes.log_gate import LogGate
 from adapters.kubernetes.reconciling import MODULE_NAMESPACE, Reconciler
 from adapters.kubernetes.settings import Settings, SettingsError, Source
+from adapters.kubernetes.watching import Timeouts
 from adapters.kubernetes.world import SETTINGS_SOURCES, ClusterCache
 from adapters.kubernetes.writing import Writer
 from adapters.models import HubResolver, HubSettings
 from adapters.probes.targets import ServiceTarget, TargetResolver
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS
-from store import EventLog, StaleEpoch, StreamConflict
+from store import EventLog, StaleEpoch, StoreUnavailable, StreamConflict
 
 __all__ = ["LEASE_NAME", "LEASE_NAMESPACE", "Controller", "LeadershipLost", "utc_now"]
 
@@ -94,14 +97,19 @@ class Controller:
         identity: str | None = None,
         discovery_period: float = 30.0,
         namespace: str | None = None,
+        watch_timeouts: Timeouts | None = None,
     ) -> None:
         api = _pooled(api, size=32 + workers)
         # The controller's own namespace, where CustomCertificate Secrets are read: the
         # pod's (POD_NAMESPACE, from the downward API), else the module's.
         self.namespace = namespace or os.environ.get("POD_NAMESPACE") or MODULE_NAMESPACE
-        # `discovery_period`: how often a kind the cluster does not serve is looked for.
+        # `discovery_period`: how often a kind the cluster does not serve is looked for;
+        # `watch_timeouts`: the watches' three timeouts (watching.Timeouts' defaults).
         self.cache = ClusterCache(
-            api, hpa_api_version=hpa_api_version, discovery_period=discovery_period
+            api,
+            hpa_api_version=hpa_api_version,
+            discovery_period=discovery_period,
+            timeouts=watch_timeouts,
         )
         # Every Kubernetes write of the controller goes through the Writer, and its client
         # refuses any request but a read once still_leading() is false.
@@ -140,6 +148,8 @@ class Controller:
         )
         self.cache.certificate_sources = self._certificate_sources
         self._clock = clock
+        # While the log is down, orders wait at one gate and one probe asks for it.
+        self.log_gate = LogGate(log_store.epoch, self.queue.add)
         self._workers = queueing.Workers(self.queue, self._pass, workers=workers)
         self._class_workers = queueing.Workers(self.class_queue, self._class_pass, workers=1)
         self._stopping = False
@@ -311,6 +321,7 @@ class Controller:
         self.leading.clear()
         self._workers.stop()
         self._class_workers.stop()
+        self.log_gate.stop()
         self.reconciler.background.stop()
         if self._elector is not None:
             self._elector.stop()
@@ -352,6 +363,8 @@ class Controller:
         """One pass, timed and counted by outcome; its log records name the order."""
         if not self.still_leading():
             return queueing.Done()  # an old leader starts nothing; the next one re-reads all
+        if self.log_gate.park_if_closed(uid):
+            return queueing.Done()  # the log is down: enqueued again once it answers
         meta = (self.cache.orders.get(uid) or {}).get("metadata") or {}
         with (
             logs.about_order(uid=uid, namespace=meta.get("namespace"), name=meta.get("name")),
@@ -370,6 +383,9 @@ class Controller:
         except fencing.NotLeading as exc:
             log.info("pass over %s stopped before a write: %s", uid, exc)
             return queueing.Done()  # the next leader re-reads everything
+        except StoreUnavailable as exc:
+            self.log_gate.failed(uid, exc)  # parked: enqueued again once the log answers
+            return queueing.Done()
         except StaleEpoch as exc:
             # A newer controller appends to the log: end leadership as a lost Lease would.
             self._abdicate(f"a newer controller leads ({exc})")

@@ -275,10 +275,13 @@ class Reconciler:
 
     def _close(self, uid: str, now: datetime) -> None:
         state = self.state_of(uid)
-        info = self._log.stream(uid) if state.version > 0 and not state.deleted else None
+        info = self._log.stream(uid) if state.version > 0 else None
         if info is not None and info.deleted_at is None:
-            order = OrderRef(info.name, info.namespace, uid)
-            self._record(_Pass(order, state, now), ob.Deleted(at=now))
+            # Two writes: a pass that failed between them (the log went away) recorded the
+            # deletion but never marked the stream; the retry marks it.
+            if not state.deleted:
+                order = OrderRef(info.name, info.namespace, uid)
+                self._record(_Pass(order, state, now), ob.Deleted(at=now))
             self._log.mark_deleted(uid, now)
         self.forget(uid)
 
