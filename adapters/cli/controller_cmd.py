@@ -12,6 +12,8 @@ resolver and the workloads (HF_ENDPOINT); tests and the demo point it at a stand
 Exit status: 0 after SIGTERM or Ctrl-C (the Lease is released first, so a standby leads
 within seconds); 1 when leadership was lost or could not be used (caches that did not
 sync, an unreachable log at take-over, a newer leader in the log); 2 for bad settings.
+
+`AI_INFERENCE_FAULT` is a test hook (adapters/faults.py): unset, it does nothing.
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ def _terminate(*_: object) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     import store
-    from adapters import logs
+    from adapters import faults, logs
     from adapters.kubernetes import settings
     from adapters.kubernetes.controller import Controller, LeadershipLost
     from adapters.kubernetes.health import HealthServer
@@ -144,7 +146,8 @@ def _run(args: argparse.Namespace) -> int:
             else settings.Source(None, overrides)
         )
         source.resolve(None)
-    except settings.SettingsError as exc:
+        fault = faults.from_environment()  # a test hook; None unless the crash tests set it
+    except (settings.SettingsError, faults.FaultSpecError) as exc:
         sys.stderr.write(f"ai-inference controller: {exc}\n")
         return 2
     with store.open_log(args.store) as log_store:
@@ -157,6 +160,8 @@ def _run(args: argparse.Namespace) -> int:
             sync_timeout=args.sync_timeout,
             hpa_api_version=args.hpa_api_version,
         )
+        if fault is not None:
+            faults.install(fault, controller.writer, log_store)
         signal.signal(signal.SIGTERM, _terminate)
         served = _serve_metrics(args.metrics_port) if args.metrics_port else None
         health = None

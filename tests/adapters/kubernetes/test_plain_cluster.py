@@ -10,12 +10,8 @@ and runs controllers against it, in-process and as `ai-inference controller` pro
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,7 +25,6 @@ from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-import adapters
 import store
 from adapters.cluster import bootstrap, local
 from adapters.kubernetes import kinds
@@ -46,12 +41,12 @@ from adapters.kubernetes.watching import Informer
 from adapters.platform import install_module
 from adapters.resources import resource_dir
 from adapters.simulator.hub import StandInHub
+from tests.support.controller_process import ControllerProcess
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.cluster
 
 GROUP, VERSION = "ai.deckhouse.io", "v1alpha1"
-REPO = Path(adapters.__file__).resolve().parent.parent
 QWEN_AWQ = "Qwen/Qwen2.5-32B-Instruct-AWQ"
 HPA = "autoscaling/v2beta2"  # the local 1.20 server
 
@@ -322,77 +317,20 @@ def test_a_stale_epoch_ends_leadership_like_a_lost_lease(
         log.close()
 
 
-class Process:
-    """`ai-inference controller` as a process, its stdout lines collected with times."""
-
-    def __init__(self, plain: Plain, store_url: str, *extra: str) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "adapters.cli.main", "controller",
-                f"--kubeconfig={plain.state.kubeconfig('controller')}",
-                f"--store={store_url}", "--health-port=0",
-                "--hpa-api-version=autoscaling/v2beta2", *extra,
-            ],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        self.lines: list[tuple[float, str]] = []
-        self._errors: list[str] = []
-        # Both pipes drained as the process writes: a full pipe would block its logging.
-        self._readers = [
-            threading.Thread(target=self._read, daemon=True),
-            threading.Thread(target=self._read_errors, daemon=True),
-        ]
-        for reader in self._readers:
-            reader.start()
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self._errors)
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append((time.monotonic(), line))
-
-    def _read_errors(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self._errors.append(line)
-
-    def said_at(self, text: str) -> float | None:
-        return next((t for t, line in self.lines if text in line), None)
-
-    def leading_at(self) -> float | None:
-        return self.said_at("controller leading")
-
-    def wait(self, timeout: float) -> int:
-        code = self.proc.wait(timeout)
-        for reader in self._readers:
-            reader.join(10)
-        return code
-
-    def kill(self) -> None:
-        """Make sure it is gone and its pipes are closed."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        for reader in self._readers:
-            reader.join(10)
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            if pipe is not None:
-                pipe.close()
+def _controller(plain: Plain, store_url: str, *extra: str) -> ControllerProcess:
+    """`ai-inference controller` against the plain cluster as the controller's identity."""
+    return ControllerProcess(plain.state.kubeconfig("controller"), store_url, *extra)
 
 
 def test_on_sigterm_the_leader_hands_over_within_seconds(
     plain: Plain, no_lease: None, tmp_path: Path
 ) -> None:
     url = f"sqlite:///{tmp_path / 'log.sqlite'}"
-    first = Process(plain, url)
-    second: Process | None = None
+    first = _controller(plain, url)
+    second: ControllerProcess | None = None
     try:
         eventually(first.leading_at, timeout=60, what="the first controller leads")
-        second = Process(plain, url)
+        second = _controller(plain, url)
         eventually(lambda: second.said_at("campaigning"), timeout=60, what="a standby")
         time.sleep(2.0)  # a renewal round or two: it has seen the Lease held
         assert second.leading_at() is None
@@ -414,7 +352,7 @@ def test_on_sigterm_the_leader_hands_over_within_seconds(
 def test_a_leader_that_cannot_work_exits_non_zero_and_frees_the_lease(
     plain: Plain, no_lease: None, tmp_path: Path
 ) -> None:
-    proc = Process(plain, f"sqlite:///{tmp_path / 'log.sqlite'}", "--sync-timeout=0.001")
+    proc = _controller(plain, f"sqlite:///{tmp_path / 'log.sqlite'}", "--sync-timeout=0.001")
     try:
         assert proc.wait(120) == 1  # a loaded machine takes seconds just to import
         assert "caches did not sync" in proc.stderr
