@@ -5,6 +5,8 @@ controller` and the process SIGKILLs itself (no clean-up, no Lease release: a cr
 just after the n-th write of that boundary returned — what a node losing power between
 two writes of one pass leaves behind. The fault tests (tests/faults/) restart it without
 the variable and compare the end state with a clean run's (docs/faults.md, "Crashes").
+`stop-after:<boundary>:<n>` SIGSTOPs it there instead — a leader frozen mid-pass (a long
+GC pause, a stalled VM) that a test resumes with SIGCONT after another took over.
 
 The variable is read once, at start. Unset — always, outside those tests — nothing is
 installed: the writer and the log pay one `is None` check per write.
@@ -37,7 +39,7 @@ __all__ = ["ENV", "CrashAfter", "FaultSpecError", "from_environment", "install"]
 
 ENV = "AI_INFERENCE_FAULT"
 _SPEC = re.compile(
-    r"crash-after:(?P<boundary>append|status|event|(?:apply|create|patch|delete)-[A-Za-z]+)"
+    r"(?P<action>crash|stop)-after:(?P<boundary>append|status|event|(?:apply|create|patch|delete)-[A-Za-z]+)"
     r":(?P<n>[1-9][0-9]*)"
 )
 
@@ -46,17 +48,24 @@ class FaultSpecError(ValueError):
     """The variable is set but does not say `crash-after:<boundary>:<n>`."""
 
 
-def _kill() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
+_SIGNALS = {"crash": signal.SIGKILL, "stop": signal.SIGSTOP}
 
 
 class CrashAfter:
-    """Calls `kill` right after the `n`-th write of `boundary` (counted across threads)."""
+    """Signals this process (`kill` in tests) right after the `n`-th write of `boundary`,
+    counted across threads: SIGKILL (a crash) or SIGSTOP (a freeze)."""
 
-    def __init__(self, boundary: str, n: int, *, kill: Callable[[], None] = _kill) -> None:
-        self.boundary, self.n = boundary, n
+    def __init__(
+        self,
+        boundary: str,
+        n: int,
+        *,
+        signum: signal.Signals = signal.SIGKILL,
+        kill: Callable[[], None] | None = None,
+    ) -> None:
+        self.boundary, self.n, self.signum = boundary, n, signum
         self.seen = 0
-        self._kill = kill
+        self._kill = kill or (lambda: os.kill(os.getpid(), signum))
         self._lock = threading.Lock()
 
     def __call__(self, boundary: str) -> None:
@@ -68,7 +77,7 @@ class CrashAfter:
         if hit:
             # Straight to the file descriptor: a logging handler may buffer, and SIGKILL
             # leaves nothing unflushed behind.
-            os.write(2, f"fault hook: SIGKILL after {boundary} #{self.n}\n".encode())
+            os.write(2, f"fault hook: {self.signum.name} after {boundary} #{self.n}\n".encode())
             self._kill()
 
     def after_append(
@@ -87,10 +96,11 @@ def from_environment(env: Mapping[str, str] = os.environ) -> CrashAfter | None:
     match = _SPEC.fullmatch(spec.strip())
     if match is None:
         raise FaultSpecError(
-            f"{ENV}={spec!r}: expected crash-after:<boundary>:<n>, boundary one of append, "
+            f"{ENV}={spec!r}: expected crash-after:<boundary>:<n> (or stop-after:…), boundary "
+            "one of append, "
             "status, event, apply-<Kind>, create-<Kind>, patch-<Kind>, delete-<Kind>"
         )
-    return CrashAfter(match["boundary"], int(match["n"]))
+    return CrashAfter(match["boundary"], int(match["n"]), signum=_SIGNALS[match["action"]])
 
 
 def install(hook: CrashAfter, writer: Writer, log_store: EventLog) -> None:

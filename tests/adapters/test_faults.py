@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,11 @@ def test_the_kill_comes_right_after_the_nth_write_of_its_boundary_only() -> None
     assert kills == [3]
     hook("apply-Deployment")
     assert kills == [3]  # once
+
+
+def test_stop_after_freezes_instead() -> None:
+    hook = faults.from_environment({faults.ENV: "stop-after:append:2"})
+    assert hook is not None and hook.signum is signal.SIGSTOP and hook.n == 2
 
 
 def test_only_committed_appends_count(tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def spec_of(kind: str) -> dict[str, Any]:
 REPLANNED_MODEL = hf(QWEN_7B)
 
 
-def _class(name: str, device_class: str, exposure: dict[str, Any]) -> dict[str, Any]:
+def _class(name: str, device_class: str, exposure: dict[str, Any], **more: Any) -> dict[str, Any]:
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "InferenceServiceClass",
@@ -87,13 +87,20 @@ def _class(name: str, device_class: str, exposure: dict[str, Any]) -> dict[str, 
                 "maxAcceleratorCount": 1,
             },
             "exposurePolicy": exposure,
+            **more,
         },
     }
 
 
 CLASSES = [
     _class("crash-internal", "crash-l4", {"type": "ClusterLocal", "authentication": "None"}),
-    _class("crash-external", "crash-l4", {"type": "External", "authentication": "Token"}),
+    # Growth allowed: its orders get a HorizontalPodAutoscaler too.
+    _class(
+        "crash-external",
+        "crash-l4",
+        {"type": "External", "authentication": "Token"},
+        scalingPolicy={"minReplicas": 1, "maxReplicas": 2},
+    ),
     _class("crash-none", "crash-none", {"type": "ClusterLocal", "authentication": "None"}),
 ]
 
@@ -145,7 +152,8 @@ class Bed:
             self.store_url,
             f"--hub-endpoint={self.hub.url}",
             "--probe-target=simulator",
-            "--probe-interval=1",
+            "--probe-interval=2",
+            "--probe-timeout=1",
             env=env,
         )
 

@@ -26,7 +26,7 @@ from tests.faults.bed import KINDS, NAMESPACE, REPLANNED_MODEL, Bed, spec_of
 from tests.support.controller_process import ControllerProcess
 from tests.support.polling import eventually
 
-__all__ = ["BOUNDARIES", "Mix", "Run", "State", "boundary_counts", "normal"]
+__all__ = ["BOUNDARIES", "Mix", "Run", "State", "boundary_counts", "differences", "normal"]
 
 # The write boundaries of a pass that the mix reaches (docs/faults.md, "Crashes").
 BOUNDARIES = (
@@ -56,6 +56,7 @@ _REQUESTS = {
 }
 _SETTLE_QUIET = 3.0  # seconds without a write of the controller: settled
 _VOLATILE = re.compile(r"(Time|Timestamp)$")
+_SERVER_SET = frozenset({"resourceVersion", "uid", "clusterIP", "clusterIPs"})
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def normal(value: Any, mix: Mix, uids: Mapping[str, str]) -> Any:
         return {
             k: normal(v, mix, uids)
             for k, v in value.items()
-            if not _VOLATILE.search(k) and k not in ("resourceVersion", "uid")
+            if not _VOLATILE.search(k) and k not in _SERVER_SET
         }
     if isinstance(value, list):
         return [normal(v, mix, uids) for v in value]
@@ -95,6 +96,19 @@ def normal(value: Any, mix: Mix, uids: Mapping[str, str]) -> Any:
             value = value.replace(uid, f"<{kind}-uid>")
         return value.replace(f"{mix.prefix}-", "<mix>-")
     return value
+
+
+def differences(got: Any, want: Any, path: str = "") -> list[str]:
+    """Where two JSON-shaped values differ, one line per leaf."""
+    if isinstance(got, Mapping) and isinstance(want, Mapping):
+        out: list[str] = []
+        for key in sorted(set(got) | set(want), key=str):
+            out += differences(got.get(key), want.get(key), f"{path}.{key}")
+        return out
+    if isinstance(got, list) and isinstance(want, list) and len(got) == len(want):
+        pairs = enumerate(zip(got, want, strict=True))
+        return [d for i, (a, b) in pairs for d in differences(a, b, f"{path}[{i}]")]
+    return [] if got == want else [f"{path}: {got!r} != {want!r}"]
 
 
 @dataclass
@@ -133,7 +147,13 @@ class State:
     orders: dict[str, Order]  # by kind
 
     def uids(self) -> dict[str, str]:
-        return {kind: str(o.obj["metadata"]["uid"]) for kind, o in self.orders.items()}
+        """The UIDs a run's objects carry: its orders' and their token Secrets'."""
+        out = {kind: str(o.obj["metadata"]["uid"]) for kind, o in self.orders.items()}
+        for kind, order in self.orders.items():
+            token = order.token()
+            if token is not None:
+                out[f"{kind}-token"] = token[0]
+        return out
 
     def summary(self, mix: Mix) -> dict[str, Any]:
         """What must equal a clean run's: statuses, the set of children, the runtime."""

@@ -30,7 +30,15 @@ from typing import Any
 import pytest
 
 from tests.faults.bed import CHILD_KINDS, KINDS, Bed
-from tests.faults.crashing import BOUNDARIES, Mix, Run, State, boundary_counts, content
+from tests.faults.crashing import (
+    BOUNDARIES,
+    Mix,
+    Run,
+    State,
+    boundary_counts,
+    content,
+    differences,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -85,7 +93,9 @@ def test_a_crash_after_any_write_ends_as_a_clean_run(
     crash = run.at_crash
     assert crash is not None
 
-    assert end.summary(mix) == clean.summary
+    assert not differences(end.summary(mix), clean.summary), "\n".join(
+        differences(end.summary(mix), clean.summary)
+    )
 
     for kind in KINDS:  # the token the crash left is the one in use: never rotated
         token = crash.orders[kind].token()

@@ -10,6 +10,7 @@ and runs controllers against it, in-process and as `ai-inference controller` pro
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sqlite3
 import time
@@ -26,6 +27,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 import store
+from adapters import faults
 from adapters.cluster import bootstrap, local
 from adapters.kubernetes import kinds
 from adapters.kubernetes.controller import (
@@ -463,3 +465,100 @@ def _try_create_cluster(
             return False
         raise
     return True
+
+
+# --- two replicas with a forced overlap ---------------------------------------------------
+
+
+def _epoch(proc: ControllerProcess) -> int:
+    line = next(line for _, line in proc.lines if "controller leading, epoch" in line)
+    return int(line.rsplit(" ", 1)[1])
+
+
+def _frozen(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.postgres
+def test_a_leader_frozen_past_its_lease_writes_nothing_after_the_take_over(
+    plain: Plain, no_lease: None, postgres_url: str
+) -> None:
+    """Two controllers on one PostgreSQL log. The leader freezes mid-pass, right after its
+    first append (the crash hook's SIGSTOP, as a long GC pause or a stalled VM would);
+    the standby takes over once the Lease expires and serves the order. Resumed, the old
+    leader carries on with its pass as if it still led: its next write is refused (the
+    fencing client or the log's epoch fence), it exits 1, and nothing it sent after the
+    take-over is in the API server or in the log."""
+    custom = client.CustomObjectsApi(plain.api("admin"))
+    core = client.CoreV1Api(plain.api("admin"))
+    kubeconfig = plain.state.kubeconfig("controller")
+    old = ControllerProcess(kubeconfig, postgres_url, env={faults.ENV: "stop-after:append:1"})
+    new: ControllerProcess | None = None
+    name = f"overlap-{uuid.uuid4().hex[:6]}"
+    log = store.open_log(postgres_url)
+    try:
+        eventually(old.leading_at, timeout=60, what="the first controller leads")
+        new = _controller(plain, postgres_url)
+        eventually(lambda: new.said_at("campaigning"), timeout=60, what="a standby")
+        order = custom.create_namespaced_custom_object(
+            GROUP, VERSION, "support", "inferenceservices",
+            _order(name, {"src": "HuggingFace", "ref": {"name": QWEN_AWQ}}),
+        )  # fmt: skip
+        uid = order["metadata"]["uid"]
+        eventually(lambda: _frozen(old.pid), timeout=60, what="the leader frozen mid-pass")
+        old_epoch = _epoch(old)
+        eventually(new.leading_at, timeout=60, what="the standby takes over")
+        new_epoch = _epoch(new)
+        assert new_epoch > old_epoch
+
+        def served() -> dict[str, Any] | None:
+            obj = custom.get_namespaced_custom_object(
+                GROUP, VERSION, "support", "inferenceservices", name
+            )
+            records = log.read(uid)
+            ours = records and records[-1].epoch == new_epoch
+            return obj if ours and _condition(obj, "ModelResolved") else None
+
+        eventually(served, timeout=60, what="the new leader serves the order")
+        time.sleep(3.0)  # let it settle: nothing more to write
+        before = custom.get_namespaced_custom_object(
+            GROUP, VERSION, "support", "inferenceservices", name
+        )
+        events = core.list_namespaced_event("support", field_selector=f"involvedObject.uid={uid}")
+        versions = [(r.version, r.epoch) for r in log.read(uid)]
+
+        os.kill(old.pid, signal.SIGCONT)
+        assert old.wait(60) == 1, old.stderr[-3000:]
+        # It did try to write as the old leader, and was refused.
+        refused = "not leading:" in old.stderr or "newer controller" in old.stderr
+        assert refused, old.stderr[-3000:]
+        time.sleep(2.0)  # a write it sent would have landed by now
+        after = custom.get_namespaced_custom_object(
+            GROUP, VERSION, "support", "inferenceservices", name
+        )
+        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+        assert after["status"] == before["status"]
+        again = core.list_namespaced_event("support", field_selector=f"involvedObject.uid={uid}")
+        assert [(e.metadata.name, e.count) for e in again.items] == [
+            (e.metadata.name, e.count) for e in events.items
+        ]
+        records = log.read(uid)
+        assert [(r.version, r.epoch) for r in records] == versions
+        took_over = min(r.version for r in records if r.epoch == new_epoch)
+        assert all(r.version < took_over for r in records if r.epoch == old_epoch)
+        # The status is the new leader's: what it recorded as its projection of the log.
+        projection = log.projection(uid)
+        assert projection is not None and projection.status == after["status"]
+        assert new.proc.poll() is None and plain.holder() not in ("", None)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(old.pid, signal.SIGCONT)
+        old.kill()
+        if new is not None:
+            new.stop()
+        log.close()
+        with contextlib.suppress(ApiException):
+            custom.delete_namespaced_custom_object(
+                GROUP, VERSION, "support", "inferenceservices", name
+            )
