@@ -12,6 +12,8 @@ audit log from then on holds the writes the restart made.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import random
 import re
 import sqlite3
@@ -21,7 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import store
 from adapters import faults
+from fsm.fold import fold
+from fsm.reasons import ConditionStatus
+from fsm.status import render_status
 from tests.faults.bed import KINDS, NAMESPACE, REPLANNED_MODEL, Bed, spec_of
 from tests.support.controller_process import ControllerProcess
 from tests.support.polling import eventually
@@ -172,10 +178,13 @@ class State:
         return out
 
 
-def snapshot(bed: Bed, mix: Mix) -> State:
+def snapshot(bed: Bed, mix: Mix, *, complete: bool = True) -> State:
+    """The mix's orders now; `complete=False`: those created so far (at a crash)."""
     orders: dict[str, Order] = {}
     for kind in KINDS:
         obj = bed.get(mix.name(kind))
+        if obj is None and not complete:
+            continue
         assert obj is not None, f"{mix.name(kind)} is gone"
         children: dict[tuple[str, str], dict[str, Any]] = {}
         for child in bed.children(str(obj["metadata"]["uid"])):
@@ -213,6 +222,7 @@ class Run:
     crashes: int = 0
     at_crash: State | None = None
     restart_offset: int | None = None  # the audit log's size when the restart began
+    heads_at_crash: dict[str, int] = field(default_factory=dict)  # stream versions
     start_offset: int = 0
 
     def __post_init__(self) -> None:
@@ -265,15 +275,16 @@ class Run:
         code = self.proc.proc.poll()
         if code is None:
             return
+        self.proc.kill()  # its pipes read to the end: the hook's last line included
         hooked = "fault hook: SIGKILL after" in self.proc.stderr
         assert code == -9 and hooked and self.crashes == 0, (
             f"the controller exited {code} ({self.crashes} crash(es) so far):\n"
             f"{self.proc.stderr[-3000:]}"
         )
         self.crashes += 1
-        self.proc.kill()
         time.sleep(0.5)  # a request another worker had in flight is answered and logged
-        self.at_crash = snapshot(self.bed, self.mix)
+        self.at_crash = snapshot(self.bed, self.mix, complete=False)
+        self.heads_at_crash = {kind: self.head(kind) for kind in KINDS}
         self.restart_offset = self.bed.audit_offset()
         self.bed.free_lease()
         self.proc = self.bed.controller()
@@ -288,6 +299,44 @@ class Run:
                 self.bed.delete(name)
 
     # -- what was written ------------------------------------------------------------------
+
+    def head(self, kind: str) -> int:
+        """The version of the order's stream in the log (0: none yet)."""
+        path = self.bed.store_url.removeprefix("sqlite:///")
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            (head,) = db.execute(
+                "SELECT COALESCE(MAX(e.version), 0) FROM events e"
+                " JOIN streams s ON s.uid = e.stream_uid WHERE s.name = ?",
+                (self.mix.name(kind),),
+            ).fetchone()
+        return int(head)
+
+    def allowed_after_restart(self, kind: str) -> tuple[int, int]:
+        """At most how many status writes and Events the restart may make for an order:
+        one status per change of the status rendered from its stream, and one Event per
+        condition change, among the events recorded after the crash (plus one status:
+        the crash may have come between an append and its status)."""
+        log = store.open_log(self.bed.store_url, read_only=True)
+        try:
+            info = log.find_stream(NAMESPACE, self.mix.name(kind))
+            assert info is not None
+            events = [r.event for r in log.read(info.uid)]
+        finally:
+            log.close()
+        start = self.heads_at_crash.get(kind, 0)
+        states = [fold(events[:k]) for k in range(start, len(events) + 1)]
+        rendered = [render_status(state) for state in states]
+        statuses = 1 + sum(a != b for a, b in itertools.pairwise(rendered))
+        told = 0
+        for before, after in itertools.pairwise(states):
+            old = {c.type: (c.status, c.reason, c.message) for c in before.conditions}
+            told += sum(
+                1
+                for c in after.conditions
+                if c.status is not ConditionStatus.UNKNOWN
+                and old.get(c.type) != (c.status, c.reason, c.message)
+            )
+        return statuses, told
 
     def writes_after_restart(self) -> Counter[tuple[str, str]]:
         assert self.restart_offset is not None
