@@ -116,7 +116,7 @@ CAPACITY = CapacitySpec(
                 GpuSpec(product=L4, memory="24Gi", architecture="Ada Lovelace") for _ in range(4)
             ),
         )
-        for i in range(6)
+        for i in range(10)
     ),
     device_classes=(
         DeviceClassSpec(

@@ -2,7 +2,7 @@
 what the oracle compares (Sieve: the end state and the writes per object).
 
 A run starts a controller (with `AI_INFERENCE_FAULT=crash-after:<boundary>:<n>` for a
-crash run), creates the mix's orders in the seed's order, edits the replan order's model
+crash run), creates each mix's orders in its seed's order, edits the replan order's model
 once its first plan shows, and waits until every order has settled and the controller
 has written nothing for a while. When the controller dies of the hook, the run takes a
 snapshot of what the crash left (statuses, children, the token), frees the Lease (its
@@ -32,7 +32,16 @@ from tests.faults.bed import KINDS, NAMESPACE, REPLANNED_MODEL, Bed, spec_of
 from tests.support.controller_process import ControllerProcess
 from tests.support.polling import eventually
 
-__all__ = ["BOUNDARIES", "Mix", "Run", "State", "boundary_counts", "differences", "normal"]
+__all__ = [
+    "BOUNDARIES",
+    "Mix",
+    "Run",
+    "State",
+    "boundary_counts",
+    "differences",
+    "normal",
+    "per_object",
+]
 
 # The write boundaries of a pass that the mix reaches (docs/faults.md, "Crashes").
 BOUNDARIES = (
@@ -67,17 +76,20 @@ _SERVER_SET = frozenset({"resourceVersion", "uid", "clusterIP", "clusterIPs"})
 
 @dataclass(frozen=True)
 class Mix:
-    """One seed's orders: named `{prefix}-{kind}`, created in `order`, `pauses` apart."""
+    """One seed's orders: named `{prefix}-{kind}`, created in `order`, the first `offset`
+    seconds into the run, then `pauses` apart."""
 
     prefix: str
     order: tuple[str, ...] = KINDS
     pauses: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0)
+    offset: float = 0.0
 
     @classmethod
-    def seeded(cls, prefix: str, rng: random.Random) -> Mix:
+    def seeded(cls, prefix: str, rng: random.Random, offset: float = 0.0) -> Mix:
         order = list(KINDS)
         rng.shuffle(order)
-        return cls(prefix, tuple(order), tuple(round(rng.uniform(0, 1.5), 2) for _ in order))
+        pauses = tuple(round(rng.uniform(0, 1.0), 2) for _ in order)
+        return cls(prefix, tuple(order), pauses, offset)
 
     def name(self, kind: str) -> str:
         return f"{self.prefix}-{kind}"
@@ -213,16 +225,18 @@ def _settled(kind: str, obj: dict[str, Any] | None) -> bool:
 
 @dataclass
 class Run:
-    """One run of `mix`; `fault`: the hook's spec (None: a clean run)."""
+    """One controller's run of `mixes` side by side; `fault`: the hook's spec (None: a
+    clean run). Several mixes started apart meet one crash each at a different point of
+    their own progress."""
 
     bed: Bed
-    mix: Mix
+    mixes: list[Mix]
     fault: str | None = None
     proc: ControllerProcess = field(init=False)
     crashes: int = 0
-    at_crash: State | None = None
+    at_crash: dict[str, State] = field(default_factory=dict)  # by mix prefix
     restart_offset: int | None = None  # the audit log's size when the restart began
-    heads_at_crash: dict[str, int] = field(default_factory=dict)  # stream versions
+    heads_at_crash: dict[str, int] = field(default_factory=dict)  # by order name
     start_offset: int = 0
 
     def __post_init__(self) -> None:
@@ -232,26 +246,37 @@ class Run:
 
     # -- the run -------------------------------------------------------------------------
 
-    def drive(self) -> State:
-        """Create the mix, edit the replan order once planned, wait until all settled."""
-        for kind, pause in zip(self.mix.order, self.mix.pauses, strict=True):
-            self._watch()
-            self.bed.create(self.mix.name(kind), spec_of(kind))
-            time.sleep(pause)
-        self.until(
-            lambda: ((self.bed.get(self.mix.name("replan")) or {}).get("status") or {}).get(
-                "resolved"
-            ),
-            what="the replan order's first plan",
+    def drive(self) -> dict[str, State]:
+        """Create the mixes, edit each replan order once planned, wait until all settled."""
+        schedule = sorted(
+            (mix.offset + sum(mix.pauses[:i]), mix.name(kind), kind)
+            for mix in self.mixes
+            for i, kind in enumerate(mix.order)
         )
-        self.bed.patch_spec(self.mix.name("replan"), {"model": REPLANNED_MODEL})
-        for kind in KINDS:
-            name = self.mix.name(kind)
-            self.until(lambda k=kind, n=name: _settled(k, self.bed.get(n)), what=f"{name} settled")
-        self._quiet()
-        return snapshot(self.bed, self.mix)
+        began = time.monotonic()
+        for at, name, kind in schedule:
+            self.until(lambda a=at: time.monotonic() - began >= a, what="the schedule")
+            self.bed.create(name, spec_of(kind))
+        unplanned = {mix.name("replan") for mix in self.mixes}
 
-    def until(self, check: Callable[[], Any], *, what: str, timeout: float = 120) -> Any:
+        def replanned() -> bool:
+            for name in sorted(unplanned):
+                if ((self.bed.get(name) or {}).get("status") or {}).get("resolved"):
+                    self.bed.patch_spec(name, {"model": REPLANNED_MODEL})
+                    unplanned.discard(name)
+            return not unplanned
+
+        self.until(replanned, what="the replan orders' first plans")
+        for mix in self.mixes:
+            for kind in KINDS:
+                name = mix.name(kind)
+                self.until(
+                    lambda k=kind, n=name: _settled(k, self.bed.get(n)), what=f"{name} settled"
+                )
+        self._quiet()
+        return {mix.prefix: snapshot(self.bed, mix) for mix in self.mixes}
+
+    def until(self, check: Callable[[], Any], *, what: str, timeout: float = 180) -> Any:
         return eventually(
             lambda: self._watch() or check(), timeout=timeout, interval=0.2, what=what
         )
@@ -283,47 +308,50 @@ class Run:
         )
         self.crashes += 1
         time.sleep(0.5)  # a request another worker had in flight is answered and logged
-        self.at_crash = snapshot(self.bed, self.mix, complete=False)
-        self.heads_at_crash = {kind: self.head(kind) for kind in KINDS}
+        for mix in self.mixes:
+            self.at_crash[mix.prefix] = snapshot(self.bed, mix, complete=False)
+            for kind in KINDS:
+                self.heads_at_crash[mix.name(kind)] = self.head(mix.name(kind))
         self.restart_offset = self.bed.audit_offset()
         self.bed.free_lease()
         self.proc = self.bed.controller()
 
     def finish(self) -> None:
-        """Stop the controller (SIGTERM) and delete the mix's orders."""
+        """Stop the controller (SIGTERM) and delete the mixes' orders."""
         try:
             code = self.proc.stop()
             assert code == 0, self.proc.stderr[-3000:]
         finally:
-            for name in self.mix.names():
-                self.bed.delete(name)
+            for mix in self.mixes:
+                for name in mix.names():
+                    self.bed.delete(name)
 
     # -- what was written ------------------------------------------------------------------
 
-    def head(self, kind: str) -> int:
+    def head(self, name: str) -> int:
         """The version of the order's stream in the log (0: none yet)."""
         path = self.bed.store_url.removeprefix("sqlite:///")
         with contextlib.closing(sqlite3.connect(path)) as db:
             (head,) = db.execute(
                 "SELECT COALESCE(MAX(e.version), 0) FROM events e"
                 " JOIN streams s ON s.uid = e.stream_uid WHERE s.name = ?",
-                (self.mix.name(kind),),
+                (name,),
             ).fetchone()
         return int(head)
 
-    def allowed_after_restart(self, kind: str) -> tuple[int, int]:
+    def allowed_after_restart(self, name: str) -> tuple[int, int]:
         """At most how many status writes and Events the restart may make for an order:
         one status per change of the status rendered from its stream, and one Event per
         condition change, among the events recorded after the crash (plus one status:
         the crash may have come between an append and its status)."""
         log = store.open_log(self.bed.store_url, read_only=True)
         try:
-            info = log.find_stream(NAMESPACE, self.mix.name(kind))
+            info = log.find_stream(NAMESPACE, name)
             assert info is not None
             events = [r.event for r in log.read(info.uid)]
         finally:
             log.close()
-        start = self.heads_at_crash.get(kind, 0)
+        start = self.heads_at_crash.get(name, 0)
         states = [fold(events[:k]) for k in range(start, len(events) + 1)]
         rendered = [render_status(state) for state in states]
         statuses = 1 + sum(a != b for a, b in itertools.pairwise(rendered))
@@ -338,27 +366,28 @@ class Run:
             )
         return statuses, told
 
-    def writes_after_restart(self) -> Counter[tuple[str, str]]:
+    def writes_after_restart(self, mix: Mix) -> Counter[tuple[str, str]]:
         assert self.restart_offset is not None
-        return self.per_object(self.bed.writes(self.restart_offset))
+        return per_object(self.bed.writes(self.restart_offset), mix)
 
-    def writes_of_run(self) -> Counter[tuple[str, str]]:
-        return self.per_object(self.bed.writes(self.start_offset))
+    def writes_of_run(self, mix: Mix) -> Counter[tuple[str, str]]:
+        return per_object(self.bed.writes(self.start_offset), mix)
 
-    def per_object(self, entries: list[dict[str, Any]]) -> Counter[tuple[str, str]]:
-        """Writes to the mix's objects as ("resource[/sub] verb", generic name)."""
-        out: Counter[tuple[str, str]] = Counter()
-        for entry in entries:
-            ref = entry.get("objectRef") or {}
-            name = str(ref.get("name") or "")
-            if ref.get("namespace") != NAMESPACE or not name.startswith(f"{self.mix.prefix}-"):
-                continue
-            if ref.get("resource") == "events":
-                name = name.split(".", 1)[0] + ".*"  # an Event's name carries a time
-            sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
-            request = f"{ref.get('resource')}{sub} {entry.get('verb')}"
-            out[(request, name.replace(f"{self.mix.prefix}-", "<mix>-"))] += 1
-        return out
+
+def per_object(entries: list[dict[str, Any]], mix: Mix) -> Counter[tuple[str, str]]:
+    """Writes to the mix's objects as ("resource[/sub] verb", generic name)."""
+    out: Counter[tuple[str, str]] = Counter()
+    for entry in entries:
+        ref = entry.get("objectRef") or {}
+        name = str(ref.get("name") or "")
+        if ref.get("namespace") != NAMESPACE or not name.startswith(f"{mix.prefix}-"):
+            continue
+        if ref.get("resource") == "events":
+            name = name.split(".", 1)[0] + ".*"  # an Event's name carries a time
+        sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+        request = f"{ref.get('resource')}{sub} {entry.get('verb')}"
+        out[(request, name.replace(f"{mix.prefix}-", "<mix>-"))] += 1
+    return out
 
 
 def boundary_counts(bed: Bed, run: Run) -> dict[str, int]:
@@ -378,6 +407,6 @@ def boundary_counts(bed: Bed, run: Run) -> dict[str, int]:
         (out["append"],) = db.execute(
             "SELECT COUNT(*) FROM (SELECT DISTINCT e.stream_uid, e.recorded_at, e.leader_epoch"
             " FROM events e JOIN streams s ON s.uid = e.stream_uid WHERE s.name LIKE ?)",
-            (f"{run.mix.prefix}-%",),
+            (f"{run.mixes[0].prefix}-%",),
         ).fetchone()
     return out
