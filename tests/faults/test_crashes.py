@@ -43,7 +43,12 @@ from tests.faults.crashing import (
     differences,
 )
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    # A SIGKILLed controller leaves its probe connections to the simulator's model-server
+    # stubs half open; the stubs' event loop may drop one unclosed when its pod goes.
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
 
 SEEDS = int(os.environ.get("AI_INFERENCE_FAULT_SEEDS", "1"))
 MIXES = int(os.environ.get("AI_INFERENCE_FAULT_MIXES", "1"))  # seeds per crashed controller
@@ -70,10 +75,10 @@ def clean(bed: Bed) -> Clean:
 
 
 def _reached(boundary: str, clean: Clean) -> int:
-    """How many writes of `boundary` a run surely makes: the clean run's count, or half of
-    it where intermediate steps come and go with timing (statuses and their Events)."""
-    count = clean.counts[boundary]
-    return max(1, count // 2) if boundary in ("status", "event") else count
+    """How many writes of `boundary` a mix surely makes: half the clean run's count (how
+    many intermediate steps a run shows — statuses, their Events, a replan's re-applies —
+    comes and goes with timing)."""
+    return max(1, clean.counts[boundary] // 2)
 
 
 def _generic(name: str, mix: Mix) -> str:
