@@ -169,8 +169,31 @@ def status(folder: Path) -> ClusterState | None:
     return state
 
 
-def up(folder: Path, *, timeout: float = 90) -> ClusterState:
-    """Start the control plane in `folder` (reuse it when already running there)."""
+AUDIT_LOG = "logs/audit.log"
+# What the fault tests count: every write the controller's ServiceAccount sends, one JSON
+# line per answered request (Leases apart: renewals are not the controller's work).
+_AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted", "Panic"],
+    "rules": [
+        {"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
+        {
+            "level": "Metadata",
+            "users": [identities.CONTROLLER_SA],
+            "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+        },
+        {"level": "None"},
+    ],
+}
+
+
+def up(folder: Path, *, timeout: float = 90, audit: bool = False) -> ClusterState:
+    """Start the control plane in `folder` (reuse it when already running there).
+
+    `audit`: the API server logs every write of the controller's identity to
+    `folder/AUDIT_LOG` (JSON lines; the fault tests count them per object).
+    """
     folder = folder.resolve()
     running = status(folder)
     if running is not None:
@@ -237,6 +260,7 @@ def up(folder: Path, *, timeout: float = 90) -> ClusterState:
             "--service-cluster-ip-range=10.96.0.0/16",
             "--allow-privileged=false",
             "--v=1",
+            *_audit_flags(folder, audit),
         ],
         logs,
     )
@@ -330,6 +354,20 @@ def start_again(state: ClusterState, name: str, *, timeout: float = 90) -> None:
 
 def _log_size(path: Path) -> int:
     return path.stat().st_size if path.exists() else 0
+
+
+def _audit_flags(folder: Path, audit: bool) -> list[str]:
+    if not audit:
+        return []
+    policy = folder / "audit-policy.json"
+    policy.write_text(json.dumps(_AUDIT_POLICY), encoding="utf-8")
+    return [
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={folder / AUDIT_LOG}",
+        "--audit-log-format=json",
+        "--audit-log-mode=blocking",
+        "--audit-log-maxsize=0",
+    ]
 
 
 def _write_state(folder: Path, state: ClusterState) -> None:

@@ -2,7 +2,7 @@
 
 `Actor.act(order, state, command)` returns the observation the command produced (for
 the pass to record) or None. Applying the workload is level-based: what the plan renders
-is compared with the cached live objects; missing or drifted objects are re-applied,
+is compared with the cached live objects; missing or drifted objects are (re-)applied,
 objects the order owns that nothing renders any more are deleted (converging.py). The
 copy of a CustomCertificate Secret is kept equal by delete and create, never a patch
 (certificates.py). The status is written only when it differs from the live one, with
@@ -173,7 +173,10 @@ class Actor:
             return ob.ApplyFailed(at=now, message=str(exc)[:500])
         live = self._live(order)
         _keep_priority_replicas(docs, live)
-        changed = docs if not command.repair else converging.drifted(docs, live)
+        # Only what differs from the live objects is sent, a new plan's workload too: after
+        # a crash between the applies and their record in the log, the restart applies
+        # what is missing and rewrites nothing that is already as the plan renders it.
+        changed = converging.drifted(docs, live)
         if command.repair:
             self.repairs += len(changed)
         wanted = list(docs)

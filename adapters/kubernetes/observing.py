@@ -209,17 +209,21 @@ class Observer:
                     Reason.AUTH_SECRET_KEY_MISSING,
                     f"Secret {ref.auth_secret_name!r} has no key {ref.auth_secret_key!r}",
                 )
+        key = ("hub", order.uid)
+        asked = (ref.name, token)
+        # An answer kept from an earlier lookup is taken either way: once the hub's cache
+        # holds it, no pass would take it, and it must never answer a later question (a
+        # model edited since: the old model's facts planned for the new spec).
+        done, answer = self._background.take(key)
         known = self._hub.peek(ref.name, token=token)
         if known is not None:
             return known
-        key = ("hub", order.uid)
-        done, answer = self._background.take(key)
-        if done:
-            return answer  # type: ignore[no-any-return]
+        if done and answer[0] == asked:
+            return answer[1]  # type: ignore[no-any-return]
         name = ref.name
-        self._background.start(key, lambda: self._hub.resolve(name, token=token))
+        self._background.start(key, lambda: (asked, self._hub.resolve(name, token=token)))
         done, answer = self._background.take(key)  # at once when run inline (tests)
-        return answer if done else None
+        return answer[1] if done and answer[0] == asked else None
 
     def workload(
         self,
