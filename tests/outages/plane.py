@@ -19,21 +19,15 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-import adapters
 import store
 from adapters.cluster import bootstrap, local
 from adapters.kubernetes.controller import LEASE_NAME, LEASE_NAMESPACE, Controller
@@ -42,6 +36,7 @@ from adapters.simulator.hub import StandInHub
 from adapters.simulator.simulator import Simulator
 from fsm.fold import fold
 from fsm.status import render_status
+from tests.support.controller_process import ControllerProcess
 from tests.support.polling import eventually
 from tests.support.relay import Relay
 
@@ -51,7 +46,6 @@ QWEN_AWQ = "Qwen/Qwen2.5-32B-Instruct-AWQ"  # default-llm's example: fits one A1
 QWEN_SMALL = "Qwen/Qwen2.5-0.5B-Instruct"
 HPA = "autoscaling/v2beta2"  # the local 1.20 server
 UID_LABEL = "ai.deckhouse.io/inference-service-uid"
-REPO = Path(adapters.__file__).resolve().parent.parent
 
 
 def order_spec(model: str = QWEN_AWQ) -> dict[str, Any]:
@@ -226,71 +220,20 @@ def converged(
     )
 
 
-class ControllerProcess:
-    """`ai-inference controller` against the plane, its output collected as it comes."""
-
-    def __init__(self, plane: Plane, store_url: str, *extra: str) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "adapters.cli.main", "controller",
-                f"--kubeconfig={plane.state.kubeconfig('controller')}",
-                f"--store={store_url}", "--health-port=0", "--metrics-port=0",
-                f"--hpa-api-version={HPA}", f"--hub-endpoint={plane.hub.url}",
-                "--probe-target=simulator", *extra,
-            ],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        self.lines: list[str] = []
-        self.errors: list[str] = []
-        self._readers = [
-            threading.Thread(target=self._drain, args=(self.proc.stdout, self.lines), daemon=True),
-            threading.Thread(target=self._drain, args=(self.proc.stderr, self.errors), daemon=True),
-        ]
-        for reader in self._readers:
-            reader.start()
-
-    @staticmethod
-    def _drain(pipe: Any, into: list[str]) -> None:
-        for line in pipe:
-            into.append(line)
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self.errors)
-
-    def said(self, text: str) -> bool:
-        return any(text in line for line in self.lines)
-
-    def leading(self) -> bool:
-        return self.said("controller leading")
-
-    def wait(self, timeout: float) -> int:
-        code = self.proc.wait(timeout)
-        for reader in self._readers:
-            reader.join(10)
-        return code
-
-    def stop(self) -> int | None:
-        """SIGTERM (a clean stop that releases the Lease); the exit status."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        for reader in self._readers:
-            reader.join(10)
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            if pipe is not None:
-                pipe.close()
-        return self.proc.returncode
+def controller_process(plane: Plane, store_url: str, *extra: str) -> ControllerProcess:
+    """`ai-inference controller` against the plane, its hub and its simulator's stubs."""
+    return ControllerProcess(
+        plane.state.kubeconfig("controller"),
+        store_url,
+        f"--hub-endpoint={plane.hub.url}",
+        "--probe-target=simulator",
+        *extra,
+    )
 
 
 def wait_leading(proc: ControllerProcess, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
-    while not proc.leading():
+    while proc.leading_at() is None:
         code = proc.proc.poll()
         assert code is None, f"controller exited {code}:\n{proc.stderr[-3000:]}"
         assert time.monotonic() < deadline, f"no leader after {timeout}s:\n{proc.stderr[-3000:]}"

@@ -25,13 +25,13 @@ import store
 from adapters import metrics
 from tests.outages.plane import (
     QWEN_SMALL,
-    REPO,
-    ControllerProcess,
     Plane,
+    controller_process,
     converged,
     wait_leading,
 )
 from tests.outages.private_pg import PrivatePostgres
+from tests.support.controller_process import REPO
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.cluster
@@ -133,7 +133,7 @@ def test_no_standby_leads_while_the_log_is_down(
     clean: Plane, pg: PrivatePostgres, pg_url: str
 ) -> None:
     plane = clean
-    first = ControllerProcess(plane, pg_url)
+    first = controller_process(plane, pg_url)
     procs = [first]
     try:
         wait_leading(first)
@@ -143,20 +143,20 @@ def test_no_standby_leads_while_the_log_is_down(
                 lambda: converged(plane, log, uids),
                 timeout=CONVERGE, interval=0.5, what="two orders Ready",
             )  # fmt: skip
-        second = ControllerProcess(plane, pg_url)
+        second = controller_process(plane, pg_url)
         procs.append(second)
-        eventually(lambda: second.said("campaigning"), timeout=60, what="a standby")
+        eventually(lambda: second.said_at("campaigning") is not None, timeout=60, what="a standby")
 
         pg.stop()
         assert first.stop() == 0, first.stderr[-3000:]  # SIGTERM: the Lease is released
         plane.create("takeover-new")
         # The standby could take the free Lease at once, but not the log's epoch: it must
         # not lead (a leader that cannot append wedges the module) and must not die.
-        late = ControllerProcess(plane, pg_url)
+        late = controller_process(plane, pg_url)
         procs.append(late)
         deadline = time.monotonic() + OUTAGE
         while time.monotonic() < deadline:
-            assert not second.leading(), second.stderr[-3000:]
+            assert second.leading_at() is None, second.stderr[-3000:]
             assert second.proc.poll() is None, second.stderr[-3000:]
             assert plane.holder() == ""
             time.sleep(1.0)

@@ -32,14 +32,14 @@ from tests.outages.plane import (
     NS,
     PLURAL,
     QWEN_SMALL,
-    REPO,
     VERSION,
-    ControllerProcess,
     Plane,
+    controller_process,
     converged,
     report,
     wait_leading,
 )
+from tests.support.controller_process import REPO
 from tests.support.polling import eventually
 from tests.support.relay import Relay
 
@@ -209,7 +209,7 @@ def test_gone_after_etcd_compaction_and_restart_relists_and_misses_nothing(
 def test_the_api_server_killed_and_started_again(clean: Plane, tmp_path: Path) -> None:
     plane = clean
     url = f"sqlite:///{tmp_path / 'log.sqlite'}"
-    first = ControllerProcess(plane, url)
+    first = controller_process(plane, url)
     procs = [first]
     try:
         wait_leading(first)
@@ -234,7 +234,7 @@ def test_the_api_server_killed_and_started_again(clean: Plane, tmp_path: Path) -
             assert code == 1, first.stderr[-3000:]
             assert "controller stopped leading" in first.stderr, first.stderr[-3000:]
             assert outage > 6.0, f"lost the Lease after a {outage:.1f}s outage"
-            procs.append(ControllerProcess(plane, url))
+            procs.append(controller_process(plane, url))
 
         live = ["crash-keep", "crash-change", "crash-new"]
         with store.open_log(url, read_only=True) as log:
