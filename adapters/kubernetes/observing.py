@@ -24,6 +24,7 @@ from adapters.models import (
     ModelUnavailable,
     catalog_target,
     facts_from_catalog,
+    token_problem,
 )
 from fsm import observations as ob
 from fsm import policy
@@ -204,6 +205,14 @@ class Observer:
                 return ModelUnavailable(
                     Reason.AUTH_SECRET_KEY_MISSING,
                     f"Secret {ref.auth_secret_name!r} has no key {ref.auth_secret_key!r}",
+                )
+            problem = token_problem(token.strip())
+            if problem:
+                return ModelUnavailable(
+                    Reason.AUTH_SECRET_INVALID,
+                    f"key {ref.auth_secret_key!r} of Secret {ref.auth_secret_name!r} holds "
+                    f"{problem}, so it cannot be sent to the hub as a token (nothing was "
+                    "sent): put the token alone under the key; a trailing newline is fine",
                 )
         known = self._hub.peek(ref.name, token=token)
         if known is not None:

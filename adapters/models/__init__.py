@@ -6,7 +6,7 @@ The controller calls `HubResolver.resolve` (HuggingFace refs) or `facts_from_cat
 """
 
 from adapters.models.catalog import CatalogReader, catalog_gate, catalog_target, facts_from_catalog
-from adapters.models.huggingface import HubResolver, HubSettings, is_repo_id
+from adapters.models.huggingface import HubResolver, HubSettings, is_repo_id, token_problem
 from adapters.models.lookup import ModelFound, ModelLookup, ModelUnavailable
 
 __all__ = [
@@ -20,4 +20,5 @@ __all__ = [
     "catalog_target",
     "facts_from_catalog",
     "is_repo_id",
+    "token_problem",
 ]
