@@ -163,6 +163,10 @@ def _order(**overrides: st.SearchStrategy[Any] | None) -> st.SearchStrategy[Any]
 CLASS_NAME = SCHEMAS["InferenceService"]["properties"]["spec"]["properties"][
     "inferenceServiceClassName"
 ]
+AUTH_KEY = SCHEMAS["InferenceService"]["properties"]["spec"]["properties"]["model"]["properties"][
+    "authSecretRef"
+]["properties"]["key"]
+SECRET_KEYS = ["token", "hf", "HF_TOKEN"]
 # Orders whose model part is coherent (the CRD's anyOf/allOf would refuse most random
 # combinations of source, kind and namespace), and orders drawn from the schema alone.
 ORDER = st.one_of(
@@ -180,6 +184,9 @@ ORDER = st.one_of(
                 ),
             ),
             "spec.model.authSecretRef.name": _ref("Secret"),
+            # The keys the drawn Secrets use, mostly: else nearly every ref misses its key.
+            "spec.model.authSecretRef.key": st.sampled_from(SECRET_KEYS)
+            | from_schema(AUTH_KEY, wrong=False),
         }
     ),
     _order(
@@ -261,7 +268,7 @@ CATALOG = st.fixed_dictionaries(
 SECRET = st.fixed_dictionaries(
     {
         "metadata": st.fixed_dictionaries({"name": NAME_LENGTH}),
-        "key": st.sampled_from(["token", "hf", "HF_TOKEN"]),
+        "key": st.sampled_from(SECRET_KEYS),
         "token": TOKEN,
     }
 )
