@@ -1,5 +1,5 @@
 # The two commands of the README: `make demo` and `make test`. Both set up what they need.
-.PHONY: demo test setup lint unit docs image
+.PHONY: demo test faults setup lint unit docs image
 
 setup:
 	bash scripts/setup.sh
@@ -15,6 +15,11 @@ lint: setup
 
 test: lint
 	.venv/bin/pytest
+
+# The whole crash matrix (docs/faults.md, "Crashes"): every write boundary x 20 seeds, four
+# seeds to a crashed controller. `make test` runs one seed per boundary.
+faults: setup
+	AI_INFERENCE_FAULT_SEEDS=20 AI_INFERENCE_FAULT_MIXES=4 .venv/bin/pytest tests/faults
 
 docs: setup
 	.venv/bin/python scripts/gen_docs.py

@@ -130,6 +130,12 @@ LOG_EVENTS = Counter(
     ["type"],
     registry=REGISTRY,
 )
+LOG_UNREACHABLE = Gauge(
+    "ai_inference_log_unreachable",
+    "1 while the event log does not answer and orders wait for it (the log gate is "
+    "closed: one probe asks for the log, no pass runs), else 0.",
+    registry=REGISTRY,
+)
 PLANNER_VERDICTS = Counter(
     "ai_inference_planner_verdicts",
     "The planner's verdicts recorded in the log: Planned, or the reason no plan was found "
@@ -246,6 +252,11 @@ def leading(is_leader: bool, epoch: int | None = None) -> None:
         LEADER_EPOCH.set(epoch)
     if changed:
         LEADER_CHANGES.labels("acquired" if is_leader else "lost").inc()
+
+
+def log_unreachable(down: bool) -> None:
+    """The log gate closed (True) or opened again (False)."""
+    LOG_UNREACHABLE.set(1 if down else 0)
 
 
 # The store's errors by class name: `store` is imported only by the commands that use it.
@@ -422,6 +433,7 @@ _DEFINED = (
     LOG_APPENDS,
     LOG_APPEND_SECONDS,
     LOG_EVENTS,
+    LOG_UNREACHABLE,
     PLANNER_VERDICTS,
     PROBES,
     PROBE_SECONDS,

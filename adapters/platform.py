@@ -4,7 +4,10 @@
 install deploy/ (RBAC, the shipped class and recipes) and the seed's PriorityClasses,
 start the stand-in hub and the simulator (as the `simulator` identity), and run the
 controller in-process as its ServiceAccount identity — so a permission missing from
-deploy/rbac/controller.yaml fails, as it would in a real cluster.
+deploy/rbac/controller.yaml fails, as it would in a real cluster. The controller's
+settings name a domain (`DEMO_SETTINGS`, as a `--settings` file would): without one,
+External orders get no Ingress. A ModuleConfig ai-inference, when a test makes one,
+replaces them.
 """
 
 from __future__ import annotations
@@ -19,12 +22,16 @@ from adapters.cluster import bootstrap
 from adapters.cluster.local import ClusterState
 from adapters.kubernetes.controller import Controller
 from adapters.kubernetes.manifests import Applier, load_documents, manifest_files
+from adapters.kubernetes.settings import Source
 from adapters.probes.targets import AnnotatedPodTarget
 from adapters.resources import resource_dir
 from adapters.simulator.hub import StandInHub
 from adapters.simulator.simulator import Simulator
 
-__all__ = ["LocalPlatform", "install_module"]
+__all__ = ["DEMO_SETTINGS", "LocalPlatform", "install_module"]
+
+# What a plain cluster's `--settings` file would hold: the hosts of External orders.
+DEMO_SETTINGS = {"publicDomainTemplate": "%s.example.com"}
 
 
 def install_module(admin: ApiClient) -> int:
@@ -63,6 +70,7 @@ class LocalPlatform:
             self.api("controller"),
             self.log,
             hub_endpoint=self.hub.url,
+            settings=Source(DEMO_SETTINGS),
             targets=AnnotatedPodTarget(),
             hpa_api_version="autoscaling/v2beta2",  # the local server is 1.20
         )

@@ -238,9 +238,9 @@ def _applied(s: OrderState, o: ob.ApplySucceeded) -> list[ev.Event]:
 
 
 def _apply_failed(s: OrderState, o: ob.ApplyFailed) -> list[ev.Event]:
-    if s.apply_error == o.message:
+    if (s.apply_error, s.apply_error_reason) == (o.message, o.reason):
         return []
-    return [ev.WorkloadApplyFailed(observed_at=o.at, message=o.message)]
+    return [ev.WorkloadApplyFailed(observed_at=o.at, message=o.message, reason=o.reason)]
 
 
 def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:

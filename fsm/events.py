@@ -176,6 +176,7 @@ _ClassFalse = Annotated[Reason, AfterValidator(_reason_of(ConditionType.CLASS_RE
 _ModelTrue = Annotated[Reason, AfterValidator(_reason_of(ConditionType.MODEL_RESOLVED, _TRUE))]
 _ModelFalse = Annotated[Reason, AfterValidator(_reason_of(ConditionType.MODEL_RESOLVED, _FALSE))]
 _PlanFalse = Annotated[Reason, AfterValidator(_reason_of(ConditionType.PLANNED, _FALSE))]
+_WorkloadFalse = Annotated[Reason, AfterValidator(_reason_of(ConditionType.WORKLOAD_READY, _FALSE))]
 
 
 @event("SpecObserved", version=2)
@@ -262,6 +263,8 @@ class WorkloadApplied(Event):
 @event("WorkloadApplyFailed")
 class WorkloadApplyFailed(Event):
     message: str
+    # Older streams carry no reason: the API server's refusal, which they all were.
+    reason: _WorkloadFalse = Reason.WORKLOAD_APPLY_FAILED
 
 
 @event("WorkloadObserved")

@@ -159,13 +159,14 @@ def _applied(s: OrderState, e: ev.WorkloadApplied) -> Updates:
         "plan_in_force": e.plan,
         "applied_basis": basis,
         "apply_error": None,
+        "apply_error_reason": Reason.WORKLOAD_APPLY_FAILED,
         "applied_revision": s.plan_revision if current else s.applied_revision,
         "applied_at": e.observed_at,
     }
 
 
 def _apply_failed(s: OrderState, e: ev.WorkloadApplyFailed) -> Updates:
-    return {"apply_error": e.message}
+    return {"apply_error": e.message, "apply_error_reason": e.reason}
 
 
 def _workload(s: OrderState, e: ev.WorkloadObserved) -> Updates:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["OrderRef", "auth_secret_name", "tls_secret_name"]
+__all__ = ["OrderRef", "auth_secret_name", "custom_tls_secret_name", "tls_secret_name"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,3 +35,10 @@ def auth_secret_name(order_name: str) -> str:
 def tls_secret_name(order_name: str) -> str:
     """The TLS Secret cert-manager fills for the order's Ingress."""
     return f"{order_name}-tls"
+
+
+def custom_tls_secret_name(order_name: str) -> str:
+    """The order's copy of a CustomCertificate Secret, which its Ingress names. Not
+    `{order}-tls`: that one is cert-manager's, and a class switching modes must not
+    leave the two fighting over one name."""
+    return f"{order_name}-custom-tls"

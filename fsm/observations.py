@@ -84,10 +84,12 @@ class ApplySucceeded:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApplyFailed:
-    """The API server refused a workload object; `message` quotes it."""
+    """The workload could not be applied: the API server refused an object (`message`
+    quotes it), or something it needs is missing (`reason` names what)."""
 
     at: datetime
     message: str
+    reason: Reason = Reason.WORKLOAD_APPLY_FAILED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -85,6 +85,7 @@ class Reason(StrEnum):
     # ModelResolved
     MODEL_RESOLVED = "ModelResolved"
     MODEL_NOT_FOUND = "ModelNotFound"
+    MODEL_NAMESPACE_FORBIDDEN = "ModelNamespaceForbidden"
     MODEL_NOT_READY = "ModelNotReady"
     MODEL_ACCESS_DENIED = "ModelAccessDenied"
     MODEL_SOURCE_UNREACHABLE = "ModelSourceUnreachable"
@@ -112,6 +113,7 @@ class Reason(StrEnum):
     DEVICES_NOT_ALLOCATED = "DevicesNotAllocated"
     PODS_UNSCHEDULABLE = "PodsUnschedulable"
     WORKLOAD_APPLY_FAILED = "WorkloadApplyFailed"
+    CERTIFICATE_SECRET_MISSING = "CertificateSecretMissing"
     PREEMPTED_BY_PRIORITY = "PreemptedByPriority"
     # Ready
     ENDPOINT_SERVING = "EndpointServing"
@@ -182,6 +184,13 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
     ),
     Reason.MODEL_NOT_FOUND: ReasonInfo(
         _C.MODEL_RESOLVED, _F, Who.USER, "The model ref does not resolve at its source."
+    ),
+    Reason.MODEL_NAMESPACE_FORBIDDEN: ReasonInfo(
+        _C.MODEL_RESOLVED,
+        _F,
+        Who.USER,
+        "The ref names a Model in another namespace. A Model is read only in the order's own "
+        "namespace; a model shared between namespaces is a ClusterModel.",
     ),
     Reason.MODEL_NOT_READY: ReasonInfo(
         _C.MODEL_RESOLVED, _F, Who.WAIT, "The catalog model exists but is not Ready yet."
@@ -333,6 +342,14 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _F,
         Who.ADMIN,
         "The API server refused a workload object; the message quotes it.",
+    ),
+    Reason.CERTIFICATE_SECRET_MISSING: ReasonInfo(
+        _C.WORKLOAD_READY,
+        _F,
+        Who.ADMIN,
+        "https mode CustomCertificate names a Secret that does not exist in the controller's "
+        "namespace, so no copy can be made for the order's Ingress; nothing is applied until "
+        "it exists (what runs keeps running).",
     ),
     Reason.ENDPOINT_SERVING: ReasonInfo(
         _C.READY, _T, Who.NOBODY, "The inference API answered the probe."

@@ -174,6 +174,7 @@ class OrderState(_Value):
     # plan's devices, so a device class's grace period counts from here.
     applied_at: datetime | None = None
     apply_error: str | None = None
+    apply_error_reason: Reason = Reason.WORKLOAD_APPLY_FAILED
     tried_device_classes: tuple[str, ...] = ()
     # (device class, free share units when it was tried): a class offering more is retried.
     tried_free_units: tuple[tuple[str, int], ...] = ()

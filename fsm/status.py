@@ -86,7 +86,7 @@ def _planned(s: OrderState) -> Verdict:
 def _workload(s: OrderState) -> Verdict:
     w, gen = s.workload, s.generation
     if s.apply_error is not None:
-        return _verdict(_C.WORKLOAD_READY, Reason.WORKLOAD_APPLY_FAILED, s.apply_error, gen)
+        return _verdict(_C.WORKLOAD_READY, s.apply_error_reason, s.apply_error, gen)
     if w is not None and w.available_replicas >= 1:
         replicas = f"{w.available_replicas}/{w.desired_replicas} replicas available."
         return _verdict(_C.WORKLOAD_READY, Reason.WORKLOAD_AVAILABLE, replicas, gen)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,12 @@ from kubernetes import client
 from adapters.cluster import bootstrap, local
 
 KUBECTL = os.environ.get("KUBECTL", "kubectl")
+# celpy sets the recursion limit to 2,500 whenever a CEL environment is built, and
+# hypothesis warns (an error under -W error) when the limit changes inside one of its
+# tests: the first CEL selector judged in a property test would fail it. Set it once,
+# before any test, to the value celpy sets.
+CEL_RECURSION_LIMIT = 2500
+sys.setrecursionlimit(max(sys.getrecursionlimit(), CEL_RECURSION_LIMIT))
 
 
 class Cluster:

@@ -3,7 +3,9 @@
 In a cluster it uses the in-cluster config; elsewhere `--kubeconfig`. The event log is a
 SQLite file by default or a PostgreSQL URL. Settings come from the ModuleConfig
 `ai-inference` when present, else from `--settings FILE` (YAML shaped as the
-ModuleConfig's `spec.settings`), else the defaults; the setting flags
+ModuleConfig's `spec.settings`), else the defaults — with the platform's ModuleConfig
+`global` filling publicDomainTemplate, ingressClass and https where those leave them
+unset (docs/workload.md, "Module settings"); the setting flags
 (`--public-domain-template`, `--https-mode`, `--ingress-class`, `--hub-endpoint`,
 `--probe-interval`, `--probe-timeout`) apply on top of whichever is used. Everything is
 checked against deploy/openapi/config-values.yaml. The hub endpoint reaches both the
@@ -11,7 +13,10 @@ resolver and the workloads (HF_ENDPOINT); tests and the demo point it at a stand
 
 Exit status: 0 after SIGTERM or Ctrl-C (the Lease is released first, so a standby leads
 within seconds); 1 when leadership was lost or could not be used (caches that did not
-sync, an unreachable log at take-over, a newer leader in the log); 2 for bad settings.
+sync, an unreachable log at take-over, a newer leader in the log) and when the log cannot
+be opened at start; 2 for bad settings.
+
+`AI_INFERENCE_FAULT` is a test hook (adapters/faults.py): unset, it does nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from adapters.logs import LEVELS
 if TYPE_CHECKING:
     from kubernetes import client
 
+    from adapters.kubernetes.controller import Controller
+    from adapters.kubernetes.health import HealthServer
     from adapters.metrics import MetricsServer
 
 
@@ -126,10 +133,9 @@ def _terminate(*_: object) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     import store
-    from adapters import logs
+    from adapters import faults, logs
     from adapters.kubernetes import settings
     from adapters.kubernetes.controller import Controller, LeadershipLost
-    from adapters.kubernetes.health import HealthServer
     from adapters.probes.targets import AnnotatedPodTarget, ServiceTarget, TargetResolver
 
     logs.configure(args.log_level)
@@ -144,10 +150,20 @@ def _run(args: argparse.Namespace) -> int:
             else settings.Source(None, overrides)
         )
         source.resolve(None)
-    except settings.SettingsError as exc:
+        fault = faults.from_environment()  # a test hook; None unless the crash tests set it
+    except (settings.SettingsError, faults.FaultSpecError) as exc:
         sys.stderr.write(f"ai-inference controller: {exc}\n")
         return 2
-    with store.open_log(args.store) as log_store:
+    try:
+        log_store = store.open_log(args.store)
+    except store.StoreError as exc:
+        # Unreachable, or a schema it cannot migrate: nothing can be done without the log.
+        # Exit 1 with the reason (Kubernetes restarts the pod with backoff; a start after
+        # the log's return works). The driver's message names host and port, never the
+        # password.
+        sys.stderr.write(f"ai-inference controller: cannot open the event log: {exc}\n")
+        return 1
+    with log_store:
         controller = Controller(
             api_client_for(args.kubeconfig),
             log_store,
@@ -157,19 +173,11 @@ def _run(args: argparse.Namespace) -> int:
             sync_timeout=args.sync_timeout,
             hpa_api_version=args.hpa_api_version,
         )
+        if fault is not None:
+            faults.install(fault, controller.writer, log_store)
         signal.signal(signal.SIGTERM, _terminate)
         served = _serve_metrics(args.metrics_port) if args.metrics_port else None
-        health = None
-        if args.health_port:
-            # Ready from here on, leading or standing by; not once leadership is lost
-            # (the process is exiting).
-            health = HealthServer(
-                lambda: not controller.lost.is_set(),
-                alive=controller.alive,
-                leading=controller.still_leading,
-                port=args.health_port,
-            )
-            health.start()
+        health = _serve_health(args.health_port, controller) if args.health_port else None
         sys.stdout.write("controller campaigning for the Lease\n")
         sys.stdout.flush()
         lost = False
@@ -193,6 +201,21 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"controller stopped leading: {controller.failure}\n")
         return 1
     return 0
+
+
+def _serve_health(port: int, controller: Controller) -> HealthServer:
+    from adapters.kubernetes.health import HealthServer
+
+    # Ready from here on, leading or standing by; not once leadership is lost (the
+    # process is exiting).
+    health = HealthServer(
+        lambda: not controller.lost.is_set(),
+        alive=controller.alive,
+        leading=controller.still_leading,
+        port=port,
+    )
+    health.start()
+    return health
 
 
 def _serve_metrics(port: int) -> MetricsServer | None:

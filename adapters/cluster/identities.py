@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-__all__ = ["IDENTITIES", "Identity", "write_kubeconfig", "write_token_file"]
+__all__ = ["IDENTITIES", "Identity", "read_tokens", "write_kubeconfig", "write_token_file"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,17 @@ def write_token_file(path: Path) -> dict[str, str]:
         lines.append(f'{tokens[ident.name]},{ident.user},{ident.user},"{groups}"')
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     path.chmod(0o600)
+    return tokens
+
+
+def read_tokens(path: Path) -> dict[str, str]:
+    """The tokens `write_token_file` wrote: {identity name: token}."""
+    by_user = {ident.user: ident.name for ident in IDENTITIES}
+    tokens = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        token, user = line.split(",")[:2]
+        if user in by_user:
+            tokens[by_user[user]] = token
     return tokens
 
 

@@ -5,6 +5,10 @@ binaries are built once from Debian's Kubernetes source (scripts/build-kubernete
 and cached; every cluster gets free ports, its own data folder, its own PKI and tokens.
 The processes are started in their own session so they outlive the command that started
 them; `down` stops exactly the PIDs recorded in the folder's state file.
+
+The fault tests break a running control plane on purpose: `kill` one of its processes
+(SIGKILL, as a crash would) and `start_again` it with the command line recorded at `up`
+(same ports, same data folder), so clients reconnect to the same address.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ __all__ = [
     "binaries_dir",
     "down",
     "ensure_binaries",
+    "kill",
+    "start_again",
     "status",
     "up",
 ]
@@ -60,6 +66,8 @@ class ClusterState:
     etcd_url: str
     pids: dict[str, int] = field(default_factory=dict)
     kubeconfigs: dict[str, str] = field(default_factory=dict)
+    # The command line each process was started with, for `start_again`.
+    argv: dict[str, list[str]] = field(default_factory=dict)
 
     def kubeconfig(self, identity: str) -> Path:
         return Path(self.kubeconfigs[identity])
@@ -101,6 +109,11 @@ def _spawn(name: str, argv: list[str], logs: Path) -> int:
         start_new_session=True,
     )
     return int(launcher.stdout.strip())
+
+
+def _start(state: ClusterState, name: str, argv: list[str], logs: Path) -> None:
+    state.argv[name] = argv
+    state.pids[name] = _spawn(name, argv, logs)
 
 
 def _alive(pid: int) -> bool:
@@ -156,8 +169,31 @@ def status(folder: Path) -> ClusterState | None:
     return state
 
 
-def up(folder: Path, *, timeout: float = 90) -> ClusterState:
-    """Start the control plane in `folder` (reuse it when already running there)."""
+AUDIT_LOG = "logs/audit.log"
+# What the fault tests count: every write the controller's ServiceAccount sends, one JSON
+# line per answered request (Leases apart: renewals are not the controller's work).
+_AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted", "Panic"],
+    "rules": [
+        {"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
+        {
+            "level": "Metadata",
+            "users": [identities.CONTROLLER_SA],
+            "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+        },
+        {"level": "None"},
+    ],
+}
+
+
+def up(folder: Path, *, timeout: float = 90, audit: bool = False) -> ClusterState:
+    """Start the control plane in `folder` (reuse it when already running there).
+
+    `audit`: the API server logs every write of the controller's identity to
+    `folder/AUDIT_LOG` (JSON lines; the fault tests count them per object).
+    """
     folder = folder.resolve()
     running = status(folder)
     if running is not None:
@@ -176,7 +212,8 @@ def up(folder: Path, *, timeout: float = 90) -> ClusterState:
     server = f"https://127.0.0.1:{api_port}"
     state = ClusterState(folder=str(folder), server=server, etcd_url=etcd_url)
 
-    state.pids["etcd"] = _spawn(
+    _start(
+        state,
         "etcd",
         [
             "etcd",
@@ -202,7 +239,8 @@ def up(folder: Path, *, timeout: float = 90) -> ClusterState:
         logs,
     )
     _write_state(folder, state)
-    state.pids["kube-apiserver"] = _spawn(
+    _start(
+        state,
         "kube-apiserver",
         [
             str(bindir / "kube-apiserver"),
@@ -222,6 +260,7 @@ def up(folder: Path, *, timeout: float = 90) -> ClusterState:
             "--service-cluster-ip-range=10.96.0.0/16",
             "--allow-privileged=false",
             "--v=1",
+            *_audit_flags(folder, audit),
         ],
         logs,
     )
@@ -242,7 +281,8 @@ def up(folder: Path, *, timeout: float = 90) -> ClusterState:
         timeout=timeout,
     )
 
-    state.pids["kube-controller-manager"] = _spawn(
+    _start(
+        state,
         "kube-controller-manager",
         [
             str(bindir / "kube-controller-manager"),
@@ -260,6 +300,74 @@ def up(folder: Path, *, timeout: float = 90) -> ClusterState:
     )
     _write_state(folder, state)
     return state
+
+
+def kill(state: ClusterState, name: str) -> None:
+    """SIGKILL one process of the plane (a crash: no clean shutdown); wait until it is gone."""
+    pid = state.pids[name]
+    if not _alive(pid) or not _is_ours(pid, Path(state.folder)):
+        raise ClusterError(f"{name} (pid {pid}) is not running")
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{name} (pid {pid}) survived SIGKILL for 10s")
+        time.sleep(0.05)
+
+
+def start_again(state: ClusterState, name: str, *, timeout: float = 90) -> None:
+    """Start `name` again with its recorded command line (same ports, same data); for etcd
+    and the API server, return once the API server answers /readyz again.
+
+    The port can be taken for a while when the server starts again: sockets of the killed
+    process linger, and a client reconnecting to a loopback port may be given that very
+    port as its source and connect to itself. Seen here under load: a start that fails
+    to bind is tried again, within `timeout`.
+    """
+    folder = Path(state.folder)
+    if _alive(state.pids[name]):
+        raise ClusterError(f"{name} is still running")
+    logs = folder / "logs"
+    deadline = time.monotonic() + timeout
+    while True:
+        size = _log_size(logs / f"{name}.log")
+        _start(state, name, state.argv[name], logs)
+        _write_state(folder, state)
+        if name not in ("etcd", "kube-apiserver"):
+            return
+        try:
+            _wait_ready(
+                f"{state.server}/readyz",
+                identities.read_tokens(folder / "tokens.csv")["admin"],
+                ca=pki.Pki(folder / "pki").ca_cert,
+                pids={n: state.pids[n] for n in ("etcd", "kube-apiserver")},
+                logs=logs,
+                timeout=max(1.0, deadline - time.monotonic()),
+            )
+            return
+        except ClusterError:
+            said = (logs / f"{name}.log").read_bytes()[size:]
+            if b"address already in use" not in said or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+def _log_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def _audit_flags(folder: Path, audit: bool) -> list[str]:
+    if not audit:
+        return []
+    policy = folder / "audit-policy.json"
+    policy.write_text(json.dumps(_AUDIT_POLICY), encoding="utf-8")
+    return [
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={folder / AUDIT_LOG}",
+        "--audit-log-format=json",
+        "--audit-log-mode=blocking",
+        "--audit-log-maxsize=0",
+    ]
 
 
 def _write_state(folder: Path, state: ClusterState) -> None:

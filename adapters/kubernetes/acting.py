@@ -2,10 +2,11 @@
 
 `Actor.act(order, state, command)` returns the observation the command produced (for
 the pass to record) or None. Applying the workload is level-based: what the plan renders
-is compared with the cached live objects; missing or drifted objects are re-applied,
+is compared with the cached live objects; missing or drifted objects are (re-)applied,
 objects the order owns that nothing renders any more are deleted (converging.py). The
-status is written only when it differs from the live one, with the order's UID as a
-precondition.
+copy of a CustomCertificate Secret is kept equal by delete and create, never a patch
+(certificates.py). The status is written only when it differs from the live one, with
+the order's UID as a precondition.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from adapters.kubernetes import converging, errors, kinds, tokens
+from adapters.kubernetes import certificates, converging, errors, kinds, tokens
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.observing import secret_value
 from adapters.kubernetes.rendering import (
     AUTH_SECRET_KEY,
     AUTH_SECRET_UID_ANNOTATION,
     RenderError,
+    certificate_source,
     render_workload,
 )
 from adapters.kubernetes.settings import Settings
@@ -37,7 +39,7 @@ from fsm.decide import STALE_FACTS_NOTE
 from fsm.identity import OrderRef, auth_secret_name, tls_secret_name
 from fsm.placement.arbitration import TAKEN_ANNOTATION, Taking
 from fsm.placement.recipes import Recipe
-from fsm.reasons import ConditionStatus
+from fsm.reasons import ConditionStatus, Reason
 from fsm.state import OrderState
 from fsm.values import Authentication
 
@@ -75,8 +77,10 @@ class Actor:
         recipes: Callable[[], Sequence[Recipe]],
         background: Background,
         rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None,
+        namespace: str,
     ) -> None:
         self._world = world
+        self._namespace = namespace  # the controller's: where CustomCertificate Secrets are
         self._writer = writer
         self._targets = targets
         self._settings = settings
@@ -141,6 +145,16 @@ class Actor:
         )
         return [self._rewrite(doc) if self._rewrite else doc for doc in docs]
 
+    def _certificate(
+        self, order: OrderRef, command: effects.ApplyWorkload
+    ) -> dict[str, Any] | None:
+        """The copy of the CustomCertificate Secret the order's Ingress names, if any."""
+        name = certificate_source(order, command.policy, self._settings())
+        if name is None:
+            return None
+        source = self._world.secrets.get_by_name(self._namespace, name)
+        return certificates.copy_of(order, source, namespace=self._namespace, name=name)
+
     def _live(self, order: OrderRef) -> dict[converging.Key, Obj]:
         # Read only (compared, never changed): no copy of every child on every pass.
         children = self._world.children_of(order.uid, copy_=False)
@@ -151,17 +165,28 @@ class Actor:
     ) -> ob.Observation | None:
         try:
             docs = self._render(order, command)
+            certificate = self._certificate(order, command)
+        except certificates.CertificateSecretMissing as exc:
+            reason = Reason.CERTIFICATE_SECRET_MISSING
+            return ob.ApplyFailed(at=now, message=str(exc)[:500], reason=reason)
         except RenderError as exc:
             return ob.ApplyFailed(at=now, message=str(exc)[:500])
         live = self._live(order)
         _keep_priority_replicas(docs, live)
-        changed = docs if not command.repair else converging.drifted(docs, live)
+        # Only what differs from the live objects is sent, a new plan's workload too: after
+        # a crash between the applies and their record in the log, the restart applies
+        # what is missing and rewrites nothing that is already as the plan renders it.
+        changed = converging.drifted(docs, live)
         if command.repair:
             self.repairs += len(changed)
+        wanted = list(docs)
+        copied = False
         try:
+            if certificate is not None:  # the copy before the Ingress that names it
+                wanted.append(certificate)
+                copied = self._keep_certificate(order, certificate, live)
             for doc in changed:
                 self._apply(order, doc, live.get(converging.key_of(doc)))
-            wanted = list(docs)
             if command.auth_secret_name:
                 wanted.append({"kind": "Secret", "metadata": {"name": command.auth_secret_name}})
             for stray in converging.strays(wanted, live.values(), order.uid):
@@ -169,10 +194,22 @@ class Actor:
         except errors.APIError as exc:
             return ob.ApplyFailed(at=now, message=str(exc)[:500])
         if command.repair:
-            if changed:
-                log.info("%s: repaired %s", order.key, [converging.key_of(d) for d in changed])
+            repaired = [converging.key_of(d) for d in changed]
+            if copied and certificate is not None:
+                self.repairs += 1
+                repaired.append(converging.key_of(certificate))
+            if repaired:  # keys only, never an object: one may hold a private key
+                log.info("%s: repaired %s", order.key, repaired)
             return None
         return ob.ApplySucceeded(at=now, plan=command.plan)
+
+    def _keep_certificate(
+        self, order: OrderRef, certificate: dict[str, Any], live: dict[converging.Key, Obj]
+    ) -> bool:
+        current = live.get(converging.key_of(certificate))
+        return certificates.keep_equal(
+            self._writer, order, certificate, current, read_back=self._read_own_write
+        )
 
     def _apply(self, order: OrderRef, doc: Mapping[str, Any], live: Obj | None) -> None:
         try:

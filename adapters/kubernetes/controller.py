@@ -5,9 +5,10 @@ feed the cache; every change enqueues the UIDs of the orders it can affect; work
 `Reconciler.reconcile(uid)` one UID at a time; classes have a queue and a worker of
 their own (their status is a separate, cheap pass keyed by name); a StreamConflict
 (another writer moved the stream) drops the in-memory state so the retry re-reads the
-log. Every append is stamped with this process's leader epoch, claimed in the log at
-start, so an older controller's appends are refused. Every write goes through one
-`Writer`.
+log; while the log is unreachable, orders wait at one gate (log_gate.py) and are
+enqueued again together when it answers. Every append is stamped with this process's
+leader epoch, claimed in the log at start, so an older controller's appends are refused.
+Every write goes through one `Writer`.
 
 Leadership never wedges: a leader whose caches do not sync or whose log fails at
 take-over, or that meets a newer epoch in the log (StaleEpoch), gives the Lease up and
@@ -33,17 +34,26 @@ from kubernetes import client
 from kubernetes.client import ApiClient
 
 from adapters import logs, metrics
-from adapters.kubernetes import classes, fencing, oldservers, queueing
+from adapters.kubernetes import (
+    certificates,
+    classes,
+    fencing,
+    global_settings,
+    oldservers,
+    queueing,
+)
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.leader import Elector
-from adapters.kubernetes.reconciling import Reconciler
+from adapters.kubernetes.log_gate import LogGate
+from adapters.kubernetes.reconciling import MODULE_NAMESPACE, Reconciler
 from adapters.kubernetes.settings import Settings, SettingsError, Source
-from adapters.kubernetes.world import ClusterCache
+from adapters.kubernetes.watching import Timeouts
+from adapters.kubernetes.world import SETTINGS_SOURCES, ClusterCache
 from adapters.kubernetes.writing import Writer
 from adapters.models import HubResolver, HubSettings
 from adapters.probes.targets import ServiceTarget, TargetResolver
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS
-from store import EventLog, StaleEpoch, StreamConflict
+from store import EventLog, StaleEpoch, StoreUnavailable, StreamConflict
 
 __all__ = ["LEASE_NAME", "LEASE_NAMESPACE", "Controller", "LeadershipLost", "utc_now"]
 
@@ -86,11 +96,20 @@ class Controller:
         leader_election: bool = True,
         identity: str | None = None,
         discovery_period: float = 30.0,
+        namespace: str | None = None,
+        watch_timeouts: Timeouts | None = None,
     ) -> None:
         api = _pooled(api, size=32 + workers)
-        # `discovery_period`: how often a kind the cluster does not serve is looked for.
+        # The controller's own namespace, where CustomCertificate Secrets are read: the
+        # pod's (POD_NAMESPACE, from the downward API), else the module's.
+        self.namespace = namespace or os.environ.get("POD_NAMESPACE") or MODULE_NAMESPACE
+        # `discovery_period`: how often a kind the cluster does not serve is looked for;
+        # `watch_timeouts`: the watches' three timeouts (watching.Timeouts' defaults).
         self.cache = ClusterCache(
-            api, hpa_api_version=hpa_api_version, discovery_period=discovery_period
+            api,
+            hpa_api_version=hpa_api_version,
+            discovery_period=discovery_period,
+            timeouts=watch_timeouts,
         )
         # Every Kubernetes write of the controller goes through the Writer, and its client
         # refuses any request but a read once still_leading() is false.
@@ -103,6 +122,7 @@ class Controller:
         if hub_endpoint:
             source = source.overridden({"huggingFace": {"endpoint": hub_endpoint}})
         self._source = source
+        self._global: dict[str, Any] = {}  # the global exposure block in force
         self._settings = source.resolve(None)
         self._settings_lock = threading.Lock()
         self._hub = HubResolver(HubSettings(endpoint=self._settings.hugging_face.endpoint))
@@ -124,8 +144,12 @@ class Controller:
             allocation_grace_seconds=allocation_grace_seconds,
             # Probes and hub lookups on a pool of their own; an answer wakes its order.
             background=Background(self.queue.add, workers=max(4, 2 * workers)),
+            namespace=self.namespace,
         )
+        self.cache.certificate_sources = self._certificate_sources
         self._clock = clock
+        # While the log is down, orders wait at one gate and one probe asks for it.
+        self.log_gate = LogGate(log_store.epoch, self.queue.add)
         self._workers = queueing.Workers(self.queue, self._pass, workers=workers)
         self._class_workers = queueing.Workers(self.class_queue, self._class_pass, workers=1)
         self._stopping = False
@@ -161,9 +185,19 @@ class Controller:
         """The hub the resolver asks now (the settings' `huggingFace.endpoint`)."""
         return self._hub.settings.endpoint
 
+    def _certificate_sources(self) -> set[str]:
+        specs = [obj.get("spec") or {} for obj in self.cache.classes.objects(copy_=False)]
+        secret = self.settings().https.custom_certificate.secret_name
+        return certificates.sources(self.namespace, secret, specs)
+
     def _reload_settings(self) -> None:
+        # The global block first: a bad one keeps the last good one (not the defaults),
+        # and does not hold back a good edit of the module's own settings.
+        self._global, problem = global_settings.reload(self._global, self.cache.global_settings())
+        if problem:
+            log.error("ModuleConfig global rejected: %s", problem)
         try:
-            fresh = self._source.resolve(self.cache.module_settings())
+            fresh = self._source.resolve(self.cache.module_settings(), self._global)
         except SettingsError as exc:
             # Keep working with the last good settings; the message names the bad fields.
             log.error("ModuleConfig ai-inference rejected, keeping previous settings: %s", exc)
@@ -172,6 +206,10 @@ class Controller:
             self._settings = fresh
         # The resolver and the rendered workload (HF_ENDPOINT) read the same hub.
         self._hub.use_endpoint(fresh.hugging_face.endpoint)
+
+    def _settings_changed(self, _event: str, obj: dict[str, Any]) -> None:
+        if (obj.get("metadata") or {}).get("name") in SETTINGS_SOURCES:
+            self._reload_settings()
 
     # -- running ---------------------------------------------------------------------------
 
@@ -254,12 +292,13 @@ class Controller:
 
     def _take_over(self, epoch: int) -> None:
         self._epoch = self._log.claim_epoch(epoch)
+        # Settings first: the orders a settings change enqueues must find them in force.
+        self.cache.module_configs.add_handler(self._settings_changed)
         self.cache.watch_changes(self._enqueue)
         # A class's own Ready condition depends on it and on the priority/device classes.
         self.cache.classes.add_handler(lambda _e, obj: self._enqueue_class(obj))
         for informer in (self.cache.priority_classes, self.cache.device_classes):
             informer.add_handler(lambda _e, _o: self._enqueue_classes())
-        self.cache.module_configs.add_handler(lambda _e, _o: self._reload_settings())
         self.cache.start()
         if not self.cache.wait_synced(self._sync_timeout):
             behind = ", ".join(self.cache.unsynced()) or "?"
@@ -282,6 +321,7 @@ class Controller:
         self.leading.clear()
         self._workers.stop()
         self._class_workers.stop()
+        self.log_gate.stop()
         self.reconciler.background.stop()
         if self._elector is not None:
             self._elector.stop()
@@ -323,6 +363,8 @@ class Controller:
         """One pass, timed and counted by outcome; its log records name the order."""
         if not self.still_leading():
             return queueing.Done()  # an old leader starts nothing; the next one re-reads all
+        if self.log_gate.park_if_closed(uid):
+            return queueing.Done()  # the log is down: enqueued again once it answers
         meta = (self.cache.orders.get(uid) or {}).get("metadata") or {}
         with (
             logs.about_order(uid=uid, namespace=meta.get("namespace"), name=meta.get("name")),
@@ -341,6 +383,9 @@ class Controller:
         except fencing.NotLeading as exc:
             log.info("pass over %s stopped before a write: %s", uid, exc)
             return queueing.Done()  # the next leader re-reads everything
+        except StoreUnavailable as exc:
+            self.log_gate.failed(uid, exc)  # parked: enqueued again once the log answers
+            return queueing.Done()
         except StaleEpoch as exc:
             # A newer controller appends to the log: end leadership as a lost Lease would.
             self._abdicate(f"a newer controller leads ({exc})")

@@ -19,7 +19,8 @@ release and its loop keeps running after renewal fails. This one is small:
 - The epoch is `spec.leaseTransitions`, raised on every new term (also when the same
   identity comes back), so it strictly grows across takeovers. If the Lease was deleted,
   its count restarts; pass `epoch_floor` (the newest epoch the log has seen) and a new
-  term starts above it.
+  term starts above it. While the floor cannot be read (the log is down) the Lease is not
+  taken: a term whose epoch is unknown could not append anyway.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ log = logging.getLogger(__name__)
 def _micro_time(moment: datetime) -> str:
     # MicroTime wants exactly six fraction digits; isoformat() drops them at .000000.
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class _FloorUnknown(Exception):
+    """The newest epoch (`epoch_floor`) could not be read: the Lease is not taken."""
 
 
 class Elector:
@@ -171,7 +176,12 @@ class Elector:
     def _next_epoch(self, transitions: int | None) -> int:
         epoch = 0 if transitions is None else transitions + 1
         if self._floor is not None:
-            epoch = max(epoch, self._floor() + 1)
+            try:
+                floor = self._floor()
+            except Exception as exc:
+                # Without it a new term could start at an epoch the log already saw.
+                raise _FloorUnknown(f"{type(exc).__name__}: {exc}") from exc
+            epoch = max(epoch, floor + 1)
         return epoch
 
     def _won(self, epoch: int) -> None:
@@ -199,6 +209,14 @@ class Elector:
                 self.try_acquire_or_renew()
             except errors.APIError as exc:
                 log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+            except _FloorUnknown as exc:
+                # Expected while the event log is down: one line a round, no traceback.
+                log.warning(
+                    "lease %s/%s not taken: the newest epoch cannot be read (%s)",
+                    self.namespace,
+                    self.name,
+                    exc,
+                )
             except Exception:
                 log.exception("lease %s/%s: round failed", self.namespace, self.name)
             if self._leading and self._clock.now() - self._last_renewal >= self._renew_deadline:

@@ -24,6 +24,7 @@ from adapters.models import (
     ModelUnavailable,
     catalog_target,
     facts_from_catalog,
+    foreign_model_refusal,
     token_problem,
 )
 from fsm import observations as ob
@@ -177,6 +178,9 @@ class Observer:
                     "the ai-models catalog is turned off in the module settings "
                     "(settings.catalog.mode: None); name a HuggingFace model instead",
                 )
+            refused = foreign_model_refusal(ref, order.namespace)
+            if refused is not None:
+                return refused
             kind, namespace, name = catalog_target(ref, order.namespace)
             if not self._world.catalog_installed(str(kind)):
                 return ModelUnavailable(
@@ -214,17 +218,21 @@ class Observer:
                     f"{problem}, so it cannot be sent to the hub as a token (nothing was "
                     "sent): put the token alone under the key; a trailing newline is fine",
                 )
+        key = ("hub", order.uid)
+        asked = (ref.name, token)
+        # An answer kept from an earlier lookup is taken either way: once the hub's cache
+        # holds it, no pass would take it, and it must never answer a later question (a
+        # model edited since: the old model's facts planned for the new spec).
+        done, answer = self._background.take(key)
         known = self._hub.peek(ref.name, token=token)
         if known is not None:
             return known
-        key = ("hub", order.uid)
-        done, answer = self._background.take(key)
-        if done:
-            return answer  # type: ignore[no-any-return]
+        if done and answer[0] == asked:
+            return answer[1]  # type: ignore[no-any-return]
         name = ref.name
-        self._background.start(key, lambda: self._hub.resolve(name, token=token))
+        self._background.start(key, lambda: (asked, self._hub.resolve(name, token=token)))
         done, answer = self._background.take(key)  # at once when run inline (tests)
-        return answer if done else None
+        return answer[1] if done and answer[0] == asked else None
 
     def workload(
         self,

@@ -38,10 +38,12 @@ from fsm.reasons import ConditionType, Reason
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, OrderState
 from store import EventLog, StreamKey
 
-__all__ = ["Reconciler", "model_ref_of"]
+__all__ = ["MODULE_NAMESPACE", "Reconciler", "model_ref_of"]
 
 log = logging.getLogger(__name__)
 
+# The module's namespace on Deckhouse: the controller's, unless told otherwise.
+MODULE_NAMESPACE = "d8-ai-inference"
 SNAPSHOT_EVERY = 20  # events between snapshots of an order's state
 _MAX_ROUNDS = 8  # command rounds in one pass; each round is caused by a new event
 # A model source that cannot be reached is asked again soon, not at the next resync.
@@ -81,6 +83,7 @@ class Reconciler:
         rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         allocation_grace_seconds: float = DEVICE_ALLOCATION_GRACE_SECONDS,
         background: Background | None = None,
+        namespace: str = MODULE_NAMESPACE,
     ) -> None:
         self._world = world
         # How long pods may wait for devices before the plan's device class counts as
@@ -111,6 +114,7 @@ class Reconciler:
             recipes=self.planning.recipes,
             background=self.background,
             rewrite=rewrite,
+            namespace=namespace,
         )
 
     # -- the pass ----------------------------------------------------------------------
@@ -271,10 +275,13 @@ class Reconciler:
 
     def _close(self, uid: str, now: datetime) -> None:
         state = self.state_of(uid)
-        info = self._log.stream(uid) if state.version > 0 and not state.deleted else None
+        info = self._log.stream(uid) if state.version > 0 else None
         if info is not None and info.deleted_at is None:
-            order = OrderRef(info.name, info.namespace, uid)
-            self._record(_Pass(order, state, now), ob.Deleted(at=now))
+            # Two writes: a pass that failed between them (the log went away) recorded the
+            # deletion but never marked the stream; the retry marks it.
+            if not state.deleted:
+                order = OrderRef(info.name, info.namespace, uid)
+                self._record(_Pass(order, state, now), ob.Deleted(at=now))
             self._log.mark_deleted(uid, now)
         self.forget(uid)
 

@@ -4,7 +4,9 @@ The controller's ApplyWorkload command names a plan, a recipe, the policy and th
 this module turns them into the objects it server-side applies in the order's namespace
 (SPEC §3 step 4): a ResourceClaimTemplate (the devices, DRA.md), the runtime Deployment,
 a ClusterIP Service, an HPA when the class lets replicas grow, and for External exposure
-an Ingress with TLS per the https mode (DECKHOUSE.md). No API calls, no clock, no
+(when the settings name a host template) an Ingress with TLS per the https mode
+(DECKHOUSE.md). The copy of a CustomCertificate Secret the Ingress names is made by
+certificates.py, from the source Secret this module never sees. No API calls, no clock, no
 randomness: the same inputs give the same manifests, so re-applying is a no-op and the
 tests compare dicts. docs/workload.md explains every choice made here.
 
@@ -56,6 +58,7 @@ __all__ = [
     "OrderRef",
     "RenderError",
     "auth_secret_name",
+    "certificate_source",
     "effective_https",
     "endpoint_url",
     "hpa_api_version_for",
@@ -110,7 +113,9 @@ class Https:
 
     mode: HttpsMode
     cluster_issuer_name: str | None = None
-    secret_name: str | None = None  # the TLS Secret the Ingress names, if any
+    # CustomCertificate: the source Secret, in the controller's namespace; the Ingress
+    # names the order's copy of it (identity.custom_tls_secret_name).
+    secret_name: str | None = None
 
     @property
     def scheme(self) -> str:
@@ -188,16 +193,34 @@ def effective_https(policy: EffectivePolicy, settings: Settings) -> Https:
     return Https(mode)
 
 
-def public_host(order: OrderRef, settings: Settings) -> str:
-    """`publicDomainTemplate % "<order>-<namespace>"`, unique per order (hosts.py)."""
+def public_host(order: OrderRef, settings: Settings) -> str | None:
+    """`publicDomainTemplate % "<order>-<namespace>"`, unique per order (hosts.py); None
+    when neither the module nor the platform names a host template."""
     return settings.public_host(hosts.host_label(order.name, order.namespace))
 
 
+def _exposed(order: OrderRef, policy: EffectivePolicy, settings: Settings) -> str | None:
+    """The Ingress host, when the order gets an Ingress (External and a host template)."""
+    if policy.exposure.type is not ExposureType.EXTERNAL:
+        return None
+    return public_host(order, settings)
+
+
 def endpoint_url(order: OrderRef, policy: EffectivePolicy, settings: Settings) -> str:
-    """`status.endpoint.url`: the Ingress host for External, the Service's DNS name else."""
-    if policy.exposure.type is ExposureType.EXTERNAL:
-        return f"{effective_https(policy, settings).scheme}://{public_host(order, settings)}"
+    """`status.endpoint.url`: the Ingress host for External, the Service's DNS name else
+    (also for External without a host template: there is no Ingress to reach)."""
+    host = _exposed(order, policy, settings)
+    if host is not None:
+        return f"{effective_https(policy, settings).scheme}://{host}"
     return f"http://{order.name}.{order.namespace}.svc.cluster.local"
+
+
+def certificate_source(order: OrderRef, policy: EffectivePolicy, settings: Settings) -> str | None:
+    """The CustomCertificate Secret the order's Ingress needs a copy of, if it does."""
+    if _exposed(order, policy, settings) is None:
+        return None
+    https = effective_https(policy, settings)
+    return https.secret_name if https.mode is HttpsMode.CUSTOM_CERTIFICATE else None
 
 
 # --- devices ----------------------------------------------------------------------------
@@ -464,9 +487,8 @@ def _hpa(order: OrderRef, policy: EffectivePolicy, api_version: str) -> Manifest
     }
 
 
-def _ingress(order: OrderRef, policy: EffectivePolicy, settings: Settings) -> Manifest:
+def _ingress(order: OrderRef, policy: EffectivePolicy, settings: Settings, host: str) -> Manifest:
     https = effective_https(policy, settings)
-    host = public_host(order, settings)
     annotations = {
         "nginx.ingress.kubernetes.io/proxy-read-timeout": STREAMING_TIMEOUT_SECONDS,
         "nginx.ingress.kubernetes.io/proxy-send-timeout": STREAMING_TIMEOUT_SECONDS,
@@ -493,7 +515,8 @@ def _ingress(order: OrderRef, policy: EffectivePolicy, settings: Settings) -> Ma
         annotations["cert-manager.io/cluster-issuer"] = https.cluster_issuer_name or ""
         spec["tls"] = [{"hosts": [host], "secretName": identity.tls_secret_name(order.name)}]
     elif https.mode is HttpsMode.CUSTOM_CERTIFICATE:
-        spec["tls"] = [{"hosts": [host], "secretName": https.secret_name}]
+        # The copy in the order's namespace: an Ingress reads TLS Secrets of its own only.
+        spec["tls"] = [{"hosts": [host], "secretName": identity.custom_tls_secret_name(order.name)}]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "Ingress",
@@ -552,6 +575,7 @@ def render_workload(
     ]
     if autoscaled:
         objects.append(_hpa(order, policy, hpa_api_version))
-    if policy.exposure.type is ExposureType.EXTERNAL:
-        objects.append(_ingress(order, policy, settings))
+    host = _exposed(order, policy, settings)
+    if host is not None:
+        objects.append(_ingress(order, policy, settings, host))
     return objects

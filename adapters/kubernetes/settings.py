@@ -9,6 +9,11 @@ settings (DECKHOUSE.md): `publicDomainTemplate`, `ingressClass`, the `https` blo
 `Source` says which wins: the ModuleConfig's settings when it exists, else the file's
 (never merged, so a Deckhouse cluster has one source of truth), then the controller's
 flags on top of either (what an operator typed for this process is the most specific).
+Below the module's own, the platform's global `modules.*` exposure settings
+(`publicDomainTemplate`, `ingressClass`, `https`; read from the ModuleConfig `global` by
+global_settings.py) fill what the module leaves unset — `with_fallbacks`, where an `https`
+block of the module's replaces the global one whole. Then the defaults: IngressClass
+nginx, https CertManager with letsencrypt, and no host template (no Ingress is made).
 Every mapping, whatever its origin, is checked against deploy/openapi/config-values.yaml
 itself (the schema Deckhouse applies) and then read by the models below.
 
@@ -38,6 +43,7 @@ from adapters.resources import resource_dir
 from fsm.values import Frozen, HttpsMode
 
 __all__ = [
+    "EXPOSURE_KEYS",
     "MODULE_CONFIG_API_VERSION",
     "MODULE_CONFIG_KIND",
     "MODULE_NAME",
@@ -56,6 +62,7 @@ __all__ = [
     "module_config_settings",
     "reload",
     "schema",
+    "with_fallbacks",
 ]
 
 MODULE_NAME = "ai-inference"
@@ -63,6 +70,8 @@ MODULE_CONFIG_API_VERSION = "deckhouse.io/v1alpha1"
 MODULE_CONFIG_KIND = "ModuleConfig"
 # A new module starts at settings version 1 with no conversions (DECKHOUSE.md).
 SETTINGS_VERSION = 1
+# The settings the platform's global `modules.*` block may supply when the module's don't.
+EXPOSURE_KEYS = ("publicDomainTemplate", "ingressClass", "https")
 
 
 class SettingsError(ValueError):
@@ -146,16 +155,22 @@ class Settings(Frozen):
     """`ModuleConfig ai-inference .spec.settings`, every field defaulted."""
 
     catalog: CatalogSettings = CatalogSettings()
-    public_domain_template: str = "%s.example.com"
+    # None: neither the module nor the platform names a domain, so no Ingress is made.
+    public_domain_template: str | None = None
     ingress_class: str = Field(default="nginx", min_length=1)
     https: HttpsSettings = HttpsSettings()
     probe: ProbeSettings = ProbeSettings()
     hugging_face: HuggingFaceSettings = HuggingFaceSettings()
     store: StoreSettings = StoreSettings()
+    # Read by the module's templates (replicas), not by the controller: accepted here so a
+    # ModuleConfig that sets it is valid. None: the platform's global mode decides.
+    high_availability: bool | None = None
 
     @field_validator("public_domain_template")
     @classmethod
-    def _one_placeholder(cls, value: str) -> str:
+    def _one_placeholder(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         # `%` formatting would also expand %d or choke on a stray %: allow exactly one %s.
         if value.count("%s") != 1 or value.count("%") != 1:
             raise ValueError(f"{value!r} must contain %s exactly once and no other %")
@@ -167,8 +182,11 @@ class Settings(Frozen):
     def catalog_enabled(self) -> bool:
         return self.catalog.mode is CatalogMode.ENABLED
 
-    def public_host(self, label: str) -> str:
-        """The External host for a name built from an order and its namespace."""
+    def public_host(self, label: str) -> str | None:
+        """The External host for a name built from an order and its namespace; None
+        without a host template."""
+        if self.public_domain_template is None:
+            return None
         return self.public_domain_template % label
 
     @classmethod
@@ -247,13 +265,31 @@ def _merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def with_fallbacks(module: Mapping[str, Any], fallbacks: Mapping[str, Any]) -> dict[str, Any]:
+    """The module's settings with the platform's global exposure settings under them.
+
+    Each of publicDomainTemplate, ingressClass and https the module's mapping leaves
+    unset (absent or null) is taken from `fallbacks` (the global block); an `https` the
+    module sets replaces the global one whole, never merged field by field. What neither
+    sets is left to the defaults of `Settings`.
+    """
+    out = copy.deepcopy(dict(module))
+    for key in EXPOSURE_KEYS:
+        if out.get(key) is None and fallbacks.get(key) is not None:
+            out[key] = copy.deepcopy(fallbacks[key])
+        elif out.get(key) is None:
+            out.pop(key, None)
+    return out
+
+
 @dataclass(frozen=True)
 class Source:
     """Where the controller's settings come from: a file's mapping and flag overrides.
 
-    `resolve(module_config)` is the settings in force: the ModuleConfig's when there is
-    one, else the file's, with `overrides` (the flags, in the settings' own shape, e.g.
-    `{"huggingFace": {"endpoint": ...}}`) merged on top. Raises SettingsError.
+    `resolve(module_config, fallbacks)` is the settings in force: the ModuleConfig's when
+    there is one, else the file's, with `overrides` (the flags, in the settings' own
+    shape, e.g. `{"huggingFace": {"endpoint": ...}}`) merged on top, and the platform's
+    global exposure settings (`fallbacks`) under both. Raises SettingsError.
     """
 
     file_settings: Mapping[str, Any] | None = None
@@ -276,13 +312,18 @@ class Source:
         """The same source with `more` merged over its overrides."""
         return Source(self.file_settings, _merge(self.overrides, more))
 
-    def resolve(self, module_config: Mapping[str, Any] | None) -> Settings:
+    def resolve(
+        self,
+        module_config: Mapping[str, Any] | None,
+        fallbacks: Mapping[str, Any] | None = None,
+    ) -> Settings:
         base = (
             module_config_settings(module_config)
             if module_config is not None
             else self.file_settings
         )
-        return Settings.from_settings(_merge(base or {}, self.overrides))
+        mine = _merge(base or {}, self.overrides)
+        return Settings.from_settings(with_fallbacks(mine, fallbacks or {}))
 
 
 def reload(previous: Settings, obj: Mapping[str, Any] | None) -> tuple[Settings, str | None]:

@@ -14,17 +14,20 @@ from typing import Any
 from kubernetes.client import ApiClient
 
 from adapters.kubernetes import kinds
+from adapters.kubernetes.global_settings import GLOBAL_NAME
 from adapters.kubernetes.rendering import UID_LABEL
 from adapters.kubernetes.secret_lookup import NamedSecrets
+from adapters.kubernetes.settings import MODULE_NAME
 from adapters.kubernetes.watching import Informer, Obj, Resource, Timeouts, by_label
 
-__all__ = ["ClusterCache"]
+__all__ = ["SETTINGS_SOURCES", "ClusterCache"]
 
 BY_CLASS = "class"
 BY_SECRET = "secret"
 BY_CATALOG = "catalog"
 BY_ORDER = "order"
-MODULE_NAME = "ai-inference"
+# The ModuleConfigs whose settings the controller reads; any other module's is no news.
+SETTINGS_SOURCES = frozenset({MODULE_NAME, GLOBAL_NAME})
 
 
 def _spec(obj: Obj) -> dict[str, Any]:
@@ -76,6 +79,11 @@ class ClusterCache:
         discovery_period: float = 30.0,
         secret_refresh: float = 30.0,
     ) -> None:
+        # `namespace/name` of the CustomCertificate Secrets in use (certificates.sources);
+        # the controller sets it. Read by name like the Secrets orders name, and a change
+        # of one reaches every order (any External one may copy it).
+        self.certificate_sources: Callable[[], Iterable[str]] = lambda: ()
+
         def informer(resource: Resource, optional: bool = False, **kwargs: Any) -> Informer:
             # Kinds of other modules and of DRA may be absent: empty until they appear.
             return Informer(
@@ -136,12 +144,13 @@ class ClusterCache:
         self.token_secrets = informer(
             kinds.SECRETS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
         )
-        # Never every Secret of the cluster: our token Secrets by label (above), and the
-        # Secrets orders name read by name (secret_lookup.py).
+        # Never every Secret of the cluster: our token Secrets and certificate copies by
+        # label (above), and the Secrets orders and the https settings name, by name
+        # (secret_lookup.py).
         self.secrets = NamedSecrets(
             api,
             own=self.token_secrets,
-            named=lambda: self.orders.index_values(BY_SECRET),
+            named=lambda: [*self.orders.index_values(BY_SECRET), *self.certificate_sources()],
             refresh=secret_refresh,
         )
 
@@ -170,10 +179,11 @@ class ClusterCache:
     # -- reading -------------------------------------------------------------------------
 
     def module_settings(self) -> dict[str, Any] | None:
-        obj = self.module_configs.get_by_name(None, MODULE_NAME)
-        if obj is None:
-            return None
-        return obj
+        return self.module_configs.get_by_name(None, MODULE_NAME)
+
+    def global_settings(self) -> dict[str, Any] | None:
+        """The platform's `ModuleConfig global` (fallbacks of the exposure settings)."""
+        return self.module_configs.get_by_name(None, GLOBAL_NAME)
 
     def catalog_installed(self, kind: str) -> bool:
         """Whether the cluster serves this ai-models kind (its CRD is installed)."""
@@ -224,13 +234,14 @@ class ClusterCache:
 
         self.orders.add_handler(route(lambda o: [str(_meta(o).get("uid"))]))
         self.classes.add_handler(route(lambda o: orders_where(BY_CLASS, str(_meta(o).get("name")))))
-        self.secrets.add_handler(
-            route(
-                lambda o: orders_where(
-                    BY_SECRET, f"{_meta(o).get('namespace')}/{_meta(o).get('name')}"
-                )
-            )
-        )
+
+        def secret_readers(obj: Obj) -> list[str]:
+            key = f"{_meta(obj).get('namespace')}/{_meta(obj).get('name')}"
+            if key in set(self.certificate_sources()):
+                return every_order()
+            return orders_where(BY_SECRET, key)
+
+        self.secrets.add_handler(route(secret_readers))
         self.models.add_handler(
             route(
                 lambda o: orders_where(
@@ -243,9 +254,11 @@ class ClusterCache:
         )
         for child in (self.pods, *self.owned_kinds):
             child.add_handler(route(lambda o: [str((_meta(o).get("labels") or {}).get(UID_LABEL))]))
-        # Capacity, recipes, priorities and settings can change any order's decisions.
+        # Settings, capacity, recipes and priorities can change any order's decisions.
+        self.module_configs.add_handler(
+            route(lambda o: every_order() if _meta(o).get("name") in SETTINGS_SOURCES else [])
+        )
         for informer in (
-            self.module_configs,
             self.device_classes,
             self.resource_slices,
             self.resource_claims,

@@ -32,7 +32,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -95,10 +95,17 @@ class Writer:
         self._statuses: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
         self._events: OrderedDict[tuple[str, str, str, str], _Recorded] = OrderedDict()
         self.writes = 0  # requests that changed (or tried to change) something
+        # Told of each write that returned, by boundary ("apply-Deployment", "status", ...):
+        # the crash tests' hook (adapters/faults.py); None in production.
+        self.after_write: Callable[[str], None] | None = None
 
     def _count_write(self) -> None:
         with self._lock:
             self.writes += 1
+
+    def _wrote(self, boundary: str) -> None:
+        if self.after_write is not None:
+            self.after_write(boundary)
 
     # -- discovery -----------------------------------------------------------------------
 
@@ -135,7 +142,7 @@ class Writer:
         resource = resource or self.resource_for(obj["apiVersion"], obj["kind"])
         namespace = meta.get("namespace") if resource.namespaced else None
         self._count_write()
-        return call(
+        applied = call(
             self._api,
             "PATCH",
             resource.object_path(namespace, meta["name"]),
@@ -144,13 +151,17 @@ class Writer:
             # JSON is YAML: the body goes as JSON under the apply content type.
             content_type="application/apply-patch+yaml",
         )
+        self._wrote(f"apply-{resource.kind}")
+        return applied
 
     def create(self, obj: Mapping[str, Any]) -> Obj:
         """Create `obj`; APIConflictError (409) when one of that name exists."""
         resource = self.resource_for(obj["apiVersion"], obj["kind"])
         namespace = obj["metadata"].get("namespace") if resource.namespaced else None
         self._count_write()
-        return call(self._api, "POST", resource.collection_path(namespace), body=dict(obj))
+        created = call(self._api, "POST", resource.collection_path(namespace), body=dict(obj))
+        self._wrote(f"create-{resource.kind}")
+        return created
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
         """A live read (not the cache), for the few decisions that must not act on a
@@ -165,7 +176,7 @@ class Writer:
     ) -> Obj:
         """A JSON merge patch (put `metadata.resourceVersion` in it to make it conditional)."""
         self._count_write()
-        return call(
+        patched = call(
             self._api,
             "PATCH",
             resource.object_path(namespace, name),
@@ -173,6 +184,8 @@ class Writer:
             body=dict(body),
             content_type="application/merge-patch+json",
         )
+        self._wrote(f"patch-{resource.kind}")
+        return patched
 
     def delete(self, resource: Resource, namespace: str | None, name: str, uid: str) -> bool:
         """Delete the object if it is still the one with `uid`; whether one was deleted."""
@@ -191,6 +204,7 @@ class Writer:
             )
         except (errors.APINotFoundError, errors.APIConflictError):
             return False  # gone already, or a namesake took its place
+        self._wrote(f"delete-{resource.kind}")
         return True
 
     def write_status(
@@ -236,6 +250,7 @@ class Writer:
             body=patch,
             content_type="application/json-patch+json",
         )
+        self._wrote("status")
         with self._lock:
             self._statuses[key] = _normal(written.get("status") or {})
             self._statuses.move_to_end(key)
@@ -271,6 +286,7 @@ class Writer:
                     content_type="application/merge-patch+json",
                 )
                 recorded.count = int(bumped.get("count") or recorded.count + 1)
+                self._wrote("event")
                 return bumped
             except errors.APINotFoundError:
                 pass  # the Event expired (the server keeps them an hour): start anew
@@ -298,6 +314,7 @@ class Writer:
         }
         self._count_write()
         created = call(self._api, "POST", EVENTS.collection_path(namespace), body=body)
+        self._wrote("event")
         with self._lock:
             self._events[key] = _Recorded(namespace, created["metadata"]["name"], 1)
             while len(self._events) > _MEMORY:

@@ -44,6 +44,7 @@ __all__ = [
     "catalog_gate",
     "catalog_target",
     "facts_from_catalog",
+    "foreign_model_refusal",
 ]
 
 GROUP = "ai.deckhouse.io"
@@ -78,10 +79,35 @@ def catalog_gate(settings: Mapping[str, Any] | None) -> ModelUnavailable | None:
     return None
 
 
+def foreign_model_refusal(ref: ModelRef, order_namespace: str) -> ModelUnavailable | None:
+    """ModelNamespaceForbidden when the ref names a Model in another namespace, else None.
+
+    The rule (docs/model-sources.md, "A Model in another namespace"): an order reads a
+    `Model` only in its own namespace, and a model shared across namespaces is a
+    `ClusterModel`, which only a cluster administrator publishes. Two reasons, one rule:
+    a tenant's Model is that tenant's (its facts are not echoed into another tenant's
+    status), and the runtime could not load it anyway — ai-models mounts a Model named by
+    the pod's `ai.deckhouse.io/model` annotation from the pod's own namespace, so the
+    facts and the weights would come from two different objects. Nothing is read: the
+    refusal is decided from the ref alone.
+    """
+    if ref.kind is not CatalogKind.MODEL or not ref.namespace:
+        return None
+    if ref.namespace == order_namespace:
+        return None
+    return ModelUnavailable(
+        Reason.MODEL_NAMESPACE_FORBIDDEN,
+        f"spec.model.ref names a Model in namespace {ref.namespace!r}, but an order reads a "
+        f"Model only in its own namespace ({order_namespace!r}); a model shared between "
+        "namespaces is a ClusterModel (ask the cluster administrator to publish one)",
+    )
+
+
 def catalog_target(ref: ModelRef, order_namespace: str) -> tuple[CatalogKind, str | None, str]:
     """(kind, namespace, name) of the object a catalog ref names.
 
-    A Model's namespace defaults to the order's; a ClusterModel has none.
+    A Model's namespace defaults to the order's (and may only be the order's, see
+    `foreign_model_refusal`); a ClusterModel has none.
     """
     if ref.kind is None:
         raise ValueError("an ai-models ref needs kind Model or ClusterModel")
@@ -253,6 +279,9 @@ class CatalogReader:
             return ModelUnavailable(
                 Reason.MODEL_NOT_FOUND, "The ai-models ref names no kind (Model or ClusterModel)."
             )
+        refused = foreign_model_refusal(ref, order_namespace)
+        if refused is not None:
+            return refused
         kind, namespace, name = catalog_target(ref, order_namespace)
         label = _label(kind.value, namespace, name)
         plural = PLURALS[kind]

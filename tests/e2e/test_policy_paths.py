@@ -431,6 +431,28 @@ def test_catalog_order_is_ready_with_the_catalog_annotation(
     assert not {"HF_TOKEN", "HF_ENDPOINT"} & {e.name for e in runtime.env or []}
 
 
+def test_a_model_in_another_tenants_namespace_is_refused_and_never_echoed(
+    alice: Orders, orders: Any
+) -> None:
+    # bge-m3 exists as a Model in analytics; alice orders it from support.
+    spec = {
+        "inferenceServiceClassName": "default-llm",
+        "model": {
+            "src": "ai-models",
+            "ref": {"kind": "Model", "name": "bge-m3", "namespace": "analytics"},
+        },
+    }
+    _create(orders, alice, "support", "pp-foreign-model", spec)
+    obj = alice.wait_phase(
+        "support", "pp-foreign-model", "Pending", reason="ModelNamespaceForbidden"
+    )
+    assert conditions(obj) == blocked_chain("ModelResolved", "ModelNamespaceForbidden")
+    assert "ClusterModel" in obj["status"]["conditions"][1]["message"]
+    # Nothing of analytics' Model reaches alice: no contract, no facts, no plan.
+    assert "model" not in obj["status"] and "resolved" not in obj["status"]
+    assert "Embeddings" not in str(obj["status"])
+
+
 def test_catalog_turned_off_refuses_catalog_orders_until_it_is_back(
     platform: LocalPlatform, alice: Orders, admin: client.ApiClient, orders: Any
 ) -> None:

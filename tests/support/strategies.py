@@ -342,7 +342,13 @@ def _observation(kind: str, when: datetime, state: OrderState, draw: Any) -> ob.
             return ob.ApplySucceeded(at=when, plan=applied)
         case "apply_failed":
             return ob.ApplyFailed(
-                at=when, message=draw(st.sampled_from(("quota exceeded", "forbidden")))
+                at=when,
+                message=draw(st.sampled_from(("quota exceeded", "forbidden"))),
+                reason=draw(
+                    st.sampled_from(
+                        (Reason.WORKLOAD_APPLY_FAILED, Reason.CERTIFICATE_SECRET_MISSING)
+                    )
+                ),
             )
         case "workload":
             desired = draw(st.integers(1, 3))
@@ -467,7 +473,11 @@ _RAW: tuple[st.SearchStrategy[ev.Event], ...] = (
     _b(ev.PlanComputed, plan=st.sampled_from(_PLANS)),
     _b(ev.PlanFailed, reason=st.sampled_from(_FALSE_PLANNED), candidates=st.just(_CANDIDATES)),
     _b(ev.WorkloadApplied, plan=st.sampled_from(_PLANS)),
-    _b(ev.WorkloadApplyFailed, message=st.just("refused")),
+    _b(
+        ev.WorkloadApplyFailed,
+        message=st.just("refused"),
+        reason=st.sampled_from([Reason.WORKLOAD_APPLY_FAILED, Reason.CERTIFICATE_SECRET_MISSING]),
+    ),
     _b(
         ev.WorkloadObserved,
         desired_replicas=st.just(2),

@@ -170,3 +170,23 @@ def test_timing_must_leave_room_to_step_down() -> None:
             lease_duration=5,
             renew_deadline=5,
         )
+
+
+def test_the_lease_is_not_taken_while_the_epoch_floor_cannot_be_read(candidates, caplog) -> None:
+    log_down = threading.Event()
+    log_down.set()
+
+    def floor() -> int:
+        if log_down.is_set():
+            raise ConnectionRefusedError("the event log's database is down")
+        return 7
+
+    standby = candidates("standby", epoch_floor=floor)
+    standby.elector.start()
+    time.sleep(1.0)  # five rounds: the Lease is free, but its epoch is unknown
+    assert not standby.elector.is_leader and standby.events() == []
+    refusals = [r for r in caplog.records if "newest epoch cannot be read" in r.getMessage()]
+    assert refusals and all(r.exc_info is None for r in refusals)  # a line, not a traceback
+    log_down.clear()
+    eventually(lambda: standby.elector.is_leader, timeout=5)
+    assert standby.events() == [("started", 8)]

@@ -424,8 +424,13 @@ def _served(cluster: Any) -> set[str]:
     return set(cluster.kubectl("admin", "api-versions").stdout.split())
 
 
-# module.yaml and openapi/ are read by Deckhouse itself, not objects of the API.
-DEPLOY_MANIFESTS = [p for p in _files(DEPLOY) if p != "module.yaml" and not p.startswith("openapi")]
+# module.yaml and openapi/ are read by Deckhouse itself, not objects of the API; Chart.yaml
+# and templates/ are the chart Deckhouse renders (tests/deploy/test_module.py renders it).
+DEPLOY_MANIFESTS = [
+    p
+    for p in _files(DEPLOY)
+    if p not in {"module.yaml", "Chart.yaml"} and not p.startswith(("openapi", "templates"))
+]
 
 
 @pytest.mark.cluster

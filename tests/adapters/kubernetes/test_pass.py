@@ -38,6 +38,9 @@ REPO = Path(__file__).resolve().parents[3]
 QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
+# A plain cluster's settings file naming a domain: External orders get an Ingress.
+SETTINGS = Settings(publicDomainTemplate="%s.example.com")
+
 
 def external_token_class(name: str = "conv") -> dict[str, Any]:
     return {
@@ -92,7 +95,7 @@ class Bed:
             writer=self.writer,  # type: ignore[arg-type]
             hub=self.hub,  # type: ignore[arg-type]
             targets=AnnotatedPodTarget(),
-            settings=Settings,
+            settings=lambda: SETTINGS,
             clock=lambda: NOW,
         )
 
@@ -382,3 +385,27 @@ def test_a_hung_endpoint_never_holds_a_worker(tmp_path: Path) -> None:
         held.close()
         background.stop()
         bed.log.close()
+
+
+def test_a_deletion_whose_mark_failed_is_marked_by_the_next_pass(bed: Bed) -> None:
+    """The log fails between the Deleted event and the stream's deletion mark (as when its
+    database goes away between two writes): the retried pass still marks the stream."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    fakes.drop(bed.world, bed.world.orders.get(uid))
+    # A real failure of the database for this one statement, until the trigger is dropped.
+    with bed.log.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TRIGGER refuse_mark BEFORE UPDATE OF deleted_at ON streams "
+            "WHEN NEW.deleted_at IS NOT NULL "
+            "BEGIN SELECT RAISE(ABORT, 'the database went away'); END"
+        )
+    with pytest.raises(store.StoreError):
+        bed.reconciler.reconcile(uid)
+    assert isinstance(bed.events(uid, ev.OrderDeleted)[0], ev.OrderDeleted)  # recorded...
+    assert bed.log.stream(uid).deleted_at is None  # ...but not marked
+    with bed.log.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TRIGGER refuse_mark")
+    assert bed.reconciler.reconcile(uid) == queueing.Done()
+    assert bed.log.stream(uid).deleted_at is not None  # before: never marked, a live order
+    assert len(bed.events(uid, ev.OrderDeleted)) == 1

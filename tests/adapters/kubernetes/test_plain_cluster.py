@@ -13,9 +13,6 @@ import contextlib
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,8 +26,8 @@ from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-import adapters
 import store
+from adapters import faults
 from adapters.cluster import bootstrap, local
 from adapters.kubernetes import kinds
 from adapters.kubernetes.controller import (
@@ -46,12 +43,12 @@ from adapters.kubernetes.watching import Informer
 from adapters.platform import install_module
 from adapters.resources import resource_dir
 from adapters.simulator.hub import StandInHub
+from tests.support.controller_process import ControllerProcess
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.cluster
 
 GROUP, VERSION = "ai.deckhouse.io", "v1alpha1"
-REPO = Path(adapters.__file__).resolve().parent.parent
 QWEN_AWQ = "Qwen/Qwen2.5-32B-Instruct-AWQ"
 HPA = "autoscaling/v2beta2"  # the local 1.20 server
 
@@ -322,77 +319,20 @@ def test_a_stale_epoch_ends_leadership_like_a_lost_lease(
         log.close()
 
 
-class Process:
-    """`ai-inference controller` as a process, its stdout lines collected with times."""
-
-    def __init__(self, plain: Plain, store_url: str, *extra: str) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "adapters.cli.main", "controller",
-                f"--kubeconfig={plain.state.kubeconfig('controller')}",
-                f"--store={store_url}", "--health-port=0",
-                "--hpa-api-version=autoscaling/v2beta2", *extra,
-            ],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        self.lines: list[tuple[float, str]] = []
-        self._errors: list[str] = []
-        # Both pipes drained as the process writes: a full pipe would block its logging.
-        self._readers = [
-            threading.Thread(target=self._read, daemon=True),
-            threading.Thread(target=self._read_errors, daemon=True),
-        ]
-        for reader in self._readers:
-            reader.start()
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self._errors)
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append((time.monotonic(), line))
-
-    def _read_errors(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self._errors.append(line)
-
-    def said_at(self, text: str) -> float | None:
-        return next((t for t, line in self.lines if text in line), None)
-
-    def leading_at(self) -> float | None:
-        return self.said_at("controller leading")
-
-    def wait(self, timeout: float) -> int:
-        code = self.proc.wait(timeout)
-        for reader in self._readers:
-            reader.join(10)
-        return code
-
-    def kill(self) -> None:
-        """Make sure it is gone and its pipes are closed."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        for reader in self._readers:
-            reader.join(10)
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            if pipe is not None:
-                pipe.close()
+def _controller(plain: Plain, store_url: str, *extra: str) -> ControllerProcess:
+    """`ai-inference controller` against the plain cluster as the controller's identity."""
+    return ControllerProcess(plain.state.kubeconfig("controller"), store_url, *extra)
 
 
 def test_on_sigterm_the_leader_hands_over_within_seconds(
     plain: Plain, no_lease: None, tmp_path: Path
 ) -> None:
     url = f"sqlite:///{tmp_path / 'log.sqlite'}"
-    first = Process(plain, url)
-    second: Process | None = None
+    first = _controller(plain, url)
+    second: ControllerProcess | None = None
     try:
         eventually(first.leading_at, timeout=60, what="the first controller leads")
-        second = Process(plain, url)
+        second = _controller(plain, url)
         eventually(lambda: second.said_at("campaigning"), timeout=60, what="a standby")
         time.sleep(2.0)  # a renewal round or two: it has seen the Lease held
         assert second.leading_at() is None
@@ -414,7 +354,7 @@ def test_on_sigterm_the_leader_hands_over_within_seconds(
 def test_a_leader_that_cannot_work_exits_non_zero_and_frees_the_lease(
     plain: Plain, no_lease: None, tmp_path: Path
 ) -> None:
-    proc = Process(plain, f"sqlite:///{tmp_path / 'log.sqlite'}", "--sync-timeout=0.001")
+    proc = _controller(plain, f"sqlite:///{tmp_path / 'log.sqlite'}", "--sync-timeout=0.001")
     try:
         assert proc.wait(120) == 1  # a loaded machine takes seconds just to import
         assert "caches did not sync" in proc.stderr
@@ -525,3 +465,100 @@ def _try_create_cluster(
             return False
         raise
     return True
+
+
+# --- two replicas with a forced overlap ---------------------------------------------------
+
+
+def _epoch(proc: ControllerProcess) -> int:
+    line = next(line for _, line in proc.lines if "controller leading, epoch" in line)
+    return int(line.rsplit(" ", 1)[1])
+
+
+def _frozen(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.postgres
+def test_a_leader_frozen_past_its_lease_writes_nothing_after_the_take_over(
+    plain: Plain, no_lease: None, postgres_url: str
+) -> None:
+    """Two controllers on one PostgreSQL log. The leader freezes mid-pass, right after its
+    first append (the crash hook's SIGSTOP, as a long GC pause or a stalled VM would);
+    the standby takes over once the Lease expires and serves the order. Resumed, the old
+    leader carries on with its pass as if it still led: its next write is refused (the
+    fencing client or the log's epoch fence), it exits 1, and nothing it sent after the
+    take-over is in the API server or in the log."""
+    custom = client.CustomObjectsApi(plain.api("admin"))
+    core = client.CoreV1Api(plain.api("admin"))
+    kubeconfig = plain.state.kubeconfig("controller")
+    old = ControllerProcess(kubeconfig, postgres_url, env={faults.ENV: "stop-after:append:1"})
+    new: ControllerProcess | None = None
+    name = f"overlap-{uuid.uuid4().hex[:6]}"
+    log = store.open_log(postgres_url)
+    try:
+        eventually(old.leading_at, timeout=60, what="the first controller leads")
+        new = _controller(plain, postgres_url)
+        eventually(lambda: new.said_at("campaigning"), timeout=60, what="a standby")
+        order = custom.create_namespaced_custom_object(
+            GROUP, VERSION, "support", "inferenceservices",
+            _order(name, {"src": "HuggingFace", "ref": {"name": QWEN_AWQ}}),
+        )  # fmt: skip
+        uid = order["metadata"]["uid"]
+        eventually(lambda: _frozen(old.pid), timeout=60, what="the leader frozen mid-pass")
+        old_epoch = _epoch(old)
+        eventually(new.leading_at, timeout=60, what="the standby takes over")
+        new_epoch = _epoch(new)
+        assert new_epoch > old_epoch
+
+        def served() -> dict[str, Any] | None:
+            obj = custom.get_namespaced_custom_object(
+                GROUP, VERSION, "support", "inferenceservices", name
+            )
+            records = log.read(uid)
+            ours = records and records[-1].epoch == new_epoch
+            return obj if ours and _condition(obj, "ModelResolved") else None
+
+        eventually(served, timeout=60, what="the new leader serves the order")
+        time.sleep(3.0)  # let it settle: nothing more to write
+        before = custom.get_namespaced_custom_object(
+            GROUP, VERSION, "support", "inferenceservices", name
+        )
+        events = core.list_namespaced_event("support", field_selector=f"involvedObject.uid={uid}")
+        versions = [(r.version, r.epoch) for r in log.read(uid)]
+
+        os.kill(old.pid, signal.SIGCONT)
+        assert old.wait(60) == 1, old.stderr[-3000:]
+        # It did try to write as the old leader, and was refused.
+        refused = "not leading:" in old.stderr or "newer controller" in old.stderr
+        assert refused, old.stderr[-3000:]
+        time.sleep(2.0)  # a write it sent would have landed by now
+        after = custom.get_namespaced_custom_object(
+            GROUP, VERSION, "support", "inferenceservices", name
+        )
+        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+        assert after["status"] == before["status"]
+        again = core.list_namespaced_event("support", field_selector=f"involvedObject.uid={uid}")
+        assert [(e.metadata.name, e.count) for e in again.items] == [
+            (e.metadata.name, e.count) for e in events.items
+        ]
+        records = log.read(uid)
+        assert [(r.version, r.epoch) for r in records] == versions
+        took_over = min(r.version for r in records if r.epoch == new_epoch)
+        assert all(r.version < took_over for r in records if r.epoch == old_epoch)
+        # The status is the new leader's: what it recorded as its projection of the log.
+        projection = log.projection(uid)
+        assert projection is not None and projection.status == after["status"]
+        assert new.proc.poll() is None and plain.holder() not in ("", None)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(old.pid, signal.SIGCONT)
+        old.kill()
+        if new is not None:
+            new.stop()
+        log.close()
+        with contextlib.suppress(ApiException):
+            custom.delete_namespaced_custom_object(
+                GROUP, VERSION, "support", "inferenceservices", name
+            )

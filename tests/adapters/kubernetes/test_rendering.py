@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from workload_samples import FACTS, HF_REF, ORDER, PLAN, RECIPE, SETTINGS, policy
+from workload_samples import DOMAIN, FACTS, HF_REF, ORDER, PLAN, RECIPE, SETTINGS, policy
 
 from adapters.kubernetes import rendering
 from adapters.kubernetes.rendering import OrderRef, RenderError, render_workload
@@ -147,17 +147,20 @@ def test_long_names_keep_labels_and_hosts_within_63_characters() -> None:
         (HttpsPolicy(mode=HttpsMode.CERT_MANAGER, cluster_issuer_name="selfsigned"), SETTINGS,
          "https", "support-llm-tls", "selfsigned"),
         (HttpsPolicy(mode=HttpsMode.CERT_MANAGER),
-         Settings(https={"certManager": {"clusterIssuerName": "letsencrypt-staging"}}),
+         Settings(https={"certManager": {"clusterIssuerName": "letsencrypt-staging"}},
+                  publicDomainTemplate=DOMAIN),
          "https", "support-llm-tls", "letsencrypt-staging"),
         (HttpsPolicy(mode=HttpsMode.CUSTOM_CERTIFICATE),
-         Settings(https={"mode": "CustomCertificate", "customCertificate": {"secretName": "wild"}}),
-         "https", "wild", None),
+         Settings(https={"mode": "CustomCertificate", "customCertificate": {"secretName": "wild"}},
+                  publicDomainTemplate=DOMAIN),
+         "https", "support-llm-custom-tls", None),
         (HttpsPolicy.model_validate({"mode": "CustomCertificate",
                                      "customCertificate": {"secretName": "own"}}), SETTINGS,
-         "https", "own", None),
+         "https", "support-llm-custom-tls", None),
         (HttpsPolicy(mode=HttpsMode.ONLY_IN_URI), SETTINGS, "https", None, None),
         (HttpsPolicy(mode=HttpsMode.DISABLED), SETTINGS, "http", None, None),
-        (None, Settings(https={"mode": "Disabled"}), "http", None, None),
+        (None, Settings(https={"mode": "Disabled"}, publicDomainTemplate=DOMAIN), "http", None,
+         None),
     ],
     ids=["default-cert-manager", "class-issuer", "settings-issuer", "custom-from-settings",
          "custom-from-class", "only-in-uri", "disabled", "settings-disabled"],
@@ -182,6 +185,47 @@ def test_https_modes(
     assert ingress["spec"].get("tls") == expected_tls
     assert ingress["metadata"]["annotations"].get("cert-manager.io/cluster-issuer") == issuer
     assert rendering.endpoint_url(ORDER, pol, settings) == f"{scheme}://{host}"
+
+
+@pytest.mark.parametrize(
+    ("https", "settings", "source"),
+    [
+        (None, SETTINGS, None),
+        (HttpsPolicy(mode=HttpsMode.ONLY_IN_URI), SETTINGS, None),
+        (HttpsPolicy(mode=HttpsMode.CUSTOM_CERTIFICATE),
+         Settings(https={"mode": "CustomCertificate", "customCertificate": {"secretName": "wild"}},
+                  publicDomainTemplate=DOMAIN), "wild"),
+        # The class's own name wins over the settings'.
+        (HttpsPolicy.model_validate({"mode": "CustomCertificate",
+                                     "customCertificate": {"secretName": "own"}}),
+         Settings(https={"mode": "CustomCertificate", "customCertificate": {"secretName": "wild"}},
+                  publicDomainTemplate=DOMAIN), "own"),
+        # No Ingress (no host template): nothing to copy for.
+        (HttpsPolicy.model_validate({"mode": "CustomCertificate",
+                                     "customCertificate": {"secretName": "own"}}), Settings(),
+         None),
+    ],
+    ids=["cert-manager", "only-in-uri", "custom-from-settings", "custom-from-class", "no-host"],
+)  # fmt: skip
+def test_the_certificate_to_copy_is_the_custom_one_an_ingress_names(
+    https: HttpsPolicy | None, settings: Settings, source: str | None
+) -> None:
+    assert rendering.certificate_source(ORDER, policy(https=https), settings) == source
+    cluster_local = policy(ExposureType.CLUSTER_LOCAL, https=https)
+    assert rendering.certificate_source(ORDER, cluster_local, settings) is None
+
+
+def test_without_a_host_template_an_external_order_has_no_ingress() -> None:
+    """Neither the module nor the platform names a domain: no Ingress, and the URL is
+    the Service's, which is all there is to reach."""
+    settings = Settings()
+    objects = render(policy(), settings=settings)
+    assert "Ingress" not in objects and "Service" in objects
+    assert rendering.public_host(ORDER, settings) is None
+    assert (
+        rendering.endpoint_url(ORDER, policy(), settings)
+        == "http://support-llm.support.svc.cluster.local"
+    )
 
 
 def test_custom_certificate_without_a_secret_is_refused() -> None:

@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
-from workload_samples import FACTS, HF_REF, PLAN, RECIPE, policy
+from workload_samples import DOMAIN, FACTS, HF_REF, PLAN, RECIPE, policy
 
 from adapters.kubernetes import rendering
 from adapters.kubernetes.manifests import FIELD_MANAGER, Applier
@@ -114,16 +114,23 @@ PARTITION_PLAN = PLAN.model_copy(
     update={"device_class": "mig.nvidia.com", "placement_mode": PlacementMode.PARTITION}
 )
 CASES = {
-    "external-token-autoscaled-shared": (policy(max_replicas=3), SHARED_PLAN, Settings()),
+    "external-token-autoscaled-shared": (
+        policy(max_replicas=3),
+        SHARED_PLAN,
+        Settings(publicDomainTemplate=DOMAIN),
+    ),
     "cluster-local-no-token-partition": (
         policy(ExposureType.CLUSTER_LOCAL, Authentication.NONE),
         PARTITION_PLAN,
-        Settings(),
+        Settings(publicDomainTemplate=DOMAIN),
     ),
     "external-custom-certificate": (
         policy(https=HttpsPolicy(mode=HttpsMode.CUSTOM_CERTIFICATE)),
         PLAN,
-        Settings(https={"mode": "CustomCertificate", "customCertificate": {"secretName": "w"}}),
+        Settings(
+            https={"mode": "CustomCertificate", "customCertificate": {"secretName": "w"}},
+            publicDomainTemplate=DOMAIN,
+        ),
     ),
 }
 
@@ -174,7 +181,7 @@ def test_deleting_the_order_collects_its_workload(api: client.ApiClient, namespa
         RECIPE,
         policy(),
         HF_REF,
-        settings=Settings(),
+        settings=Settings(publicDomainTemplate=DOMAIN),
         facts=FACTS,
         hpa_api_version=rendering.hpa_api_version_for(served_versions(api)),
     )

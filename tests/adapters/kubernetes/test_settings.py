@@ -35,7 +35,8 @@ def test_without_a_module_config_the_defaults_apply() -> None:
     settings = Settings.from_module_config(None)
     assert settings == Settings.from_module_config(module_config(None))
     assert settings.catalog.mode is CatalogMode.ENABLED and settings.catalog_enabled
-    assert settings.public_domain_template == "%s.example.com"
+    # No host template unless the module or the platform names one: no Ingress is made.
+    assert settings.public_domain_template is None and settings.public_host("a-b") is None
     assert settings.ingress_class == "nginx"
     assert settings.https.mode is HttpsMode.CERT_MANAGER
     assert settings.https.cert_manager.cluster_issuer_name == "letsencrypt"

@@ -1,20 +1,16 @@
 """Informers against the real API server: list+watch, bookmarks, 410 re-lists, timeouts.
 
-A loopback TCP relay stands between some informers and the API server so a test can
-black-hole the network the way a partition does (open connections go silent, new ones
-are refused) without touching the server.
+A loopback TCP relay (tests/support/relay.py) stands between some informers and the API
+server so a test can black-hole the network the way a partition does (open connections
+go silent, new ones are refused) without touching the server.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
-import socket
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlparse
 
 import httpx
 import pytest
@@ -22,68 +18,9 @@ from kubernetes import client, config
 
 from adapters.kubernetes import watching
 from tests.support.polling import eventually
+from tests.support.relay import Relay
 
 pytestmark = pytest.mark.cluster
-
-
-class Relay:
-    """A TCP relay on 127.0.0.1 that can black-hole the network."""
-
-    def __init__(self, target: str) -> None:
-        url = urlparse(target)
-        self._target = (url.hostname or "127.0.0.1", url.port or 443)
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.url = f"https://127.0.0.1:{self._server.getsockname()[1]}"
-        self._refusing = False
-        self._links: list[tuple[socket.socket, socket.socket, threading.Event]] = []
-        self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                near, _ = self._server.accept()
-            except OSError:
-                return
-            if self._refusing:
-                near.close()
-                continue
-            far = socket.create_connection(self._target)
-            holed = threading.Event()
-            with self._lock:
-                self._links.append((near, far, holed))
-            for src, dst in ((near, far), (far, near)):
-                threading.Thread(target=self._pump, args=(src, dst, holed), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket, holed: threading.Event) -> None:
-        try:
-            while data := src.recv(65536):
-                if not holed.is_set():  # a black hole swallows what it is sent
-                    dst.sendall(data)
-        except OSError:
-            pass
-        for sock in (src, dst):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    def black_hole(self) -> None:
-        """Open connections go silent; new ones are refused."""
-        self._refusing = True
-        with self._lock:
-            for _, _, holed in self._links:
-                holed.set()
-
-    def heal(self) -> None:
-        """New connections work again (the silent ones stay silent)."""
-        self._refusing = False
-
-    def close(self) -> None:
-        self._server.close()
-        with self._lock:
-            for near, far, _ in self._links:
-                near.close()
-                far.close()
 
 
 @pytest.fixture

@@ -27,7 +27,10 @@ from fsm.values import (
 ORDER = OrderRef(
     name="support-llm", namespace="support", uid="0f6c7a8e-1111-4c3b-9d7e-a1b2c3d4e5f6"
 )
-SETTINGS = Settings(hugging_face={"endpoint": "http://127.0.0.1:9"})
+# A host template, as a plain cluster's settings file or the platform's global one gives:
+# without one no Ingress is made.
+DOMAIN = "%s.example.com"
+SETTINGS = Settings(hugging_face={"endpoint": "http://127.0.0.1:9"}, publicDomainTemplate=DOMAIN)
 RECIPE = Recipe(
     name="vllm-nvidia",
     runtime="vLLM",

@@ -13,7 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
 
-from adapters.models.catalog import CatalogReader, catalog_gate, catalog_target, facts_from_catalog
+from adapters.models.catalog import (
+    CatalogReader,
+    catalog_gate,
+    catalog_target,
+    facts_from_catalog,
+    foreign_model_refusal,
+)
 from adapters.models.lookup import ModelFound, ModelUnavailable
 from fsm.reasons import Reason
 from fsm.values import (
@@ -235,10 +241,38 @@ def test_a_model_namespace_defaults_to_the_orders() -> None:
     assert api.asked == [("analytics", "models", "bge-m3")]
 
 
-def test_a_model_in_another_namespace_is_read_there() -> None:
+def test_a_model_in_another_namespace_is_refused_unread() -> None:
     api = FakeCustomObjects()
-    CatalogReader(api).read(catalog_ref(CatalogKind.MODEL, "bge-m3", "analytics"), "support")
+    result = CatalogReader(api).read(
+        catalog_ref(CatalogKind.MODEL, "bge-m3", "analytics"), "support"
+    )
+    assert isinstance(result, ModelUnavailable)
+    assert result.reason is Reason.MODEL_NAMESPACE_FORBIDDEN
+    assert "'analytics'" in result.message and "ClusterModel" in result.message
+    assert api.asked == []  # another tenant's object is never read
+
+
+def test_a_model_in_the_orders_own_namespace_named_explicitly_is_read() -> None:
+    api = FakeCustomObjects()
+    result = CatalogReader(api).read(
+        catalog_ref(CatalogKind.MODEL, "bge-m3", "analytics"), "analytics"
+    )
+    assert isinstance(result, ModelFound)
     assert api.asked == [("analytics", "models", "bge-m3")]
+
+
+@pytest.mark.parametrize(
+    ("kind", "ref_namespace", "refused"),
+    [
+        (CatalogKind.MODEL, None, False),
+        (CatalogKind.MODEL, "support", False),
+        (CatalogKind.MODEL, "analytics", True),
+        (CatalogKind.CLUSTER_MODEL, None, False),
+    ],
+)
+def test_foreign_model_refusal(kind: CatalogKind, ref_namespace: str | None, refused: bool) -> None:
+    verdict = foreign_model_refusal(catalog_ref(kind, "m", ref_namespace), "support")
+    assert (verdict is not None) is refused
 
 
 @pytest.mark.parametrize(

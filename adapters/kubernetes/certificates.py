@@ -1,0 +1,140 @@
+"""The order's copy of a CustomCertificate Secret: what it is, and keeping it equal.
+
+With https mode CustomCertificate the certificate is one `kubernetes.io/tls` Secret in
+the controller's own namespace (d8-ai-inference on Deckhouse), named by the module's (or
+the platform's global) `https.customCertificate.secretName` or by the class's
+exposurePolicy. An Ingress can only name a Secret of its own namespace, so each order
+whose Ingress needs it gets a copy, `{order}-custom-tls`, owned by the order and
+labelled with its UID like the rest of its workload: the garbage collector takes it with
+the order, the pass prunes it when the order no longer needs it (converging.strays).
+
+The copy is kept equal to the source — its type and its data, every key, nothing more —
+without ever updating or patching a Secret: a copy that differs (the source rotated, the
+copy edited) is deleted with its UID as a precondition and created anew. The source is
+read by name (ClusterCache.secrets, never a list of Secrets); its absence is the order's
+`CertificateSecretMissing`. The data passes through and is never logged, quoted in an
+error or written anywhere but the copy: errors name the Secret and the HTTP status only.
+
+Who calls it: acting.py, in the same pass that applies the workload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from adapters.kubernetes import converging, errors, kinds
+from adapters.kubernetes.rendering import RenderError, labels, owner_reference
+from adapters.kubernetes.writing import Writer
+from fsm.identity import OrderRef, custom_tls_secret_name
+
+__all__ = [
+    "CertificateSecretMissing",
+    "copy_of",
+    "keep_equal",
+    "same",
+    "sources",
+]
+
+Obj = Mapping[str, Any]
+
+
+class CertificateSecretMissing(RenderError):
+    """The CustomCertificate Secret does not exist where the controller reads it."""
+
+
+def copy_of(order: OrderRef, source: Obj | None, *, namespace: str, name: str) -> dict[str, Any]:
+    """The copy the order's Ingress names, of the source Secret `namespace/name`.
+
+    Raises CertificateSecretMissing when there is no source to copy."""
+    if source is None:
+        raise CertificateSecretMissing(
+            f"https mode CustomCertificate: Secret {name!r} does not exist in namespace "
+            f"{namespace} (the controller's), so the order's Ingress has no certificate; "
+            f"create it there (type kubernetes.io/tls)"
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": custom_tls_secret_name(order.name),
+            "namespace": order.namespace,
+            "labels": labels(order),
+            "annotations": {"ai.deckhouse.io/certificate-source": f"{namespace}/{name}"},
+            "ownerReferences": [owner_reference(order)],
+        },
+        "type": str(source.get("type") or "kubernetes.io/tls"),
+        "data": dict(source.get("data") or {}),
+    }
+
+
+def same(live: Obj, desired: Obj) -> bool:
+    """Whether the live copy equals the desired one: type and data exactly (a key the
+    source dropped must go too), and the order's labels and owner."""
+    meta = desired["metadata"]
+    live_meta = live.get("metadata") or {}
+    return (
+        live.get("type") == desired["type"]
+        and (live.get("data") or {}) == desired["data"]
+        and converging.covers(live_meta.get("labels") or {}, meta["labels"])
+        and converging.covers(live_meta.get("annotations") or {}, meta["annotations"])
+    )
+
+
+def _failed(action: str, obj: Obj, err: errors.APIError) -> errors.APIError:
+    # Status and kind only: the server's message may quote the object, and this one's
+    # data is a private key.
+    meta = obj.get("metadata") or {}
+    where = f"{meta.get('namespace')}/{meta.get('name')}"
+    return type(err)(
+        f"{action} Secret {where}: HTTP {err.status} {type(err).__name__}", status=err.status
+    )
+
+
+def keep_equal(
+    writer: Writer,
+    order: OrderRef,
+    desired: Obj,
+    live: Obj | None,
+    *,
+    read_back: Callable[[dict[str, Any]], None] = lambda _obj: None,
+) -> bool:
+    """Make the order's copy equal `desired`; True when something was written.
+
+    `live` is the cached copy (None: none cached). One the order does not own is never
+    touched: creating over it fails with 409, which is reported. Raises APIError."""
+    name = str(desired["metadata"]["name"])
+    if live is None:
+        try:
+            live = writer.get(kinds.SECRETS, order.namespace, name)  # made a moment ago?
+        except errors.APIError as err:
+            raise _failed("reading", desired, err) from None
+    if live is not None and converging.owned_by(live, order.uid) and same(live, desired):
+        return False
+    if live is not None and converging.owned_by(live, order.uid):
+        try:
+            writer.delete(kinds.SECRETS, order.namespace, name, str(live["metadata"]["uid"]))
+        except errors.APIError as err:
+            raise _failed("deleting", desired, err) from None
+    try:
+        read_back(writer.create(desired))
+    except errors.APIError as err:
+        raise _failed("creating", desired, err) from None
+    return True
+
+
+def sources(namespace: str, settings_secret: str | None, class_specs: Iterable[Obj]) -> set[str]:
+    """`namespace/name` of every CustomCertificate Secret the settings or a class name:
+    the Secrets read by name and re-read while named (secret_lookup.NamedSecrets).
+
+    The settings' name counts whatever their mode: a class in CustomCertificate mode
+    that names no Secret falls back to it."""
+    names = {settings_secret} if settings_secret else set()
+    for spec in class_specs:
+        https = (spec.get("exposurePolicy") or {}).get("https") or {}
+        if not isinstance(https, Mapping) or https.get("mode") != "CustomCertificate":
+            continue
+        name = (https.get("customCertificate") or {}).get("secretName")
+        if name:
+            names.add(str(name))
+    return {f"{namespace}/{name}" for name in names}

@@ -1,0 +1,100 @@
+"""The order's copy of a CustomCertificate Secret: its shape, equality, and what is read."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from adapters.kubernetes import certificates, converging
+from adapters.kubernetes.certificates import CertificateSecretMissing
+from adapters.kubernetes.rendering import UID_LABEL
+from fsm.identity import OrderRef
+
+ORDER = OrderRef(name="support-llm", namespace="support", uid="u-1", generation=3)
+SOURCE = {
+    "apiVersion": "v1",
+    "kind": "Secret",
+    "metadata": {
+        "name": "wild",
+        "namespace": "d8-ai-inference",
+        "uid": "s-1",
+        "labels": {"x": "y"},
+    },
+    "type": "kubernetes.io/tls",
+    "data": {"tls.crt": "Y2VydA==", "tls.key": "a2V5"},
+}
+
+
+def copy_of(source: dict[str, Any] | None = SOURCE) -> dict[str, Any]:
+    return certificates.copy_of(ORDER, source, namespace="d8-ai-inference", name="wild")
+
+
+def test_the_copy_is_the_orders_child_in_its_namespace_with_the_source_data() -> None:
+    made = copy_of()
+    meta = made["metadata"]
+    assert (meta["name"], meta["namespace"]) == ("support-llm-custom-tls", "support")
+    assert meta["labels"][UID_LABEL] == "u-1"
+    assert converging.owned_by(made, "u-1")
+    assert meta["annotations"] == {"ai.deckhouse.io/certificate-source": "d8-ai-inference/wild"}
+    assert (made["type"], made["data"]) == (SOURCE["type"], SOURCE["data"])
+    assert "x" not in meta["labels"]  # the source's own metadata is not carried over
+    assert made["data"] is not SOURCE["data"]
+
+
+def test_a_missing_source_is_named_without_a_crash() -> None:
+    with pytest.raises(CertificateSecretMissing, match="'wild' does not exist in namespace d8-"):
+        copy_of(None)
+
+
+def _live(desired: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    live = copy.deepcopy(desired)
+    live["metadata"].update(
+        uid="c-1", resourceVersion="7", creationTimestamp="2026-01-01T00:00:00Z"
+    )
+    live.update(changes)
+    return live
+
+
+@pytest.mark.parametrize(
+    ("changes", "equal"),
+    [
+        ({}, True),
+        ({"data": {"tls.crt": "Y2VydA==", "tls.key": "b3RoZXI="}}, False),  # the source rotated
+        ({"data": {"tls.crt": "Y2VydA=="}}, False),  # a key missing
+        # A key the source does not have must go too: the copy equals the source.
+        ({"data": {**SOURCE["data"], "ca.crt": "Y2E="}}, False),
+        ({"type": "Opaque"}, False),
+    ],
+    ids=["same", "rotated", "key-missing", "extra-key", "other-type"],
+)
+def test_the_copy_is_equal_only_with_the_same_type_and_exactly_the_same_data(
+    changes: dict[str, Any], equal: bool
+) -> None:
+    desired = copy_of()
+    assert certificates.same(_live(desired, **changes), desired) is equal
+
+
+def test_a_copy_whose_labels_were_edited_is_not_equal() -> None:
+    desired = copy_of()
+    live = _live(desired)
+    live["metadata"]["labels"] = {UID_LABEL: "someone-else"}
+    assert not certificates.same(live, desired)
+
+
+def test_sources_are_the_settings_secret_and_each_custom_class_secret() -> None:
+    specs = [
+        {"exposurePolicy": {"https": {"mode": "CustomCertificate",
+                                      "customCertificate": {"secretName": "class-one"}}}},
+        {"exposurePolicy": {"https": {"mode": "CustomCertificate"}}},  # falls back: settings'
+        {"exposurePolicy": {"https": {"mode": "CertManager",
+                                      "customCertificate": {"secretName": "unused"}}}},
+        {"exposurePolicy": {"type": "ClusterLocal"}},
+        {},
+    ]  # fmt: skip
+    assert certificates.sources("d8-ai-inference", "wild", specs) == {
+        "d8-ai-inference/wild",
+        "d8-ai-inference/class-one",
+    }
+    assert certificates.sources("ns", None, []) == set()

@@ -1,0 +1,106 @@
+"""The CustomCertificate copy, pass by pass over the fake world: writes counted.
+
+The copy is made once, a quiet pass writes nothing, a changed source or an edited copy
+costs one delete and one create (never an apply or a patch of a Secret), and a missing
+source is one `CertificateSecretMissing` however many passes look at it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_pass import Bed, external_token_class
+
+from fsm import events as ev
+from fsm.reasons import Reason
+from tests.support import fakes
+
+SOURCE_NS = "d8-ai-inference"  # the Reconciler's default: the module's namespace
+COPY = "llm-custom-tls"
+
+
+def source(data: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "wild", "namespace": SOURCE_NS},
+        "type": "kubernetes.io/tls",
+        "data": data,
+    }
+
+
+@pytest.fixture
+def bed(tmp_path: Path) -> Iterator[Bed]:
+    handle = Bed(tmp_path)
+    klass = external_token_class()
+    klass["spec"]["exposurePolicy"]["https"] = {
+        "mode": "CustomCertificate",
+        "customCertificate": {"secretName": "wild"},
+    }
+    fakes.put(handle.world, klass)
+    yield handle
+    handle.log.close()
+
+
+def secret_writes(bed: Bed) -> dict[str, int]:
+    return {verb: bed.writer.calls[(verb, "Secret")] for verb in ("apply", "patch")}
+
+
+def test_a_missing_source_is_one_named_failure_and_nothing_is_applied(bed: Bed) -> None:
+    uid = bed.order("llm")
+    bed.settle(uid, passes=5)
+    (failed,) = bed.events(uid, ev.WorkloadApplyFailed)
+    assert failed.reason is Reason.CERTIFICATE_SECRET_MISSING
+    assert "'wild' does not exist in namespace d8-ai-inference" in failed.message
+    assert bed.child("Deployment", "llm") is None and bed.child("Ingress", "llm") is None
+    # The source appears (the refresh that sees it wakes the order): all is applied.
+    fakes.put(bed.world, source({"tls.crt": "Yw==", "tls.key": "aw=="}))
+    bed.settle(uid)
+    made = bed.child("Secret", COPY)
+    assert made is not None and made["data"] == {"tls.crt": "Yw==", "tls.key": "aw=="}
+    ingress = bed.child("Ingress", "llm")
+    assert ingress is not None and ingress["spec"]["tls"][0]["secretName"] == COPY
+    assert len(bed.events(uid, ev.WorkloadApplied)) == 1
+
+
+def test_the_copy_is_made_once_and_kept_equal_by_delete_and_create(bed: Bed) -> None:
+    fakes.put(bed.world, source({"tls.crt": "Yw==", "tls.key": "aw=="}))
+    uid = bed.order("llm")
+    bed.settle(uid)
+    assert bed.writer.calls[("create", "Secret")] == 2  # the token, and the copy
+    quiet = bed.writer.writes
+    bed.settle(uid, passes=5)
+    assert bed.writer.writes == quiet
+
+    # The source rotated: the copy follows, made anew.
+    first = bed.child("Secret", COPY)
+    fakes.put(bed.world, source({"tls.crt": "YzI=", "tls.key": "azI="}))
+    bed.settle(uid)
+    second = bed.child("Secret", COPY)
+    assert first is not None and second is not None
+    assert second["data"] == {"tls.crt": "YzI=", "tls.key": "azI="}
+    assert second["metadata"]["uid"] != first["metadata"]["uid"]
+    assert (bed.writer.calls[("delete", "Secret")], bed.writer.calls[("create", "Secret")]) == (
+        1,
+        3,
+    )
+
+    # Someone edits the copy: put back the same way, counted as a repair.
+    edited = copy.deepcopy(second)
+    edited["data"]["tls.key"] = "ZXZpbA=="
+    fakes.put(bed.world, edited)
+    repairs = bed.reconciler.actor.repairs
+    bed.settle(uid)
+    third = bed.child("Secret", COPY)
+    assert third is not None and third["data"] == second["data"]
+    assert bed.reconciler.actor.repairs == repairs + 1
+    assert (bed.writer.calls[("delete", "Secret")], bed.writer.calls[("create", "Secret")]) == (
+        2,
+        4,
+    )
+    assert secret_writes(bed) == {"apply": 0, "patch": 0}  # never an update of a Secret
+    assert len(bed.events(uid, ev.WorkloadApplied)) == 1  # repairs are not new plans

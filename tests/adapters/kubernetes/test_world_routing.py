@@ -1,0 +1,62 @@
+"""Which orders a change wakes: settings and certificate sources (ClusterCache.watch_changes)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from adapters.kubernetes.world import ClusterCache
+from tests.support import fakes
+
+
+def _order(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "ai.deckhouse.io/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": name, "namespace": "support"},
+        "spec": {"model": {"src": "HuggingFace", "ref": {"name": "org/model"}}},
+    }
+
+
+def _named(kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+    meta = {"name": name, "uid": str(uuid.uuid4()), "resourceVersion": "1"}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"kind": kind, "metadata": meta}
+
+
+def _cache() -> tuple[ClusterCache, list[str], list[str]]:
+    cache = fakes.world()
+    woken: list[str] = []
+    cache.watch_changes(woken.extend)
+    uids = sorted(str(fakes.put(cache, _order(n))["metadata"]["uid"]) for n in ("a", "b"))
+    woken.clear()
+    return cache, woken, uids
+
+
+def test_our_module_config_and_the_global_one_wake_every_order_others_none() -> None:
+    cache, woken, uids = _cache()
+    cache.module_configs._apply("MODIFIED", _named("ModuleConfig", "prometheus"))
+    assert woken == []  # another module's settings are no news
+    for name in ("global", "ai-inference"):
+        cache.module_configs._apply("MODIFIED", _named("ModuleConfig", name))
+        assert sorted(woken) == uids, name
+        woken.clear()
+
+
+def test_a_certificate_source_is_read_by_name_and_its_change_wakes_every_order() -> None:
+    cache, woken, uids = _cache()
+    cache.certificate_sources = lambda: {"d8-ai-inference/wild"}
+    cache.secrets._apply("MODIFIED", _named("Secret", "wild", "d8-ai-inference"))
+    assert sorted(woken) == uids
+    woken.clear()
+    cache.secrets._apply("MODIFIED", _named("Secret", "unrelated", "support"))
+    assert woken == []  # a Secret no order and no setting names wakes nobody
+    # The refresh re-reads it while it is named, as the Secrets orders name.
+    assert cache.secrets.cached_keys() == [
+        ("d8-ai-inference", "wild"),
+        ("support", "unrelated"),
+    ]
+    cache.secrets.read = lambda _ns, _name: None
+    cache.secrets.refresh_once()
+    assert cache.secrets.cached_keys() == [("d8-ai-inference", "wild")]

@@ -1,0 +1,335 @@
+"""Exposure end to end: the platform's global settings as fallbacks, and the copy of a
+CustomCertificate Secret an order's Ingress names.
+
+Against the real API server: the ModuleConfigs `global` and `ai-inference` are made and
+edited as an administrator would, the certificate Secret lives in the controller's
+namespace (d8-ai-inference), and every answer is read from the live objects and the
+order's status. ModuleConfigs, classes and Secrets made here are removed afterwards.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from adapters.kubernetes.manifests import Applier
+from adapters.platform import LocalPlatform
+from tests.e2e.conftest import GROUP, VERSION, Orders, delete_and_wait, wait_for
+
+pytestmark = pytest.mark.cluster
+
+NS = "support"
+MODULE_NS = "d8-ai-inference"
+QWEN_SMALL = "Qwen/Qwen2.5-0.5B-Instruct"
+MODULE_CONFIGS = ("deckhouse.io", "v1alpha1", "moduleconfigs")
+
+
+@pytest.fixture
+def admin(platform: LocalPlatform) -> client.ApiClient:
+    return platform.api("admin")
+
+
+@pytest.fixture
+def orders(platform: LocalPlatform, admin_orders: Orders) -> Iterator[Callable[[str], None]]:
+    made: list[str] = []
+    yield made.append
+    for name in made:
+        delete_and_wait(platform, admin_orders, NS, name)
+
+
+@contextmanager
+def module_config(
+    admin: client.ApiClient, name: str, settings: dict[str, Any], version: int = 1
+) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """ModuleConfig `name` with `settings`, editable through the callable yielded; the
+    previous one (or none) is back afterwards."""
+    custom = client.CustomObjectsApi(admin)
+    try:
+        previous = custom.get_cluster_custom_object(*MODULE_CONFIGS, name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        previous = None
+
+    def put(new: dict[str, Any]) -> None:
+        spec = {"enabled": True, "version": version, "settings": new}
+        body = {
+            "apiVersion": "deckhouse.io/v1alpha1",
+            "kind": "ModuleConfig",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        Applier(admin).apply_all([body])
+
+    put(settings)
+    try:
+        yield put
+    finally:
+        if previous is None:
+            custom.delete_cluster_custom_object(*MODULE_CONFIGS, name)
+        else:
+            custom.replace_cluster_custom_object(
+                *MODULE_CONFIGS,
+                name,
+                {**previous, "metadata": {**previous["metadata"], "resourceVersion": None}},
+            )
+
+
+def _ingress(platform: LocalPlatform, name: str) -> Any:
+    try:
+        return client.NetworkingV1Api(platform.api("admin")).read_namespaced_ingress(name, NS)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _host(platform: LocalPlatform, name: str) -> str | None:
+    ingress = _ingress(platform, name)
+    return None if ingress is None else str(ingress.spec.rules[0].host)
+
+
+def _url(alice: Orders, name: str) -> str | None:
+    obj = alice.get(NS, name) or {}
+    return ((obj.get("status") or {}).get("endpoint") or {}).get("url")
+
+
+# --- the global settings as fallbacks -----------------------------------------------------
+
+
+def test_an_ingress_host_follows_the_global_domain_unless_the_module_sets_its_own(
+    platform: LocalPlatform, alice: Orders, admin: client.ApiClient, orders: Any
+) -> None:
+    name = "ex-global"
+    label = f"{name}-{NS}"
+    global_domain = {"modules": {"publicDomainTemplate": "%s.global.test", "placement": {}}}
+    with (
+        module_config(admin, "global", global_domain, version=2) as put_global,
+        module_config(admin, "ai-inference", {"probe": {"intervalSeconds": 10}}) as put_module,
+    ):
+        orders(name)
+        alice.create(
+            NS,
+            name,
+            {
+                "inferenceServiceClassName": "default-llm",
+                "model": {"src": "HuggingFace", "ref": {"name": QWEN_SMALL}},
+            },
+        )
+        # The module's settings name no domain: the platform's applies.
+        wait_for(
+            lambda: _host(platform, name) == f"{label}.global.test",
+            timeout=90,
+            what="the Ingress on the global domain",
+        )
+        wait_for(lambda: _url(alice, name) == f"https://{label}.global.test", timeout=30)
+
+        # The module's own domain wins over the platform's.
+        put_module({"publicDomainTemplate": "%s.module.test"})
+        wait_for(
+            lambda: _host(platform, name) == f"{label}.module.test",
+            timeout=30,
+            what="the Ingress on the module's domain",
+        )
+        wait_for(lambda: _url(alice, name) == f"https://{label}.module.test", timeout=30)
+
+        # Unset again: back to the platform's, and a change of the platform's is followed.
+        put_module({"probe": {"intervalSeconds": 10}})
+        put_global({"modules": {"publicDomainTemplate": "%s.global2.test"}})
+        wait_for(
+            lambda: _host(platform, name) == f"{label}.global2.test",
+            timeout=30,
+            what="the Ingress on the edited global domain",
+        )
+
+        # An invalid global block is refused: the one in force stays, and so does the host.
+        put_global({"modules": {"publicDomainTemplate": "%s.Global.test"}})
+        wait_for(
+            lambda: (
+                "Global" in str((platform.controller.cache.global_settings() or {}).get("spec"))
+            ),
+            timeout=10,
+            what="the controller's cache to hold the invalid global block",
+        )
+        assert platform.controller.settings().public_domain_template == "%s.global2.test"
+        assert _host(platform, name) == f"{label}.global2.test"
+        # ...and it does not hold back an edit of the module's own settings.
+        put_module({"publicDomainTemplate": "%s.module2.test"})
+        wait_for(
+            lambda: _host(platform, name) == f"{label}.module2.test",
+            timeout=30,
+            what="the module's edit taken while the global block is invalid",
+        )
+
+
+# --- the CustomCertificate copy -----------------------------------------------------------
+
+
+CERT_1 = {"tls.crt": "EXCERT-ONE-cert-bytes", "tls.key": "EXKEY-ONE-private-key-bytes"}
+CERT_2 = {"tls.crt": "EXCERT-TWO-cert-bytes", "tls.key": "EXKEY-TWO-private-key-bytes"}
+MARKERS = ("EXKEY-ONE", "EXKEY-TWO", "EXCERT-ONE", "EXCERT-TWO")
+
+
+def _tls_secret(name: str, data: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": MODULE_NS},
+        "type": "kubernetes.io/tls",
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+    }
+
+
+def _class(name: str, https: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferenceServiceClass",
+        "metadata": {"name": name},
+        "spec": {
+            "modelPolicy": {"allowedEndpointTypes": ["Chat"]},
+            "exposurePolicy": {"type": "External", "authentication": "None", "https": https},
+        },
+    }
+
+
+def _copy(core: client.CoreV1Api, name: str) -> Any:
+    try:
+        return core.read_namespaced_secret(f"{name}-custom-tls", NS)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _decoded(secret: Any) -> dict[str, str]:
+    return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+
+def test_a_custom_certificate_is_copied_kept_equal_repaired_and_pruned(
+    platform: LocalPlatform,
+    alice: Orders,
+    admin: client.ApiClient,
+    orders: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    core = client.CoreV1Api(admin)
+    custom = client.CustomObjectsApi(admin)
+    source, class_name, name = "ex-wildcard", "ex-custom-tls", "ex-custom"
+    custom_https = {"mode": "CustomCertificate", "customCertificate": {"secretName": source}}
+    Applier(admin).apply_all([_class(class_name, custom_https)])
+    try:
+        orders(name)
+        alice.create(
+            NS,
+            name,
+            {
+                "inferenceServiceClassName": class_name,
+                "model": {"src": "HuggingFace", "ref": {"name": QWEN_SMALL}},
+            },
+        )
+        # No source yet: a named reason on the order, and no retry storm.
+        obj = alice.wait_phase(NS, name, "Pending", reason="CertificateSecretMissing", timeout=90)
+        workload = next(c for c in obj["status"]["conditions"] if c["type"] == "WorkloadReady")
+        assert workload["status"] == "False" and source in workload["message"]
+        uid = obj["metadata"]["uid"]
+        version = platform.log.stream(uid).version
+        for _ in range(3):
+            platform.controller.queue.add(uid)
+            wait_for(lambda: len(platform.controller.queue) == 0, timeout=10)
+            time.sleep(0.5)  # the pass itself: the queue no longer counts a key in work
+        assert platform.log.stream(uid).version == version  # passes record nothing new
+        assert _copy(core, name) is None
+
+        # The source appears: the copy is made, as the order's child, and the Ingress names it.
+        core.create_namespaced_secret(MODULE_NS, _tls_secret(source, CERT_1))
+        made = wait_for(lambda: _copy(core, name), timeout=90, what="the copy")
+        assert made.type == "kubernetes.io/tls" and _decoded(made) == CERT_1
+        owner = made.metadata.owner_references[0]
+        assert (owner.kind, owner.uid, owner.controller) == ("InferenceService", uid, True)
+        assert made.metadata.labels["ai.deckhouse.io/inference-service-uid"] == uid
+        ingress = wait_for(lambda: _ingress(platform, name), timeout=30, what="the Ingress")
+        assert ingress.spec.tls[0].secret_name == f"{name}-custom-tls"
+        alice.wait_phase(NS, name, "Ready", timeout=120)
+
+        # An update of the source reaches the copy (a new copy: Secrets are never patched).
+        core.replace_namespaced_secret(source, MODULE_NS, _tls_secret(source, CERT_2))
+        followed = wait_for(
+            lambda: (c := _copy(core, name)) is not None and _decoded(c) == CERT_2 and c,
+            timeout=90,
+            what="the copy to follow the source",
+        )
+        assert followed.metadata.uid != made.metadata.uid
+
+        # A deleted copy is made again, equal to the source.
+        core.delete_namespaced_secret(f"{name}-custom-tls", NS)
+        repaired = wait_for(
+            lambda: (
+                (c := _copy(core, name)) is not None
+                and c.metadata.uid != followed.metadata.uid
+                and c
+            ),
+            timeout=30,
+            what="the copy repaired",
+        )
+        assert _decoded(repaired) == CERT_2
+
+        # The class switches to CertManager: the copy is pruned, the Ingress names cert-manager's.
+        cert_manager = {"mode": "CertManager", "certManager": {"clusterIssuerName": "selfsigned"}}
+        custom.patch_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "inferenceserviceclasses",
+            class_name,
+            {"spec": {"exposurePolicy": {"https": cert_manager}}},
+        )
+        wait_for(lambda: _copy(core, name) is None, timeout=60, what="the copy pruned")
+        wait_for(
+            lambda: (
+                (i := _ingress(platform, name)) is not None
+                and i.spec.tls[0].secret_name == f"{name}-tls"
+            ),
+            timeout=30,
+            what="the Ingress on cert-manager's Secret",
+        )
+        assert core.read_namespaced_secret(source, MODULE_NS).data  # the source is left alone
+
+        # Its data never reached the status, the Events, the event log or the logs.
+        obj = alice.get(NS, name)
+        events = core.list_namespaced_event(NS).items
+        told = " ".join(f"{e.reason} {e.message}" for e in events)
+        assert "CertificateSecretMissing" in told  # the Events did tell the story
+        logged = "\n".join(r.getMessage() for r in caplog.records)
+        assert logged, "the controller logged nothing to scan"
+        payloads = repr([r.event for r in platform.log.read(uid)])
+        for marker in MARKERS:
+            for where, text in (
+                ("status", str(obj)),
+                ("events", told),
+                ("event log", payloads),
+                ("logs", logged),
+            ):
+                assert marker not in text, f"{marker} reached the {where}"
+                encoded = base64.b64encode(marker.encode()).decode()[:12]
+                assert encoded not in text, f"{marker} (base64) reached the {where}"
+    finally:
+        try:
+            custom.delete_cluster_custom_object(
+                GROUP, VERSION, "inferenceserviceclasses", class_name
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        try:
+            core.delete_namespaced_secret(source, MODULE_NS)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise

@@ -1,0 +1,412 @@
+"""One run of a mix of orders under `ai-inference controller`, clean or crashed once, and
+what the oracle compares (Sieve: the end state and the writes per object).
+
+A run starts a controller (with `AI_INFERENCE_FAULT=crash-after:<boundary>:<n>` for a
+crash run), creates each mix's orders in its seed's order, edits the replan order's model
+once its first plan shows, and waits until every order has settled and the controller
+has written nothing for a while. When the controller dies of the hook, the run takes a
+snapshot of what the crash left (statuses, children, the token), frees the Lease (its
+expiry, without the wait) and starts a controller without the hook; the API server's
+audit log from then on holds the writes the restart made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import random
+import re
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import store
+from adapters import faults
+from fsm.fold import fold
+from fsm.reasons import ConditionStatus
+from fsm.status import render_status
+from tests.faults.bed import KINDS, NAMESPACE, REPLANNED_MODEL, Bed, spec_of
+from tests.support.controller_process import ControllerProcess
+from tests.support.polling import eventually
+
+__all__ = [
+    "BOUNDARIES",
+    "Mix",
+    "Run",
+    "State",
+    "boundary_counts",
+    "differences",
+    "normal",
+    "per_object",
+]
+
+# The write boundaries of a pass that the mix reaches (docs/faults.md, "Crashes").
+BOUNDARIES = (
+    "append",
+    "apply-Deployment",
+    "apply-Service",
+    "apply-ResourceClaimTemplate",
+    "apply-Ingress",
+    "apply-HorizontalPodAutoscaler",
+    "create-Secret",
+    "status",
+    "event",
+)
+# The audit log's (resource, subresource, verb) of each boundary's request.
+_REQUESTS = {
+    "apply-Deployment": {("deployments", "", "patch")},
+    "apply-Service": {("services", "", "patch")},
+    "apply-ResourceClaimTemplate": {("resourceclaimtemplates", "", "patch")},
+    "apply-Ingress": {("ingresses", "", "patch")},
+    "apply-HorizontalPodAutoscaler": {("horizontalpodautoscalers", "", "patch")},
+    "create-Secret": {("secrets", "", "create")},
+    "status": {
+        ("inferenceservices", "status", "patch"),
+        ("inferenceserviceclasses", "status", "patch"),
+    },
+    "event": {("events", "", "create"), ("events", "", "patch")},
+}
+_SETTLE_QUIET = 3.0  # seconds without a write of the controller: settled
+_VOLATILE = re.compile(r"(Time|Timestamp)$")
+_SERVER_SET = frozenset({"resourceVersion", "uid", "clusterIP", "clusterIPs"})
+
+
+@dataclass(frozen=True)
+class Mix:
+    """One seed's orders: named `{prefix}-{kind}`, created in `order`, the first `offset`
+    seconds into the run, then `pauses` apart."""
+
+    prefix: str
+    order: tuple[str, ...] = KINDS
+    pauses: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0)
+    offset: float = 0.0
+
+    @classmethod
+    def seeded(cls, prefix: str, rng: random.Random, offset: float = 0.0) -> Mix:
+        order = list(KINDS)
+        rng.shuffle(order)
+        pauses = tuple(round(rng.uniform(0, 1.0), 2) for _ in order)
+        return cls(prefix, tuple(order), pauses, offset)
+
+    def name(self, kind: str) -> str:
+        return f"{self.prefix}-{kind}"
+
+    def names(self) -> list[str]:
+        return [self.name(kind) for kind in KINDS]
+
+
+def normal(value: Any, mix: Mix, uids: Mapping[str, str]) -> Any:
+    """`value` with the run's names and UIDs made generic and times dropped, so two
+    runs' objects compare."""
+    if isinstance(value, Mapping):
+        return {
+            k: normal(v, mix, uids)
+            for k, v in value.items()
+            if not _VOLATILE.search(k) and k not in _SERVER_SET
+        }
+    if isinstance(value, list):
+        return [normal(v, mix, uids) for v in value]
+    if isinstance(value, str):
+        for kind, uid in uids.items():
+            value = value.replace(uid, f"<{kind}-uid>")
+        return value.replace(f"{mix.prefix}-", "<mix>-")
+    return value
+
+
+def differences(got: Any, want: Any, path: str = "") -> list[str]:
+    """Where two JSON-shaped values differ, one line per leaf."""
+    if isinstance(got, Mapping) and isinstance(want, Mapping):
+        out: list[str] = []
+        for key in sorted(set(got) | set(want), key=str):
+            out += differences(got.get(key), want.get(key), f"{path}.{key}")
+        return out
+    if isinstance(got, list) and isinstance(want, list) and len(got) == len(want):
+        pairs = enumerate(zip(got, want, strict=True))
+        return [d for i, (a, b) in pairs for d in differences(a, b, f"{path}[{i}]")]
+    return [] if got == want else [f"{path}: {got!r} != {want!r}"]
+
+
+@dataclass
+class Order:
+    """What one order is, at a moment: its status, its children, its token."""
+
+    obj: dict[str, Any]
+    children: dict[tuple[str, str], dict[str, Any]]
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return dict(self.obj.get("status") or {})
+
+    def token(self) -> tuple[str, dict[str, Any]] | None:
+        for (kind, _), child in self.children.items():
+            if kind == "Secret":
+                return str(child["metadata"]["uid"]), dict(child.get("data") or {})
+        return None
+
+
+def content(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What the controller writes of a child: never its status or server bookkeeping."""
+    meta = obj.get("metadata") or {}
+    return {
+        "labels": meta.get("labels"),
+        "annotations": meta.get("annotations"),
+        "ownerReferences": meta.get("ownerReferences"),
+        **{k: obj.get(k) for k in ("spec", "data", "type", "immutable")},
+    }
+
+
+@dataclass
+class State:
+    """Every order of a mix at a moment."""
+
+    orders: dict[str, Order]  # by kind
+
+    def uids(self) -> dict[str, str]:
+        """The UIDs a run's objects carry: its orders' and their token Secrets'."""
+        out = {kind: str(o.obj["metadata"]["uid"]) for kind, o in self.orders.items()}
+        for kind, order in self.orders.items():
+            token = order.token()
+            if token is not None:
+                out[f"{kind}-token"] = token[0]
+        return out
+
+    def summary(self, mix: Mix) -> dict[str, Any]:
+        """What must equal a clean run's: statuses, the set of children, the runtime."""
+        uids = self.uids()
+        out: dict[str, Any] = {}
+        for kind, order in self.orders.items():
+            out[kind] = {
+                "status": normal(order.status, mix, uids),
+                "children": sorted(normal(f"{k}/{n}", mix, uids) for k, n in order.children),
+                "specs": {
+                    normal(f"{k}/{n}", mix, uids): normal(child.get("spec"), mix, uids)
+                    for (k, n), child in order.children.items()
+                    if k != "Secret"
+                },
+            }
+        return out
+
+
+def snapshot(bed: Bed, mix: Mix, *, complete: bool = True) -> State:
+    """The mix's orders now; `complete=False`: those created so far (at a crash)."""
+    orders: dict[str, Order] = {}
+    for kind in KINDS:
+        obj = bed.get(mix.name(kind))
+        if obj is None and not complete:
+            continue
+        assert obj is not None, f"{mix.name(kind)} is gone"
+        children: dict[tuple[str, str], dict[str, Any]] = {}
+        for child in bed.children(str(obj["metadata"]["uid"])):
+            key = (str(child["kind"]), str(child["metadata"]["name"]))
+            assert key not in children, f"duplicate child {key}"
+            children[key] = child
+        orders[kind] = Order(obj, children)
+    return State(orders)
+
+
+def _settled(kind: str, obj: dict[str, Any] | None) -> bool:
+    status = (obj or {}).get("status") or {}
+    meta = (obj or {}).get("metadata") or {}
+    if status.get("observedGeneration") != meta.get("generation"):
+        return False
+    conditions = {c["type"]: c for c in status.get("conditions") or []}
+    if kind == "nocap":
+        planned = conditions.get("Planned") or {}
+        return status.get("phase") == "Pending" and planned.get("reason") == "NoCapacity"
+    if kind == "replan" and meta.get("generation") != 2:
+        return False
+    return status.get("phase") == "Ready" and all(
+        c["status"] == "True" for c in conditions.values()
+    )
+
+
+@dataclass
+class Run:
+    """One controller's run of `mixes` side by side; `fault`: the hook's spec (None: a
+    clean run). Several mixes started apart meet one crash each at a different point of
+    their own progress."""
+
+    bed: Bed
+    mixes: list[Mix]
+    fault: str | None = None
+    proc: ControllerProcess = field(init=False)
+    crashes: int = 0
+    at_crash: dict[str, State] = field(default_factory=dict)  # by mix prefix
+    restart_offset: int | None = None  # the audit log's size when the restart began
+    heads_at_crash: dict[str, int] = field(default_factory=dict)  # by order name
+    start_offset: int = 0
+
+    def __post_init__(self) -> None:
+        self.start_offset = self.bed.audit_offset()
+        env = {faults.ENV: self.fault} if self.fault else None
+        self.proc = self.bed.controller(env=env)
+
+    # -- the run -------------------------------------------------------------------------
+
+    def drive(self) -> dict[str, State]:
+        """Create the mixes, edit each replan order once planned, wait until all settled."""
+        schedule = sorted(
+            (mix.offset + sum(mix.pauses[:i]), mix.name(kind), kind)
+            for mix in self.mixes
+            for i, kind in enumerate(mix.order)
+        )
+        began = time.monotonic()
+        for at, name, kind in schedule:
+            self.until(lambda a=at: time.monotonic() - began >= a, what="the schedule")
+            self.bed.create(name, spec_of(kind))
+        unplanned = {mix.name("replan") for mix in self.mixes}
+
+        def replanned() -> bool:
+            for name in sorted(unplanned):
+                if ((self.bed.get(name) or {}).get("status") or {}).get("resolved"):
+                    self.bed.patch_spec(name, {"model": REPLANNED_MODEL})
+                    unplanned.discard(name)
+            return not unplanned
+
+        self.until(replanned, what="the replan orders' first plans")
+        for mix in self.mixes:
+            for kind in KINDS:
+                name = mix.name(kind)
+                self.until(
+                    lambda k=kind, n=name: _settled(k, self.bed.get(n)), what=f"{name} settled"
+                )
+        self._quiet()
+        return {mix.prefix: snapshot(self.bed, mix) for mix in self.mixes}
+
+    def until(self, check: Callable[[], Any], *, what: str, timeout: float = 180) -> Any:
+        return eventually(
+            lambda: self._watch() or check(), timeout=timeout, interval=0.2, what=what
+        )
+
+    def _quiet(self) -> None:
+        """Until the controller has written nothing for a few seconds."""
+        last = (self.bed.audit_offset(), time.monotonic())
+
+        def quiet() -> bool:
+            nonlocal last
+            self._watch()
+            offset = self.bed.audit_offset()
+            if offset != last[0]:
+                last = (offset, time.monotonic())
+            return time.monotonic() - last[1] >= _SETTLE_QUIET
+
+        eventually(quiet, timeout=120, interval=0.25, what="the controller quiet")
+
+    def _watch(self) -> None:
+        """Restart the controller, without the hook, if the hook killed it."""
+        code = self.proc.proc.poll()
+        if code is None:
+            return
+        self.proc.kill()  # its pipes read to the end: the hook's last line included
+        hooked = "fault hook: SIGKILL after" in self.proc.stderr
+        assert code == -9 and hooked and self.crashes == 0, (
+            f"the controller exited {code} ({self.crashes} crash(es) so far):\n"
+            f"{self.proc.stderr[-3000:]}"
+        )
+        self.crashes += 1
+        time.sleep(0.5)  # a request another worker had in flight is answered and logged
+        for mix in self.mixes:
+            self.at_crash[mix.prefix] = snapshot(self.bed, mix, complete=False)
+            for kind in KINDS:
+                self.heads_at_crash[mix.name(kind)] = self.head(mix.name(kind))
+        self.restart_offset = self.bed.audit_offset()
+        self.bed.free_lease()
+        self.proc = self.bed.controller()
+
+    def finish(self) -> None:
+        """Stop the controller (SIGTERM) and delete the mixes' orders."""
+        try:
+            code = self.proc.stop()
+            assert code == 0, self.proc.stderr[-3000:]
+        finally:
+            for mix in self.mixes:
+                for name in mix.names():
+                    self.bed.delete(name)
+
+    # -- what was written ------------------------------------------------------------------
+
+    def head(self, name: str) -> int:
+        """The version of the order's stream in the log (0: none yet)."""
+        path = self.bed.store_url.removeprefix("sqlite:///")
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            (head,) = db.execute(
+                "SELECT COALESCE(MAX(e.version), 0) FROM events e"
+                " JOIN streams s ON s.uid = e.stream_uid WHERE s.name = ?",
+                (name,),
+            ).fetchone()
+        return int(head)
+
+    def allowed_after_restart(self, name: str) -> tuple[int, int]:
+        """At most how many status writes and Events the restart may make for an order:
+        one status per change of the status rendered from its stream, and one Event per
+        condition change, among the events recorded after the crash (plus one status:
+        the crash may have come between an append and its status)."""
+        log = store.open_log(self.bed.store_url, read_only=True)
+        try:
+            info = log.find_stream(NAMESPACE, name)
+            assert info is not None
+            events = [r.event for r in log.read(info.uid)]
+        finally:
+            log.close()
+        start = self.heads_at_crash.get(name, 0)
+        states = [fold(events[:k]) for k in range(start, len(events) + 1)]
+        rendered = [render_status(state) for state in states]
+        statuses = 1 + sum(a != b for a, b in itertools.pairwise(rendered))
+        told = 0
+        for before, after in itertools.pairwise(states):
+            old = {c.type: (c.status, c.reason, c.message) for c in before.conditions}
+            told += sum(
+                1
+                for c in after.conditions
+                if c.status is not ConditionStatus.UNKNOWN
+                and old.get(c.type) != (c.status, c.reason, c.message)
+            )
+        return statuses, told
+
+    def writes_after_restart(self, mix: Mix) -> Counter[tuple[str, str]]:
+        assert self.restart_offset is not None
+        return per_object(self.bed.writes(self.restart_offset), mix)
+
+    def writes_of_run(self, mix: Mix) -> Counter[tuple[str, str]]:
+        return per_object(self.bed.writes(self.start_offset), mix)
+
+
+def per_object(entries: list[dict[str, Any]], mix: Mix) -> Counter[tuple[str, str]]:
+    """Writes to the mix's objects as ("resource[/sub] verb", generic name)."""
+    out: Counter[tuple[str, str]] = Counter()
+    for entry in entries:
+        ref = entry.get("objectRef") or {}
+        name = str(ref.get("name") or "")
+        if ref.get("namespace") != NAMESPACE or not name.startswith(f"{mix.prefix}-"):
+            continue
+        if ref.get("resource") == "events":
+            name = name.split(".", 1)[0] + ".*"  # an Event's name carries a time
+        sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+        request = f"{ref.get('resource')}{sub} {entry.get('verb')}"
+        out[(request, name.replace(f"{mix.prefix}-", "<mix>-"))] += 1
+    return out
+
+
+def boundary_counts(bed: Bed, run: Run) -> dict[str, int]:
+    """How many writes of each boundary the clean `run` made (appends: a lower bound)."""
+    counts = Counter(
+        (
+            str((e.get("objectRef") or {}).get("resource")),
+            str((e.get("objectRef") or {}).get("subresource") or ""),
+            str(e.get("verb")),
+        )
+        for e in bed.writes(run.start_offset)
+    )
+    out = {b: sum(counts[r] for r in requests) for b, requests in _REQUESTS.items()}
+    path = bed.store_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as db:
+        # Appends of one pass share their time: distinct (stream, time) undercounts them.
+        (out["append"],) = db.execute(
+            "SELECT COUNT(*) FROM (SELECT DISTINCT e.stream_uid, e.recorded_at, e.leader_epoch"
+            " FROM events e JOIN streams s ON s.uid = e.stream_uid WHERE s.name LIKE ?)",
+            (f"{run.mixes[0].prefix}-%",),
+        ).fetchone()
+    return out

@@ -1,0 +1,297 @@
+"""What the outage tests share: the plane, orders, the convergence oracle, controllers.
+
+A control plane of this package's own, with the simulator and the stand-in hub
+(conftest.py starts it).
+
+These tests break the control plane on purpose (the API server and etcd are killed and
+started again, the network to them goes silent, etcd is compacted) and point the
+controller at an event log that goes away, so they never share the session's cluster: a
+package-scoped plane serves them all, and every test leaves it running, its Lease free
+and its orders deleted. The controller runs in-process (its informers' counters are
+read) or as `ai-inference controller` processes (an exit status is what is tested).
+
+The oracle of every test is the same: each order's live status is at its generation and
+equals the replay of its stream in the log (`render_status(fold(events))`), a Ready order
+is Ready, and a deleted order's stream is marked deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+import adapters
+import store
+from adapters.cluster import bootstrap, local
+from adapters.kubernetes.controller import LEASE_NAME, LEASE_NAMESPACE, Controller
+from adapters.probes.targets import AnnotatedPodTarget
+from adapters.simulator.hub import StandInHub
+from adapters.simulator.simulator import Simulator
+from fsm.fold import fold
+from fsm.status import render_status
+from tests.support.polling import eventually
+from tests.support.relay import Relay
+
+GROUP, VERSION, PLURAL = "ai.deckhouse.io", "v1alpha1", "inferenceservices"
+NS = "support"
+QWEN_AWQ = "Qwen/Qwen2.5-32B-Instruct-AWQ"  # default-llm's example: fits one A100
+QWEN_SMALL = "Qwen/Qwen2.5-0.5B-Instruct"
+HPA = "autoscaling/v2beta2"  # the local 1.20 server
+UID_LABEL = "ai.deckhouse.io/inference-service-uid"
+REPO = Path(adapters.__file__).resolve().parent.parent
+
+
+def order_spec(model: str = QWEN_AWQ) -> dict[str, Any]:
+    return {
+        "inferenceServiceClassName": "default-llm",
+        "model": {"src": "HuggingFace", "ref": {"name": model}},
+    }
+
+
+@dataclass
+class Plane:
+    state: local.ClusterState
+    hub: StandInHub
+    simulator: Simulator
+    _clients: list[ApiClient] = field(default_factory=list)
+
+    def api(self, identity: str) -> ApiClient:
+        api = bootstrap.api_client(self.state.kubeconfig(identity))
+        self._clients.append(api)
+        return api
+
+    def through(self, relay: Relay, identity: str = "controller") -> ApiClient:
+        """A client of `identity` whose every connection goes through `relay`."""
+        configuration = copy.deepcopy(self.api(identity).configuration)
+        configuration.host = relay.url
+        # The loader's token-refresh hook would put the kubeconfig's host back.
+        configuration.refresh_api_key_hook = None
+        api = ApiClient(configuration)
+        self._clients.append(api)
+        return api
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api("admin"))
+
+    def controller(
+        self, log: store.EventLog, api: ApiClient | None = None, **kw: Any
+    ) -> Controller:
+        """An in-process controller as the module's ServiceAccount (RBAC from deploy/)."""
+        return Controller(
+            api or self.api("controller"),
+            log,
+            hub_endpoint=self.hub.url,
+            targets=AnnotatedPodTarget(),
+            hpa_api_version=HPA,
+            sync_timeout=60,
+            **kw,
+        )
+
+    # -- orders ------------------------------------------------------------------------
+
+    def create(self, name: str, model: str = QWEN_AWQ) -> str:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "InferenceService",
+            "metadata": {"name": name},
+            "spec": order_spec(model),
+        }
+        made = self.custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, body)
+        return str(made["metadata"]["uid"])
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def change_model(self, name: str, model: str) -> int:
+        """A new generation of the order; returns it."""
+        patched = self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, NS, PLURAL, name, {"spec": {"model": {"ref": {"name": model}}}}
+        )
+        return int(patched["metadata"]["generation"])
+
+    def delete(self, name: str) -> None:
+        with contextlib.suppress(ApiException):
+            self.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
+
+    def pods_of(self, uid: str) -> list[Any]:
+        core = client.CoreV1Api(self.api("admin"))
+        return list(core.list_namespaced_pod(NS, label_selector=f"{UID_LABEL}={uid}").items)
+
+    def holder(self) -> str | None:
+        """The Lease's holder ('' when released), None when there is none."""
+        leases = client.CoordinationV1Api(self.api("admin"))
+        try:
+            lease = leases.read_namespaced_lease(LEASE_NAME, LEASE_NAMESPACE)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return lease.spec.holder_identity or ""
+
+    def clear(self) -> None:
+        """No order left, nor any pod of one (the next test plans on the same devices),
+        and no Lease."""
+        orders = self.custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)["items"]
+        for obj in orders:
+            self.delete(obj["metadata"]["name"])
+        core = client.CoreV1Api(self.api("admin"))
+        eventually(
+            lambda: (
+                not core.list_namespaced_pod(NS, label_selector=UID_LABEL).items
+                and not self.custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)[
+                    "items"
+                ]
+            ),
+            timeout=120,
+            interval=0.5,
+            what="the orders and their pods gone",
+        )
+        leases = client.CoordinationV1Api(self.api("admin"))
+        with contextlib.suppress(ApiException):
+            leases.delete_namespaced_lease(LEASE_NAME, LEASE_NAMESPACE)
+
+    def close(self) -> None:
+        for api in self._clients:
+            api.close()
+
+
+def settled(plane: Plane, log: store.EventLog, name: str, phase: str = "Ready") -> bool:
+    """The order's live status is at its generation, in `phase`, and equals the replay of
+    its stream in the log."""
+    obj = plane.get(name)
+    if obj is None:
+        return False
+    status = obj.get("status") or {}
+    if status.get("observedGeneration") != obj["metadata"]["generation"]:
+        return False
+    if status.get("phase") != phase:
+        return False
+    uid = obj["metadata"]["uid"]
+    if log.stream(uid) is None:
+        return False
+    return render_status(fold(r.event for r in log.read(uid))) == status
+
+
+def closed(plane: Plane, log: store.EventLog, uid: str) -> bool:
+    """A deleted order: its stream is marked deleted and none of its pods is left."""
+    info = log.stream(uid)
+    return info is not None and info.deleted_at is not None and not plane.pods_of(uid)
+
+
+def report(plane: Plane, log: store.EventLog, names: Iterable[str]) -> str:
+    """Where each order stands, for a failure message."""
+    lines = []
+    for name in names:
+        obj = plane.get(name)
+        if obj is None:
+            lines.append(f"{name}: absent")
+            continue
+        status = obj.get("status") or {}
+        uid = obj["metadata"]["uid"]
+        replay = render_status(fold(r.event for r in log.read(uid))) if log.stream(uid) else None
+        reasons = [(c.get("type"), c.get("reason")) for c in status.get("conditions") or []]
+        lines.append(
+            f"{name}: gen {obj['metadata']['generation']} observed "
+            f"{status.get('observedGeneration')} phase {status.get('phase')} {reasons}; "
+            f"replay {'equals' if replay == status else 'differs: ' + repr(replay)[:400]}"
+        )
+    return "\n".join(lines)
+
+
+def converged(
+    plane: Plane, log: store.EventLog, ready: Iterable[str], deleted: Iterable[str] = ()
+) -> bool:
+    """Every order named in `ready` settled Ready, every UID in `deleted` closed."""
+    return all(settled(plane, log, name) for name in ready) and all(
+        closed(plane, log, uid) for uid in deleted
+    )
+
+
+class ControllerProcess:
+    """`ai-inference controller` against the plane, its output collected as it comes."""
+
+    def __init__(self, plane: Plane, store_url: str, *extra: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "adapters.cli.main", "controller",
+                f"--kubeconfig={plane.state.kubeconfig('controller')}",
+                f"--store={store_url}", "--health-port=0", "--metrics-port=0",
+                f"--hpa-api-version={HPA}", f"--hub-endpoint={plane.hub.url}",
+                "--probe-target=simulator", *extra,
+            ],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.lines: list[str] = []
+        self.errors: list[str] = []
+        self._readers = [
+            threading.Thread(target=self._drain, args=(self.proc.stdout, self.lines), daemon=True),
+            threading.Thread(target=self._drain, args=(self.proc.stderr, self.errors), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _drain(pipe: Any, into: list[str]) -> None:
+        for line in pipe:
+            into.append(line)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.errors)
+
+    def said(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    def leading(self) -> bool:
+        return self.said("controller leading")
+
+    def wait(self, timeout: float) -> int:
+        code = self.proc.wait(timeout)
+        for reader in self._readers:
+            reader.join(10)
+        return code
+
+    def stop(self) -> int | None:
+        """SIGTERM (a clean stop that releases the Lease); the exit status."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        for reader in self._readers:
+            reader.join(10)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        return self.proc.returncode
+
+
+def wait_leading(proc: ControllerProcess, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not proc.leading():
+        code = proc.proc.poll()
+        assert code is None, f"controller exited {code}:\n{proc.stderr[-3000:]}"
+        assert time.monotonic() < deadline, f"no leader after {timeout}s:\n{proc.stderr[-3000:]}"
+        time.sleep(0.1)
