@@ -131,12 +131,11 @@ def validate_class(
     if model is not None and model.max_parameter_count is not None:
         try:
             parse_parameter_count(model.max_parameter_count)
-        except QuantityError:
+        except QuantityError as invalid:
             problems.append(
                 ClassProblem(
                     ClassReason.INVALID_PARAMETER_COUNT,
-                    f"modelPolicy.maxParameterCount {model.max_parameter_count!r} is not a "
-                    "count; write it as 500M, 8B or 1.5T",
+                    f"modelPolicy.maxParameterCount: {invalid}",
                 )
             )
     if spec.scaling_policy is not None:
@@ -332,8 +331,8 @@ def resolve_model(policy: EffectivePolicy, facts: ModelFacts) -> ModelOutcome:
 def _parameter_refusal(facts: ModelFacts, limit_text: str) -> str:
     try:
         limit = parse_parameter_count(limit_text)
-    except QuantityError:
-        return f"the class's maxParameterCount {limit_text!r} cannot be read"
+    except QuantityError as invalid:
+        return f"the class's maxParameterCount cannot be read: {invalid}"
     count = parameter_count(facts)
     if count is None:
         return ""  # nothing is known to compare; the planner's memory check still applies

@@ -48,6 +48,10 @@ _QUANTITY = re.compile(
 )
 _COUNT = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[kKmMbBgGtT]?)$")
 _COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+# Longer numbers (or exponents) describe no device and no model; refusing them keeps a
+# hostile value (a 5,000-digit count, "1e999999999") from costing seconds or memory.
+_MAX_NUMBER_CHARS = 40
+_MAX_EXPONENT = 40
 
 
 class QuantityError(ValueError):
@@ -64,10 +68,15 @@ def parse_quantity(text: str | int | float) -> Fraction:
         return Fraction(str(text))
     match = _QUANTITY.match(text.strip())
     if match is None:
-        raise QuantityError(f"{text!r} is not a Kubernetes quantity (e.g. 80Gi, 500m, 1e3)")
+        raise QuantityError(f"{_clip(text)} is not a Kubernetes quantity (e.g. 80Gi, 500m, 1e3)")
+    if len(match["number"]) > _MAX_NUMBER_CHARS:
+        raise QuantityError(f"{_clip(text)} has more digits than any quantity of a device")
     number = Fraction(match["number"])
     if match["exponent"]:
-        return number * Fraction(10) ** int(match["exponent"][1:])
+        exponent = match["exponent"][1:]
+        if len(exponent.lstrip("+-")) > 3 or abs(int(exponent)) > _MAX_EXPONENT:
+            raise QuantityError(f"{_clip(text)} has an exponent beyond any quantity of a device")
+        return number * Fraction(10) ** int(exponent)
     suffix = match["suffix"] or ""
     return number * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
 
@@ -85,11 +94,24 @@ def parse_parameter_count(text: str | int) -> int:
     else:
         match = _COUNT.match(text.strip())
         if match is None:
-            raise QuantityError(f"{text!r} is not a parameter count; write it as 500M, 8B or 1.5T")
+            raise QuantityError(
+                f"{_clip(text)} is not a parameter count; write it as 500M, 8B or 1.5T"
+            )
+        if len(match["number"]) > _MAX_NUMBER_CHARS:
+            raise QuantityError(
+                f"{_clip(text)} has more digits than any parameter count; write it as 500M, "
+                "8B or 1.5T"
+            )
         value = Fraction(match["number"]) * _COUNT_UNITS[match["unit"].lower()]
     if value <= 0 or value.denominator != 1:
-        raise QuantityError(f"{text!r} is not a positive whole number of parameters")
+        raise QuantityError(f"{_clip(text)} is not a positive whole number of parameters")
     return int(value)
+
+
+def _clip(text: object, limit: int = 40) -> str:
+    """A value's repr short enough to quote in a condition message."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else f"{shown[:limit]}… ({len(shown)} characters)"
 
 
 def gib_rounded(amount: Fraction | int) -> int:

@@ -92,6 +92,7 @@ class Reason(StrEnum):
     MODEL_METADATA_INVALID = "ModelMetadataInvalid"
     AUTH_SECRET_NOT_FOUND = "AuthSecretNotFound"
     AUTH_SECRET_KEY_MISSING = "AuthSecretKeyMissing"
+    AUTH_SECRET_INVALID = "AuthSecretInvalid"
     CATALOG_DISABLED = "CatalogDisabled"
     ENDPOINT_TYPE_POLICY_CONFLICT = "EndpointTypePolicyConflict"
     FORMAT_NOT_ALLOWED = "FormatNotAllowed"
@@ -223,6 +224,14 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _F,
         Who.USER,
         "The Secret named by spec.model.authSecretRef has no such key (default key: token).",
+    ),
+    Reason.AUTH_SECRET_INVALID: ReasonInfo(
+        _C.MODEL_RESOLVED,
+        _F,
+        Who.USER,
+        "The token in the Secret named by spec.model.authSecretRef cannot be sent in an HTTP "
+        "header (a line break, a control or non-ASCII character inside it); nothing was sent "
+        "to the hub.",
     ),
     Reason.CATALOG_DISABLED: ReasonInfo(
         _C.MODEL_RESOLVED,

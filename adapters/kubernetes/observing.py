@@ -25,6 +25,7 @@ from adapters.models import (
     catalog_target,
     facts_from_catalog,
     foreign_model_refusal,
+    token_problem,
 )
 from fsm import observations as ob
 from fsm import policy
@@ -208,6 +209,14 @@ class Observer:
                 return ModelUnavailable(
                     Reason.AUTH_SECRET_KEY_MISSING,
                     f"Secret {ref.auth_secret_name!r} has no key {ref.auth_secret_key!r}",
+                )
+            problem = token_problem(token.strip())
+            if problem:
+                return ModelUnavailable(
+                    Reason.AUTH_SECRET_INVALID,
+                    f"key {ref.auth_secret_key!r} of Secret {ref.auth_secret_name!r} holds "
+                    f"{problem}, so it cannot be sent to the hub as a token (nothing was "
+                    "sent): put the token alone under the key; a trailing newline is fine",
                 )
         key = ("hub", order.uid)
         asked = (ref.name, token)

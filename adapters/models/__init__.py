@@ -12,7 +12,7 @@ from adapters.models.catalog import (
     facts_from_catalog,
     foreign_model_refusal,
 )
-from adapters.models.huggingface import HubResolver, HubSettings, is_repo_id
+from adapters.models.huggingface import HubResolver, HubSettings, is_repo_id, token_problem
 from adapters.models.lookup import ModelFound, ModelLookup, ModelUnavailable
 
 __all__ = [
@@ -27,4 +27,5 @@ __all__ = [
     "facts_from_catalog",
     "foreign_model_refusal",
     "is_repo_id",
+    "token_problem",
 ]

@@ -52,6 +52,7 @@ VERSION = "v1alpha1"
 PLURALS = {CatalogKind.MODEL: "models", CatalogKind.CLUSTER_MODEL: "clustermodels"}
 TOOL_CALLING = "ToolCalling"
 READY = "Ready"
+_INT64_MAX = 2**63 - 1
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -124,11 +125,18 @@ def facts_from_catalog(obj: Mapping[str, Any]) -> ModelLookup:
     meta = obj.get("metadata") or {}
     label = _label(str(obj.get("kind", "Model")), meta.get("namespace"), str(meta.get("name")))
     status = obj.get("status") or {}
+    if not isinstance(status, Mapping):
+        # A catalog of another version (or a hand-written object) may carry anything here.
+        return ModelUnavailable(
+            Reason.MODEL_METADATA_INVALID,
+            f"{label} has a status that is not an object ({type(status).__name__}).",
+        )
     phase = status.get("phase")
+    conditions = status.get("conditions")
     ready = next(
         (
             c
-            for c in status.get("conditions") or []
+            for c in (conditions if isinstance(conditions, list) else [])
             if isinstance(c, Mapping) and c.get("type") == READY
         ),
         None,
@@ -192,7 +200,7 @@ def _enum(enum: type[E], value: object, field: str) -> E | None:
     for member in enum:
         if str(value).lower() == member.value.lower():
             return member
-    raise _Invalid(f"{field} {value!r} is not one of {', '.join(m.value for m in enum)}")
+    raise _Invalid(f"{field} {_clip(value)} is not one of {', '.join(m.value for m in enum)}")
 
 
 def _quantization(value: object, fmt: ModelFormat) -> Quantization:
@@ -222,13 +230,25 @@ def _count(value: object, field: str) -> int | None:
         raise _Invalid(f"{field} {value!r} is not a count")
     if isinstance(value, int):
         number = value
-    elif isinstance(value, str) and value.isdigit():
+    elif isinstance(value, str) and value.isascii() and value.isdigit():
+        # ASCII only: "²".isdigit() holds, but int("²") raises.
+        if len(value) > len(str(_INT64_MAX)):
+            raise _Invalid(f"{field} ({len(value)} digits) is larger than any count")
         number = int(value)
     else:
-        raise _Invalid(f"{field} {value!r} is not a count")
+        raise _Invalid(f"{field} {_clip(value)} is not a count")
     if number < 0:
         raise _Invalid(f"{field} {value!r} is negative")
+    if number > _INT64_MAX:
+        # The event log keeps counts as 64-bit integers; no model is this large.
+        raise _Invalid(f"{field} {_clip(number)} is larger than any count")
     return number
+
+
+def _clip(value: object, limit: int = 60) -> str:
+    """A value's repr short enough for a condition message."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def _text(value: object) -> str | None:

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import Any
+from urllib.parse import quote
 
 import httpx2
 import pydantic
@@ -63,7 +64,7 @@ from adapters.models.lookup import ModelFound, ModelLookup, ModelUnavailable
 from fsm.reasons import Reason
 from fsm.values import ModelFacts, ModelFormat, ModelSource
 
-__all__ = ["HubResolver", "HubSettings", "harden_huggingface_hub", "is_repo_id"]
+__all__ = ["HubResolver", "HubSettings", "harden_huggingface_hub", "is_repo_id", "token_problem"]
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,28 @@ harden_huggingface_hub()
 def is_repo_id(name: str) -> bool:
     """`org/name` as the hub spells repo ids (the CRD's pattern says the same)."""
     return bool(_REPO_ID.match(name)) and ".." not in name and "--" not in name
+
+
+def token_problem(token: str) -> str | None:
+    """Why `token` cannot go into an `Authorization` header, or None when it can.
+
+    Only visible ASCII can: httpx refuses the rest, and the error it raises carries the
+    header's value — the token — in its text, which would then reach a status message or
+    a log. So an unsendable token is refused here, before any request, and the answer
+    names the kind of character, never the token or the character itself.
+    """
+    kinds = []
+    if "\n" in token:
+        kinds.append("a line break")
+    if "\r" in token:
+        kinds.append("a carriage return")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in token if c not in "\r\n"):
+        kinds.append("a control character")
+    if " " in token or "\t" in token:
+        kinds.append("a space")
+    if not token.isascii():
+        kinds.append("a non-ASCII character")
+    return " and ".join(kinds) or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +166,13 @@ class HubResolver:
                 f"{name!r} is not a HuggingFace model id: expected 'org/name', "
                 "for example 'Qwen/Qwen2.5-7B-Instruct'.",
             )
+        problem = token_problem(token) if token else None
+        if problem:
+            return ModelUnavailable(
+                Reason.AUTH_SECRET_INVALID,
+                f"The token given for {name!r} holds {problem}, so it cannot be sent in an "
+                "HTTP header; nothing was sent to the hub.",
+            )
         key = (name, revision, token_fingerprint(token))
         cached = self._cache.get(key)
         if cached is not None:
@@ -170,8 +200,8 @@ class HubResolver:
         """The answer `resolve` would give without asking the hub, or None: an id that is
         not one, or a cached answer. The controller asks the hub off its workers."""
         token = (token or "").strip() or None
-        if not is_repo_id(name):
-            return self.resolve(name, token=token, revision=revision)
+        if not is_repo_id(name) or (token and token_problem(token)):
+            return self.resolve(name, token=token, revision=revision)  # without HTTP
         return self._cache.get((name, revision, token_fingerprint(token)))
 
     def clear_cache(self) -> None:
@@ -319,14 +349,18 @@ class _Resolution:
         return self.token if self.token else False  # False: send none, read none
 
     def model_info(self) -> ModelInfo:
-        with self.errors("the model's info"):
-            return self.api.model_info(
-                self.name,
-                revision=None if self.revision == "main" else self.revision,
-                files_metadata=True,
-                timeout=self.budget(),
-                token=self.send_token(),
-            )
+        """`HfApi.model_info(files_metadata=True)`, with the answer's size capped: the
+        library reads a body whole, and a hub may answer with 50 MB."""
+        path = f"{self.settings.endpoint}/api/models/{self.name}"
+        if self.revision != "main":
+            path += f"/revision/{quote(self.revision, safe='')}"
+        what = "the model's info"
+        raw = self.read_capped(path, what, params={"blobs": True})
+        with self.errors(what):
+            data = json.loads(raw)
+            if not isinstance(data, dict):
+                raise TypeError("the model's info is not a JSON object")
+            return ModelInfo(**data)  # type: ignore[no-untyped-call]
 
     def head(self, filename: str) -> None:
         url = hf_hub_url(self.name, filename, revision=self.sha, endpoint=self.settings.endpoint)
@@ -343,32 +377,38 @@ class _Resolution:
     def fetch(self, filename: str) -> bytes | None:
         """A small file's bytes at the resolved commit, None when the repo lacks it."""
         url = hf_hub_url(self.name, filename, revision=self.sha, endpoint=self.settings.endpoint)
+        try:
+            return self.read_capped(url, filename)
+        except RemoteEntryNotFoundError:
+            return None
+
+    def read_capped(self, url: str, what: str, params: dict[str, Any] | None = None) -> bytes:
+        """The body of a GET, read in chunks: never more than `max_file_bytes` of it, and
+        never past the resolution's deadline (a hub that trickles bytes still meets it)."""
         headers = build_hf_headers(
             token=self.send_token(), library_name=_LIBRARY, library_version=_VERSION
         )
         limit = self.settings.max_file_bytes
-        try:
-            with (
-                self.errors(filename),
-                get_session().stream(
-                    "GET", url, headers=headers, timeout=self.budget()
-                ) as response,
-            ):
-                if response.status_code >= 400:
-                    response.read()
-                    hf_raise_for_status(response)
-                body = bytearray()
-                for chunk in response.iter_bytes():
-                    body += chunk
-                    if len(body) > limit:
-                        raise _Failed(
-                            Reason.MODEL_METADATA_INVALID,
-                            f"{filename} of {self.name!r} is larger than {limit} bytes.",
-                        )
-                    self.budget()  # a hub that trickles bytes still meets the deadline
-                return bytes(body)
-        except RemoteEntryNotFoundError:
-            return None
+        with (
+            self.errors(what),
+            get_session().stream(
+                "GET", url, headers=headers, params=params, timeout=self.budget()
+            ) as response,
+        ):
+            if response.status_code >= 400:
+                response.read()
+                hf_raise_for_status(response)
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > limit:
+                    raise _Failed(
+                        Reason.MODEL_METADATA_INVALID,
+                        f"{self.the_hub} answered {what} of {self.name!r} with more than "
+                        f"{limit} bytes; the answer was not read further.",
+                    )
+                self.budget()
+            return bytes(body)
 
     def fetch_json(self, filename: str) -> dict[str, Any] | None:
         raw = self.fetch(filename)

@@ -16,20 +16,22 @@ unknown repo is 401 (anonymous) or 404 (authenticated) with `X-Error-Code: RepoN
 a gated repo's metadata is public but its files answer 401 (no token) or 403 (an account
 not granted) with `X-Error-Code: GatedRepo`.
 
-Knobs for tests: `delay` (seconds before every answer: a slow hub) and `break_json(id)`
-(garbage instead of JSON for one model). Run standalone with
+Knobs for tests: `delay` (seconds before every answer: a slow hub), `break_json(id)`
+(garbage instead of JSON for one model) and `misbehave(id, mode)` (one repo id, known or
+not, answered with garbage, a 50 MB body, after `slow_seconds`, or never). Run standalone with
 `python -m adapters.simulator.hub --port 8765`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -41,6 +43,7 @@ import yaml
 
 __all__ = [
     "FIXTURE",
+    "MISBEHAVIOURS",
     "HubFile",
     "HubFixture",
     "HubModel",
@@ -57,6 +60,20 @@ FIXTURE = Path(__file__).with_name("hub_models.yaml")
 # Files at least this large and not served are stored in git-lfs on the real hub.
 _LFS_THRESHOLD = 1 << 20
 _GARBAGE = b'{"id": "truncated", "siblings": [ <html><body>502 Bad Gateway</body></html>'
+_HUGE_BYTES = 50 * 1024 * 1024
+
+
+# What `misbehave` answers with, by mode ("slow" answers {} late; "hung" never answers).
+def _huge() -> bytes:
+    return b'{"id": "huge", "pad": "' + b"x" * _HUGE_BYTES + b'"}'
+
+
+MISBEHAVIOURS: dict[str, Callable[[], bytes]] = {
+    "garbage": lambda: _GARBAGE,
+    "huge": _huge,
+    "slow": lambda: b"{}",
+    "hung": lambda: b"",
+}
 _INFO_FIELDS = (
     "createdAt", "lastModified", "downloads", "likes", "library_name", "tags",
     "pipeline_tag", "cardData", "gguf",
@@ -228,6 +245,8 @@ class StandInHub:
         self.fixture = fixture
         self.delay = 0.0
         self._broken: dict[str, str] = {}  # repo id -> "all" | "files"
+        self._misbehaving: dict[str, str] = {}  # repo id -> a MISBEHAVIOURS mode
+        self.slow_seconds = 8.0  # how late a "slow" repo answers
         self._requests: list[HubRequest] = []
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -253,9 +272,17 @@ class StandInHub:
         with self._lock:
             self._broken[repo_id] = "files" if files_only else "all"
 
+    def misbehave(self, repo_id: str, mode: str) -> None:
+        """Answer every request about `repo_id` as `mode` says (MISBEHAVIOURS)."""
+        if mode not in MISBEHAVIOURS:
+            raise ValueError(f"{mode!r} is not one of {sorted(MISBEHAVIOURS)}")
+        with self._lock:
+            self._misbehaving[repo_id] = mode
+
     def mend(self, repo_id: str) -> None:
         with self._lock:
             self._broken.pop(repo_id, None)
+            self._misbehaving.pop(repo_id, None)
 
     @property
     def requests(self) -> tuple[HubRequest, ...]:
@@ -299,6 +326,10 @@ class StandInHub:
         with self._lock:
             self._requests.append(HubRequest(method, path, token is not None))
             broken = dict(self._broken)
+            misbehaving = dict(self._misbehaving)
+        mode = next((m for repo, m in misbehaving.items() if f"/{repo}/" in f"{path}/"), None)
+        if mode is not None:
+            return self._misbehaviour(mode)
         if self.delay > 0 and self._closing.wait(self.delay):
             return _error(503, None, "the stand-in hub is shutting down")
         account = None
@@ -315,6 +346,15 @@ class StandInHub:
         if "/resolve/" in path:
             return self._resolve(method, path, account, broken)
         return _error(404, None, "Not Found")
+
+    def _misbehaviour(self, mode: str) -> _Answer:
+        if mode == "slow" and self._closing.wait(self.slow_seconds):
+            return _error(503, None, "the stand-in hub is shutting down")
+        if mode == "hung":
+            self._closing.wait()  # until close(): no answer at all
+            return _error(503, None, "the stand-in hub is shutting down")
+        body = MISBEHAVIOURS[mode]()
+        return _Answer(200, body, {"Content-Type": "application/json"})
 
     def _repo(self, repo_id: str, account: str | None) -> HubModel | _Answer:
         model = self.fixture.models.get(repo_id)
@@ -395,7 +435,9 @@ def _handler_for(hub: StandInHub) -> type[BaseHTTPRequestHandler]:
                 self.send_header(name, value)
             self.end_headers()
             if method != "HEAD":
-                self.wfile.write(answer.body)
+                # The client may stop reading (a capped read of a huge answer).
+                with contextlib.suppress(OSError):
+                    self.wfile.write(answer.body)
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("stand-in hub: " + format, *args)

@@ -71,6 +71,14 @@ def test_every_seed_class_is_valid(name: str) -> None:
             id="unparsable-count",
         ),
         pytest.param(
+            {
+                "modelPolicy": {"allowedEndpointTypes": ["Chat"], "maxParameterCount": "9" * 5000},
+            },
+            ClassReason.INVALID_PARAMETER_COUNT,
+            "more digits than any parameter count",
+            id="5000-digit-count",
+        ),
+        pytest.param(
             {"scalingPolicy": {"minReplicas": 3, "maxReplicas": 2}},
             ClassReason.INVALID_REPLICA_BOUNDS,
             "minReplicas=3 maxReplicas=2",

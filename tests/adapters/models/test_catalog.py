@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import urllib3
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
 
 from adapters.models.catalog import (
@@ -81,6 +83,12 @@ def with_status(**status: Any) -> dict[str, Any]:
     return obj
 
 
+def with_status_value(status: Any) -> dict[str, Any]:
+    obj = by_name(CLUSTER_MODEL)
+    obj["status"] = status
+    return obj
+
+
 def with_ready_condition(status: str, reason: str, message: str) -> dict[str, Any]:
     obj = by_name(CLUSTER_MODEL)
     obj["status"]["conditions"] = [
@@ -114,6 +122,19 @@ FAILURES = [
     ("count-negative", ready(parameterCount=-1), Reason.MODEL_METADATA_INVALID, "negative"),
     ("types-not-a-list", ready(supportedEndpointTypes="Chat"), Reason.MODEL_METADATA_INVALID,
      "supportedEndpointTypes is not a list"),
+    # Hostile input (issue #10): "²".isdigit() is true, yet int("²") raises.
+    ("count-superscript", ready(parameterCount="²"), Reason.MODEL_METADATA_INVALID,
+     "parameterCount '²' is not a count"),
+    ("count-5000-digits", ready(parameterCount="9" * 5000), Reason.MODEL_METADATA_INVALID,
+     "(5000 digits) is larger than any count"),
+    ("count-beyond-int64", ready(parameterCount=2**64), Reason.MODEL_METADATA_INVALID,
+     "larger than any count"),
+    ("status-a-string", with_status_value("Ready"), Reason.MODEL_METADATA_INVALID,
+     "status that is not an object (str)"),
+    ("status-a-list", with_status_value(["Ready"]), Reason.MODEL_METADATA_INVALID,
+     "status that is not an object (list)"),
+    ("conditions-a-number", with_status(phase="Publishing", conditions=7), Reason.MODEL_NOT_READY,
+     "phase Publishing"),
 ]  # fmt: skip
 
 
@@ -312,3 +333,37 @@ def test_an_unavailable_result_refuses_a_reason_of_another_condition() -> None:
         ModelUnavailable(Reason.NO_CAPACITY, "wrong condition")
     with pytest.raises(ValueError, match="not a ModelResolved failure"):
         ModelUnavailable(Reason.MODEL_RESOLVED, "not a failure")
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+RESOLVED_KEYS = st.sampled_from([
+    "format", "quantization", "parameterCount", "architecture", "contextWindowTokens",
+    "supportedEndpointTypes", "supportedFeatures",
+])  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    status=JSON
+    | st.fixed_dictionaries(
+        {"phase": st.just("Ready")},
+        optional={
+            "conditions": JSON,
+            "observedGeneration": JSON,
+            "resolved": JSON | st.dictionaries(RESOLVED_KEYS, JSON),
+            "artifact": JSON | st.dictionaries(st.sampled_from(["sizeBytes", "digest"]), JSON),
+        },
+    )
+)
+def test_any_catalog_status_gives_an_answer_never_an_exception(status: Any) -> None:
+    """Whatever a catalog (of another version, or written by hand) puts in status."""
+    obj = by_name(CLUSTER_MODEL)
+    obj["status"] = status
+    result = facts_from_catalog(obj)
+    assert isinstance(result, ModelFound | ModelUnavailable)
+    if isinstance(result, ModelUnavailable):
+        assert len(result.message) < 2000

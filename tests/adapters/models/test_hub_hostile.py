@@ -1,0 +1,229 @@
+"""A hub that answers garbage, too much, too slowly or not at all (issue #10).
+
+Each misbehaviour is a real HTTP server on 127.0.0.1 that this module starts; the resolver
+must turn each into a named ModelResolved reason whose message says what was wrong —
+never the raw body — within its time bounds, reading no more of a huge answer than its
+cap. Tokens that cannot be sent in a header are refused before any request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import tracemalloc
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+
+import pytest
+
+from adapters.models.huggingface import HubResolver, HubSettings, token_problem
+from adapters.models.lookup import ModelUnavailable
+from adapters.simulator.hub import StandInHub
+from fsm.reasons import Reason
+
+MODEL = "Qwen/Qwen2.5-7B-Instruct"
+MARKER = "RAW-BODY-MARKER"  # in every garbage body: must never reach a message
+HUGE = 50 * 1024 * 1024
+CHUNK = 64 * 1024
+
+
+class HostileHub(ThreadingHTTPServer):
+    """Answers every request the way `mode` says."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.mode = "garbage"
+        self.sent = 0  # body bytes written before the client went away
+        self.requests = 0
+        self.release = threading.Event()  # ends every hung answer
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def close(self) -> None:
+        self.release.set()
+        self.shutdown()
+        self.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: HostileHub
+    BODIES: ClassVar[dict[str, bytes]] = {
+        "garbage": f"<html><body>502 {MARKER} Bad Gateway</body></html>".encode(),
+        "json-list": json.dumps([MARKER, 1, 2]).encode(),
+        "wrong-types": json.dumps(
+            {"id": MODEL, "sha": ["not", "a", "sha"], "siblings": MARKER, "tags": 7}
+        ).encode(),
+        "binary": bytes(range(256)) * 16 + MARKER.encode(),
+    }
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        self.server.requests += 1
+        mode = self.server.mode
+        if mode in self.BODIES:
+            self._answer(self.BODIES[mode])
+        elif mode == "huge":
+            self._huge()
+        elif mode == "slow":
+            time.sleep(2.0)
+            self._answer(b"{}")
+        elif mode == "hung":
+            self.server.release.wait(30)
+        elif mode == "trickle":
+            self._trickle()
+
+    def _answer(self, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _huge(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(HUGE))
+        self.end_headers()
+        chunk = (b'{"id": "' + MARKER.encode() + b'", "pad": "').ljust(CHUNK, b"x")
+        try:
+            while self.server.sent < HUGE and not self.server.release.is_set():
+                self.wfile.write(chunk)
+                self.server.sent += len(chunk)
+        except OSError:
+            pass  # the client hung up: what we want
+
+    def _trickle(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        try:
+            while not self.server.release.wait(0.1):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def hostile() -> Iterator[HostileHub]:
+    server = HostileHub()
+    yield server
+    server.close()
+
+
+def resolver_for(url: str, *, request: float = 0.5, total: float = 2.0) -> HubResolver:
+    return HubResolver(HubSettings(endpoint=url, request_timeout=request, total_timeout=total))
+
+
+def unavailable(result: object) -> ModelUnavailable:
+    assert isinstance(result, ModelUnavailable), result
+    return result
+
+
+@pytest.mark.parametrize("mode", ["garbage", "json-list", "wrong-types", "binary"])
+def test_garbage_is_metadata_invalid_and_the_body_is_not_quoted(
+    hostile: HostileHub, mode: str
+) -> None:
+    hostile.mode = mode
+    failure = unavailable(resolver_for(hostile.url).resolve(MODEL))
+    assert failure.reason is Reason.MODEL_METADATA_INVALID
+    assert "not valid model metadata" in failure.message
+    assert MARKER not in failure.message
+    assert not failure.transient  # it will not fix itself: cached briefly, not hammered
+
+
+def test_a_huge_answer_is_cut_at_the_cap_and_never_held_whole(hostile: HostileHub) -> None:
+    hostile.mode = "huge"
+    resolver = resolver_for(hostile.url, request=5.0, total=10.0)
+    tracemalloc.start()
+    try:
+        failure = unavailable(resolver.resolve(MODEL))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert failure.reason is Reason.MODEL_METADATA_INVALID
+    cap = resolver.settings.max_file_bytes
+    assert f"more than {cap} bytes" in failure.message
+    assert MARKER not in failure.message
+    # The cap (8 MiB) and a copy of it, not the 50 MB answer.
+    assert peak < 3 * cap, f"peak {peak} bytes while reading a {HUGE}-byte answer"
+    hostile.release.set()
+    assert hostile.sent < HUGE
+
+
+@pytest.mark.parametrize(
+    ("mode", "says"),
+    [
+        ("slow", "did not answer within 0.5s"),
+        ("hung", "did not answer within 0.5s"),
+        ("trickle", "did not finish answering about"),
+    ],
+)
+def test_slow_hung_or_trickling_hubs_are_unreachable_within_the_bounds(
+    hostile: HostileHub, mode: str, says: str
+) -> None:
+    hostile.mode = mode
+    started = time.monotonic()
+    failure = unavailable(resolver_for(hostile.url, request=0.5, total=2.0).resolve(MODEL))
+    elapsed = time.monotonic() - started
+    assert failure.reason is Reason.MODEL_SOURCE_UNREACHABLE
+    assert says in failure.message
+    assert failure.transient  # retried with backoff by the controller, never cached
+    assert elapsed < 3.0, f"{mode}: {elapsed:.1f}s past the 2s bound"
+
+
+# --- tokens that cannot be sent ----------------------------------------------------------
+
+UNSENDABLE = {
+    "newline": "hf_abcdefgh\nijklmnopqrstu",
+    "carriage-return": "hf_abcdefgh\rijklmnopqrstu",
+    "crlf-header-injection": "hf_abcdefghijk\r\nX-Injected: yes",
+    "non-latin-1": "hf_abcdefgh€ijklmnopqrstu",
+    "latin-1-only": "hf_abcdefghéijklmnopqrstu",
+    "nul": "hf_abcdefgh\x00ijklmnopqrstu",
+    "pem": (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
+        "-----END OPENSSH PRIVATE KEY-----"
+    ),
+}
+
+
+@pytest.mark.parametrize("token", UNSENDABLE.values(), ids=UNSENDABLE.keys())
+def test_a_token_that_cannot_be_a_header_is_refused_before_any_request(
+    token: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """httpx's error for such a header quotes the header, token and all (seen:
+    "LocalProtocolError: Illegal header value b'Bearer hf_…\\n…'" in the order's status)."""
+    with StandInHub() as hub, caplog.at_level(logging.DEBUG):
+        resolver = resolver_for(hub.url, request=2.0, total=4.0)
+        failure = unavailable(resolver.resolve(MODEL, token=token))
+        assert resolver.peek(MODEL, token=token) == failure
+        assert hub.requests == ()
+    assert failure.reason is Reason.AUTH_SECRET_INVALID
+    assert "nothing was sent" in failure.message
+    windows = _windows(token.encode())
+    for text in (failure.message, repr(failure), caplog.text):
+        assert not windows & _windows(text.encode()), "a piece of the token was echoed"
+
+
+def test_a_trailing_newline_is_still_no_problem() -> None:
+    assert token_problem("hf_abcdefghijklmnop") is None
+    assert token_problem("hf_abc\n") == "a line break"
+    assert token_problem("hf abc") == "a space"
+
+
+def _windows(data: bytes, size: int = 8) -> set[bytes]:
+    return {data[i : i + size] for i in range(len(data) - size + 1)}
