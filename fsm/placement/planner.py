@@ -33,10 +33,12 @@ from fractions import Fraction
 
 from pydantic import Field
 
+# A module import, not names: fsm.policy imports fsm.placement.sizing, so importing
+# fsm.policy first runs this module while policy is only partly initialised.
+from fsm import policy
 from fsm.placement import cel, sizing
 from fsm.placement.capacity import FULL_SHARE, Device, DeviceClassInfo, Place, Snapshot, find_place
 from fsm.placement.recipes import Recipe, choose_recipe
-from fsm.policy import ENDPOINT_PREFERENCE, choose_endpoint_type
 from fsm.quantity import GIB, gib_rounded
 from fsm.reasons import Reason
 from fsm.values import (
@@ -316,8 +318,8 @@ def _consider(
     request, facts = context.request, context.request.facts
     product = group[0].product_name
     memory = group[0].memory_bytes or Fraction(0)
-    serving = request.endpoint_type or choose_endpoint_type(
-        ENDPOINT_PREFERENCE, facts.endpoint_types
+    serving = request.endpoint_type or policy.choose_endpoint_type(
+        policy.ENDPOINT_PREFERENCE, facts.endpoint_types
     )
     choice = choose_recipe(
         context.recipes,
