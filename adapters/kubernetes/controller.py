@@ -254,7 +254,7 @@ class Controller:
 
     def _take_over(self, epoch: int) -> None:
         self._epoch = self._log.claim_epoch(epoch)
-        self.cache.watch_changes(self._enqueue)
+        self.cache.watch_changes(self._enqueue, self.reconciler.waiting_for_capacity)
         # A class's own Ready condition depends on it and on the priority/device classes.
         self.cache.classes.add_handler(lambda _e, obj: self._enqueue_class(obj))
         for informer in (self.cache.priority_classes, self.cache.device_classes):

@@ -17,6 +17,7 @@ from adapters.kubernetes import kinds
 from adapters.kubernetes.rendering import UID_LABEL
 from adapters.kubernetes.secret_lookup import NamedSecrets
 from adapters.kubernetes.watching import Informer, Obj, Resource, Timeouts, by_label
+from fsm.placement.arbitration import TAKEN_ANNOTATION
 
 __all__ = ["ClusterCache"]
 
@@ -24,6 +25,8 @@ BY_CLASS = "class"
 BY_SECRET = "secret"
 BY_CATALOG = "catalog"
 BY_ORDER = "order"
+BY_UNBOUND = "unbound"  # pods: the order UID of a live pod not yet on a node
+BY_TAKEN = "taken"  # Deployments: the order UID of one whose replicas were taken
 MODULE_NAME = "ai-inference"
 
 
@@ -62,6 +65,23 @@ def _order_catalog(obj: Obj) -> list[str]:
 def _meta(obj: Obj) -> dict[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
+
+
+def _owner(obj: Obj) -> list[str]:
+    uid = (_meta(obj).get("labels") or {}).get(UID_LABEL)
+    return [str(uid)] if uid else []
+
+
+def _unbound_pod(obj: Obj) -> list[str]:
+    """A live pod the scheduler has not placed: it may wait for devices (arbiter.py)."""
+    if _meta(obj).get("deletionTimestamp") or _spec(obj).get("nodeName"):
+        return []
+    return _owner(obj)
+
+
+def _taken_from(obj: Obj) -> list[str]:
+    """A Deployment that gave replicas to a higher priority: they come back on capacity."""
+    return _owner(obj) if (_meta(obj).get("annotations") or {}).get(TAKEN_ANNOTATION) else []
 
 
 class ClusterCache:
@@ -107,10 +127,14 @@ class ClusterCache:
         self.priority_classes = informer(kinds.PRIORITY_CLASSES)
         # Children carry the order's UID label; the selector keeps the cache to ours.
         self.deployments = informer(
-            kinds.DEPLOYMENTS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+            kinds.DEPLOYMENTS,
+            label_selector=UID_LABEL,
+            indexers={BY_ORDER: by_label(UID_LABEL), BY_TAKEN: _taken_from},
         )
         self.pods = informer(
-            kinds.PODS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+            kinds.PODS,
+            label_selector=UID_LABEL,
+            indexers={BY_ORDER: by_label(UID_LABEL), BY_UNBOUND: _unbound_pod},
         )
         # The rest of what an order owns: compared with what it should have on every pass
         # (drift is repaired, what is no longer rendered is pruned).
@@ -207,14 +231,39 @@ class ClusterCache:
 
     # -- what a change affects -----------------------------------------------------------
 
-    def watch_changes(self, enqueue: Callable[[Iterable[str]], None]) -> None:
-        """Route every change of every kind to the orders it can affect."""
+    def capacity_watchers(self, waiting: Callable[[], Iterable[str]]) -> set[str]:
+        """The orders a capacity change can affect: those `waiting` names (their state
+        says they wait for capacity), those with a pod the scheduler has not placed, and
+        those whose replicas a higher priority took."""
+        found = set(waiting())
+        found.update(self.pods.index_values(BY_UNBOUND))
+        found.update(self.deployments.index_values(BY_TAKEN))
+        return found
+
+    def watch_changes(
+        self,
+        enqueue: Callable[[Iterable[str]], None],
+        waiting_for_capacity: Callable[[], Iterable[str]] | None = None,
+    ) -> None:
+        """Route every change of every kind to the orders it can affect.
+
+        `waiting_for_capacity`: the UIDs of the orders whose decisions a capacity change
+        can alter (the reconciler knows them from their states). A ResourceSlice or
+        ResourceClaim event then wakes those and the claim's own order, not every order:
+        with N orders each making a claim, waking all was O(N²) passes. Without it, every
+        order is woken.
+        """
 
         def orders_where(index: str, value: str) -> list[str]:
             return [str(_meta(o).get("uid")) for o in self.orders.by_index(index, value)]
 
         def every_order() -> list[str]:
             return self.orders.uids()
+
+        def capacity(obj: Obj) -> Iterable[str]:
+            if waiting_for_capacity is None:
+                return every_order()
+            return self.capacity_watchers(waiting_for_capacity) | set(_owner(obj))
 
         def route(fn: Callable[[Obj], Iterable[str]]) -> Callable[[str, Obj], None]:
             def handler(_event: str, obj: Obj) -> None:
@@ -242,13 +291,14 @@ class ClusterCache:
             route(lambda o: orders_where(BY_CATALOG, f"ClusterModel//{_meta(o).get('name')}"))
         )
         for child in (self.pods, *self.owned_kinds):
-            child.add_handler(route(lambda o: [str((_meta(o).get("labels") or {}).get(UID_LABEL))]))
-        # Capacity, recipes, priorities and settings can change any order's decisions.
+            child.add_handler(route(_owner))
+        self.resource_slices.add_handler(route(capacity))
+        self.resource_claims.add_handler(route(capacity))
+        # Device classes (a class's policy names them), recipes, priorities and settings
+        # can change any order's decisions; they change rarely.
         for informer in (
             self.module_configs,
             self.device_classes,
-            self.resource_slices,
-            self.resource_claims,
             self.recipes,
             self.priority_classes,
         ):
