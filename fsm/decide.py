@@ -26,6 +26,7 @@ __all__ = [
     "excluded_device_classes",
     "held_devices",
     "needs_plan",
+    "probe_is_news",
     "waits_for_capacity",
 ]
 
@@ -323,6 +324,16 @@ def _auth_secret(s: OrderState, o: ob.AuthSecretSeen) -> list[ev.Event]:
 def _probe(s: OrderState, o: ob.ProbeResult) -> list[ev.Event]:
     if s.last_probe_at is not None and o.at <= s.last_probe_at:
         return []  # this probe, or an older one, is already in the log
+    return _probe_answer(s, o)
+
+
+def probe_is_news(state: OrderState, answer: ob.ProbeResult) -> bool:
+    """Would this answer add to the log, recorded after the last probe? (A repeated probe
+    that says what the log says need not wake the order.)"""
+    return bool(_probe_answer(state, answer))
+
+
+def _probe_answer(s: OrderState, o: ob.ProbeResult) -> list[ev.Event]:
     if o.ok:
         if s.probe_ok and s.probe_failures == 0:
             return []

@@ -177,7 +177,10 @@ class Reconciler:
 
     def _act(self, p: _Pass) -> None:
         for _ in range(_MAX_ROUNDS):
-            if not any(self._carry_out(p, command) for command in self._commands(p)):
+            commands = self._commands(p)
+            if not any(self._carry_out(p, command) for command in commands):
+                if not any(isinstance(c, effects.ScheduleProbe) for c in commands):
+                    self.actor.stop_probing(p.order)  # not serving now: no probe timer
                 return
         log.warning("order %s still changing after %d rounds", p.order.key, _MAX_ROUNDS)
         p.requeue.append(1.0)
