@@ -292,7 +292,7 @@ class Controller:
     def _orders_for_metrics(self) -> list[dict[str, Any]]:
         # Only a leader's cache runs; a standby reports no orders, so replicas never
         # count one twice.
-        return self.cache.orders.objects() if self.leading.is_set() else []
+        return self.cache.orders.objects(copy_=False) if self.leading.is_set() else []
 
     def _enqueue(self, uids: Iterable[str]) -> None:
         for uid in uids:

@@ -96,20 +96,26 @@ class ClusterCache:
         discovery_period: float = 30.0,
         secret_refresh: float = 30.0,
     ) -> None:
-        def informer(resource: Resource, optional: bool = False, **kwargs: Any) -> Informer:
+        def informer(
+            resource: Resource, optional: bool = False, resync: float | None = None, **kwargs: Any
+        ) -> Informer:
             # Kinds of other modules and of DRA may be absent: empty until they appear.
             return Informer(
                 api,
                 resource,
                 timeouts=timeouts,
-                resync_period=300.0,
+                resync_period=resync,
                 optional=optional or resource in kinds.OPTIONAL,
                 absent_poll=discovery_period,
                 **kwargs,
             )
 
+        # Only the orders resync: each order's pass compares everything it depends on,
+        # so one pass per order per period is the whole safety net. Every kind resyncing
+        # woke each order once per kind (with 500 orders, thousands of passes a period).
         self.orders = informer(
             kinds.INFERENCE_SERVICES,
+            resync=300.0,
             indexers={
                 BY_CLASS: _order_class,
                 BY_SECRET: _order_secrets,
@@ -210,7 +216,8 @@ class ClusterCache:
         return self.models.get_by_name(namespace, name)
 
     def pods_of(self, uid: str) -> list[Obj]:
-        return self.pods.by_index(BY_ORDER, uid)
+        """The order's pods: the cached objects themselves, to read only."""
+        return self.pods.by_index(BY_ORDER, uid, copy_=False)
 
     @property
     def owned_kinds(self) -> list[Informer]:

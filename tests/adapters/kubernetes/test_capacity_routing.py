@@ -97,3 +97,23 @@ def test_an_order_with_a_pod_not_on_a_node_is_woken_by_capacity(tmp_path: Path) 
     fakes.put(bed.world, claim("other", "node-a", "gpu-1", namespace="x"))
     assert woken == [pending]  # its pod may be waiting for that device
     bed.log.close()
+
+
+def test_capacity_is_parsed_once_per_change_not_once_per_pass(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, a100s=SERVING)
+    uids = [bed.order(f"llm-{i}") for i in range(SERVING)]
+    for i, uid in enumerate(uids):
+        bed.settle(uid)
+        fakes.put(bed.world, _pod(uid, f"llm-{i}", node=None))  # pods waiting: capacity read
+    planning = bed.reconciler.planning
+    before = planning.parses
+    for uid in uids * 3:
+        bed.reconciler.reconcile(uid)
+    assert planning.parses == before  # fifteen passes, nothing changed: no parse
+    fakes.put(bed.world, claim("llm-0-gpu", "node-a", "gpu-0", holder=uids[0], namespace="support"))
+    for uid in uids:
+        bed.reconciler.reconcile(uid)
+    assert planning.parses == before + 1  # one claim changed: parsed once, shared by five
+    free = planning.free_units("gpu.nvidia.com")
+    assert free == (SERVING - 1) * 100  # and it is the new capacity that they read
+    bed.log.close()
