@@ -323,7 +323,7 @@ class Controller:
         """One pass, timed and counted by outcome; its log records name the order."""
         if not self.still_leading():
             return queueing.Done()  # an old leader starts nothing; the next one re-reads all
-        meta = (self.cache.orders.get(uid) or {}).get("metadata") or {}
+        meta = (self.cache.orders.get(uid, copy_=False) or {}).get("metadata") or {}
         with (
             logs.about_order(uid=uid, namespace=meta.get("namespace"), name=meta.get("name")),
             metrics.reconcile_pass("order") as record,

@@ -637,6 +637,12 @@ class Informer:
         # LIST items carry no apiVersion/kind; watch events do. Make them alike.
         obj.setdefault("apiVersion", self.resource.api_version)
         obj.setdefault("kind", self.resource.kind)
+        # Nothing reads the field managers from the cache, and they are often the largest
+        # part of an object (controller-runtime's TransformStripManagedFields): with ~9
+        # cached objects per order they were much of the controller's memory per order.
+        meta = obj.get("metadata")
+        if isinstance(meta, dict):
+            meta.pop("managedFields", None)
 
     def _apply(self, event_type: str, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
