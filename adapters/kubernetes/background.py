@@ -57,6 +57,7 @@ class Background:
         self._running: set[Key] = set()
         self._done: dict[Key, Any] = {}
         self._repeats: dict[Key, _Repeat] = {}
+        self._announced: set[Key] = set()  # repeats whose next result is news for sure
         self._heap: list[tuple[float, int, Key]] = []
         self._order = itertools.count()
         self._stopped = False
@@ -74,15 +75,14 @@ class Background:
             return key in self._running
 
     def waiting(self, uid: str) -> bool:
-        """Whether a call for order `uid` runs whose end will wake the order."""
+        """Whether a call for order `uid` runs, or is armed, whose end will wake the
+        order: a one-shot call running, or an announced repeat (running or due: the
+        timer may not have picked it up yet)."""
         with self._lock:
             for key in self._running:
-                if key[1] != uid:
-                    continue
-                repeat = self._repeats.get(key)
-                if repeat is None or repeat.announced:
+                if key[1] == uid and key not in self._repeats:
                     return True
-            return False
+            return any(key[1] == uid for key in self._announced)
 
     def start(self, key: Key, call: Callable[[], Any]) -> None:
         """Run `call` unless one runs under `key` already; its result is kept for `take`."""
@@ -129,6 +129,10 @@ class Background:
             old = self._repeats.get(key)
             due = old.due if old is not None else now + max(0.0, first_after)
             self._repeats[key] = _Repeat(call, every, news, due, announced)
+            if announced:
+                self._announced.add(key)
+            else:
+                self._announced.discard(key)
             if old is not None and old.due == due:
                 return
             if self._inline:
@@ -140,6 +144,7 @@ class Background:
                 return
         if run:
             del self._repeats[key]  # inline: once, never again
+            self._announced.discard(key)
             self._fire(key, _Repeat(call, every, news, due, announced))
 
     def repeating(self, key: Key) -> bool:
@@ -150,6 +155,7 @@ class Background:
         """Stop repeating `key` (a call running finishes; its result is dropped)."""
         with self._lock:
             self._repeats.pop(key, None)
+            self._announced.discard(key)
 
     def _ensure_timer(self) -> None:
         if self._timer is None and not self._stopped:
@@ -200,6 +206,7 @@ class Background:
                     self._lock.notify_all()
                 return
             self._repeats.pop(key, None)  # the pass that takes it arms it again
+            self._announced.discard(key)
             self._done[key] = result
         if not self._inline:
             self._wake(key[1])
@@ -211,6 +218,7 @@ class Background:
                 del self._done[key]
             for key in [k for k in self._repeats if k[1] == uid]:
                 del self._repeats[key]
+                self._announced.discard(key)
 
     def stop(self) -> None:
         with self._lock:
