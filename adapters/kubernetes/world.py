@@ -79,6 +79,20 @@ def _unbound_pod(obj: Obj) -> list[str]:
     return _owner(obj)
 
 
+# What the controller reads of a pod (observing.py, arbiter.py, probes/targets.py): its
+# metadata, where it runs and at what priority, and its conditions. The rest (containers,
+# volumes, container statuses) was most of a pod's size in the cache, one pod per replica.
+_POD_SPEC = ("nodeName", "priority")
+_POD_STATUS = ("conditions", "phase")
+
+
+def _trim_pod(obj: Obj) -> None:
+    for key, kept in (("spec", _POD_SPEC), ("status", _POD_STATUS)):
+        part = obj.get(key)
+        if isinstance(part, dict):
+            obj[key] = {k: part[k] for k in kept if k in part}
+
+
 def _taken_from(obj: Obj) -> list[str]:
     """A Deployment that gave replicas to a higher priority: they come back on capacity."""
     return _owner(obj) if (_meta(obj).get("annotations") or {}).get(TAKEN_ANNOTATION) else []
@@ -141,6 +155,7 @@ class ClusterCache:
             kinds.PODS,
             label_selector=UID_LABEL,
             indexers={BY_ORDER: by_label(UID_LABEL), BY_UNBOUND: _unbound_pod},
+            trim=_trim_pod,
         )
         # The rest of what an order owns: compared with what it should have on every pass
         # (drift is repaired, what is no longer rendered is pruned).

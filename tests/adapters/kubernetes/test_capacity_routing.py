@@ -117,3 +117,22 @@ def test_capacity_is_parsed_once_per_change_not_once_per_pass(tmp_path: Path) ->
     free = planning.free_units("gpu.nvidia.com")
     assert free == (SERVING - 1) * 100  # and it is the new capacity that they read
     bed.log.close()
+
+
+def test_a_cached_pod_keeps_only_what_the_controller_reads() -> None:
+    """Memory per order: a pod's containers, volumes and container statuses were most of
+    its size in the cache, and nothing of the controller reads them."""
+    world = fakes.world()
+    pod = _pod("uid-1", "llm", node="node-a")
+    pod["metadata"]["annotations"] = {"example/endpoint": "http://127.0.0.1:1"}
+    pod["spec"].update(
+        priority=1000, containers=[{"name": "runtime", "image": "vllm", "env": []}], volumes=[]
+    )
+    pod["status"].update(phase="Running", containerStatuses=[{"name": "runtime"}], podIP="1")
+    stored = fakes.put(world, pod)
+    cached = world.pods.get(stored["metadata"]["uid"], copy_=False)
+    assert cached is not None
+    assert cached["spec"] == {"nodeName": "node-a", "priority": 1000}
+    assert cached["status"] == {"phase": "Running", "conditions": pod["status"]["conditions"]}
+    assert cached["metadata"]["annotations"] == pod["metadata"]["annotations"]
+    assert world.pods_of("uid-1") == [cached]
