@@ -21,7 +21,14 @@ from fsm.reasons import Reason
 from fsm.state import PROBE_FAILURE_THRESHOLD, OrderState, grace_start, probe_error_text
 from fsm.values import ClassOutcome, ModelOutcome, PlanOutcome
 
-__all__ = ["decide", "excluded_device_classes", "held_devices", "needs_plan"]
+__all__ = [
+    "decide",
+    "excluded_device_classes",
+    "held_devices",
+    "needs_plan",
+    "probe_is_news",
+    "waits_for_capacity",
+]
 
 
 def _resolved(state: OrderState) -> bool:
@@ -52,6 +59,22 @@ def needs_plan(state: OrderState) -> bool:
     if a is None or not a.ok or a.basis != plan_basis(state):
         return True
     return any(dc not in a.excluded_device_classes for dc in state.tried_device_classes)
+
+
+def waits_for_capacity(state: OrderState) -> bool:
+    """Can a change of capacity (a device freed or taken) change this order's decisions?
+
+    Yes while it needs a plan (a failed verdict is retried when capacity appears), has
+    tried device classes (their free units are watched), has pods waiting for devices,
+    or cannot grow or was scaled down for a higher priority. A deleted order, one not yet
+    resolved, and one serving on its plan with every pod allocated do not: capacity
+    events need not wake them (their own claims' events still do).
+    """
+    if state.deleted:
+        return False
+    if needs_plan(state) or state.tried_device_classes or state.scaling is not None:
+        return True
+    return state.workload is not None and state.workload.unallocated_since is not None
 
 
 def excluded_device_classes(state: OrderState) -> tuple[str, ...]:
@@ -301,6 +324,16 @@ def _auth_secret(s: OrderState, o: ob.AuthSecretSeen) -> list[ev.Event]:
 def _probe(s: OrderState, o: ob.ProbeResult) -> list[ev.Event]:
     if s.last_probe_at is not None and o.at <= s.last_probe_at:
         return []  # this probe, or an older one, is already in the log
+    return _probe_answer(s, o)
+
+
+def probe_is_news(state: OrderState, answer: ob.ProbeResult) -> bool:
+    """Would this answer add to the log, recorded after the last probe? (A repeated probe
+    that says what the log says need not wake the order.)"""
+    return bool(_probe_answer(state, answer))
+
+
+def _probe_answer(s: OrderState, o: ob.ProbeResult) -> list[ev.Event]:
     if o.ok:
         if s.probe_ok and s.probe_failures == 0:
             return []

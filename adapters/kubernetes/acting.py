@@ -12,6 +12,7 @@ the order's UID as a precondition.
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -35,7 +36,7 @@ from adapters.probes.http import probe
 from adapters.probes.targets import TargetResolver
 from fsm import effects
 from fsm import observations as ob
-from fsm.decide import STALE_FACTS_NOTE
+from fsm.decide import STALE_FACTS_NOTE, probe_is_news
 from fsm.identity import OrderRef, auth_secret_name, tls_secret_name
 from fsm.placement.arbitration import TAKEN_ANNOTATION, Taking
 from fsm.placement.recipes import Recipe
@@ -274,33 +275,18 @@ class Actor:
     # -- probing -----------------------------------------------------------------------
 
     def _probe(self, order: OrderRef, state: OrderState, after: float, now: datetime) -> Acted:
-        """Probe off the worker: start the probe when due, record its answer when back."""
+        """Probe off the worker, every `after` seconds on the background's timer: an
+        answer that changes nothing is dropped there, news wakes the order and is
+        recorded here (its time is this pass's, as every observation's)."""
         key = ("probe", order.uid)
         done, answer = self._background.take(key)
-        if done:  # seen now: its time is this pass's, as every observation's
+        if done:  # the next round arms the probe again with the state this answer made
             return Acted(replace(answer, at=now), requeue=[after])
-        if self._background.busy(key):
-            return Acted()  # its end wakes the order
-        last = state.last_probe_at
-        if last is not None:
-            wait = after - (now - last).total_seconds()
-            if wait > 0:
-                return Acted(requeue=[wait])
-        token = None
-        needs_token = (
-            state.policy is not None
-            and state.policy.exposure.authentication is Authentication.TOKEN
-        )
-        if needs_token and state.auth_secret_name:
-            secret = self._world.token_secrets.get_by_name(order.namespace, state.auth_secret_name)
-            if secret is None or not self._rolled_out(order, secret):
-                return Acted(requeue=[after])  # the runtime has not the current token yet
-            token = secret_value(secret, AUTH_SECRET_KEY)
-        if not self._service_is_ours(order):
-            return Acted(requeue=[after])  # never follow a retyped Service elsewhere
-        url = self._targets.resolve(order, self._world.pods_of(order.uid))
-        if url is None:
-            return Acted(requeue=[after])  # no Ready pod yet: its change wakes us
+        target = self._probe_target(order, state)
+        if target is None:
+            self._background.cancel(key)
+            return Acted(requeue=[after])
+        url, token = target
         timeout = float(self._settings().probe.timeout_seconds)
 
         def call() -> ob.ProbeResult:
@@ -309,9 +295,41 @@ class Actor:
                 at=now, ok=answer.ok, status_code=answer.status_code, error=answer.error
             )
 
-        self._background.start(key, call)
+        self._background.repeat(
+            key,
+            call,
+            every=after,
+            first_after=_first_probe_in(order.uid, state, after, now),
+            news=lambda result: probe_is_news(state, result),
+            announced=state.probe_ok is None,  # a first answer is always news
+        )
         done, result = self._background.take(key)  # at once when run inline (tests)
-        return Acted(replace(result, at=now) if done else None, requeue=[after])
+        return Acted(replace(result, at=now), requeue=[after]) if done else Acted()
+
+    def stop_probing(self, order: OrderRef) -> None:
+        """The core asks for no probe now (not serving, deleted): stop the timer."""
+        self._background.cancel(("probe", order.uid))
+
+    def _probe_target(self, order: OrderRef, state: OrderState) -> tuple[str, str | None] | None:
+        """The URL and token to probe with, or None while there is nothing to probe."""
+        token = None
+        needs_token = (
+            state.policy is not None
+            and state.policy.exposure.authentication is Authentication.TOKEN
+        )
+        if needs_token and state.auth_secret_name:
+            secret = self._world.token_secrets.get_by_name(
+                order.namespace, state.auth_secret_name, copy_=False
+            )
+            if secret is None or not self._rolled_out(order, secret):
+                return None  # the runtime has not the current token yet
+            token = secret_value(secret, AUTH_SECRET_KEY)
+        if not self._service_is_ours(order):
+            return None  # never follow a retyped Service elsewhere
+        url = self._targets.resolve(order, self._world.pods_of(order.uid))
+        if url is None:
+            return None  # no Ready pod yet: its change wakes us
+        return url, token
 
     def _rolled_out(self, order: OrderRef, secret: Obj) -> bool:
         """The Deployment's pods carry the token Secret's current UID (rotation done)."""
@@ -403,3 +421,19 @@ def _keep_priority_replicas(docs: list[dict[str, Any]], live: dict[converging.Ke
         annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
         if annotations.get(TAKEN_ANNOTATION):
             doc.get("spec", {}).pop("replicas", None)
+
+
+def _first_probe_in(uid: str, state: OrderState, after: float, now: datetime) -> float:
+    """Seconds until an order's probe, armed anew, first runs.
+
+    Never probed: at once. Probed within the interval (by this pass, say): when the
+    interval ends. Otherwise a failing order at once, and a serving one at a point of
+    the interval fixed by its UID: after a restart every Ready order is armed at once,
+    and their probes would all start together."""
+    last = state.last_probe_at
+    if state.probe_ok is None or last is None:
+        return 0.0
+    elapsed = (now - last).total_seconds()
+    if 0 <= elapsed < after:
+        return after - elapsed
+    return after * (zlib.crc32(uid.encode()) / 2**32) if state.probe_ok else 0.0

@@ -6,16 +6,28 @@ the call here and goes on; when the call ends, its result is kept under its key 
 order is woken (`wake(uid)`), and the order's next pass takes the result — once. At most
 one call per key runs at a time, and the pool bounds how many run at all.
 
-`inline=True` runs each call at once on the caller's thread: the pass's unit tests use
-it to stay deterministic.
+A call that repeats (`repeat`: an order's probe every interval) runs on a timer of its
+own, not from a pass: its result is kept and the order woken only when `news(result)`
+says the order's log would change; a result that says what the log says already is
+dropped and the call runs again `every` seconds later. So an order whose probes keep
+answering as before costs a probe per interval and no pass (with hundreds of Ready
+orders, the pass per probe was most of the controller's idle CPU). A result kept ends the
+repetition: the pass that takes it arms it again with its new state.
+
+`inline=True` runs each call at once on the caller's thread (a repeated one only when it
+is due at once, and never again): the pass's unit tests use it to stay deterministic.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Background"]
@@ -25,6 +37,15 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (what, order UID)
 
 
+@dataclass
+class _Repeat:
+    call: Callable[[], Any]
+    every: float
+    news: Callable[[Any], bool]
+    due: float  # time.monotonic()
+    announced: bool  # its next result wakes the order for sure (the pass may wait for it)
+
+
 class Background:
     def __init__(
         self, wake: Callable[[str], None], *, workers: int = 8, inline: bool = False
@@ -32,9 +53,15 @@ class Background:
         self._wake = wake
         self._inline = inline
         self._pool = None if inline else ThreadPoolExecutor(workers, "background")
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._running: set[Key] = set()
         self._done: dict[Key, Any] = {}
+        self._repeats: dict[Key, _Repeat] = {}
+        self._announced: set[Key] = set()  # repeats whose next result is news for sure
+        self._heap: list[tuple[float, int, Key]] = []
+        self._order = itertools.count()
+        self._stopped = False
+        self._timer: threading.Thread | None = None
 
     def take(self, key: Key) -> tuple[bool, Any]:
         """(True, result) for a finished call, handed out once; else (False, None)."""
@@ -48,9 +75,14 @@ class Background:
             return key in self._running
 
     def waiting(self, uid: str) -> bool:
-        """Whether a call for order `uid` runs: its end will wake the order."""
+        """Whether a call for order `uid` runs, or is armed, whose end will wake the
+        order: a one-shot call running, or an announced repeat (running or due: the
+        timer may not have picked it up yet)."""
         with self._lock:
-            return any(key[1] == uid for key in self._running)
+            for key in self._running:
+                if key[1] == uid and key not in self._repeats:
+                    return True
+            return any(key[1] == uid for key in self._announced)
 
     def start(self, key: Key, call: Callable[[], Any]) -> None:
         """Run `call` unless one runs under `key` already; its result is kept for `take`."""
@@ -75,13 +107,123 @@ class Background:
         if not self._inline:
             self._wake(key[1])
 
+    # -- repeated calls ------------------------------------------------------------------
+
+    def repeat(
+        self,
+        key: Key,
+        call: Callable[[], Any],
+        *,
+        every: float,
+        first_after: float,
+        news: Callable[[Any], bool],
+        announced: bool = False,
+    ) -> None:
+        """Run `call` every `every` seconds, the first time in `first_after` seconds.
+
+        Armed again (the next pass's call, with its state): the call, interval and
+        judgement are replaced, the time it is due is kept. `announced`: its next result
+        is news whatever it says (`waiting` then counts it)."""
+        now = time.monotonic()
+        with self._lock:
+            old = self._repeats.get(key)
+            due = old.due if old is not None else now + max(0.0, first_after)
+            self._repeats[key] = _Repeat(call, every, news, due, announced)
+            if announced:
+                self._announced.add(key)
+            else:
+                self._announced.discard(key)
+            if old is not None and old.due == due:
+                return
+            if self._inline:
+                run = due <= now
+            else:
+                heapq.heappush(self._heap, (due, next(self._order), key))
+                self._ensure_timer()
+                self._lock.notify_all()
+                return
+        if run:
+            del self._repeats[key]  # inline: once, never again
+            self._announced.discard(key)
+            self._fire(key, _Repeat(call, every, news, due, announced))
+
+    def repeating(self, key: Key) -> bool:
+        with self._lock:
+            return key in self._repeats
+
+    def cancel(self, key: Key) -> None:
+        """Stop repeating `key` (a call running finishes; its result is dropped)."""
+        with self._lock:
+            self._repeats.pop(key, None)
+            self._announced.discard(key)
+
+    def _ensure_timer(self) -> None:
+        if self._timer is None and not self._stopped:
+            self._timer = threading.Thread(target=self._tick, name="background-timer", daemon=True)
+            self._timer.start()
+
+    def _tick(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stopped and (not self._heap or self._heap[0][0] > time.monotonic()):
+                    timeout = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._lock.wait(timeout)
+                if self._stopped:
+                    return
+                due, _, key = heapq.heappop(self._heap)
+                repeat = self._repeats.get(key)
+                if repeat is None or repeat.due != due or key in self._running:
+                    continue  # cancelled, re-armed at another time, or still running
+                self._running.add(key)
+            assert self._pool is not None
+            future: Future[None] = self._pool.submit(self._fire_running, key, repeat)
+            future.add_done_callback(_report)
+
+    def _fire(self, key: Key, repeat: _Repeat) -> None:
+        with self._lock:
+            if key in self._running:
+                return
+            self._running.add(key)
+        self._fire_running(key, repeat)
+
+    def _fire_running(self, key: Key, repeat: _Repeat) -> None:
+        try:
+            result = repeat.call()
+        finally:
+            with self._lock:
+                self._running.discard(key)
+        with self._lock:
+            current = self._repeats.get(key)
+            if current is not repeat and current is not None:
+                # Re-armed while it ran: judge by the newer state, keep the newer timing.
+                repeat = current
+            elif current is None and not self._inline:
+                return  # cancelled while it ran
+            if not repeat.news(result):
+                if current is not None:
+                    current.due = time.monotonic() + current.every
+                    heapq.heappush(self._heap, (current.due, next(self._order), key))
+                    self._lock.notify_all()
+                return
+            self._repeats.pop(key, None)  # the pass that takes it arms it again
+            self._announced.discard(key)
+            self._done[key] = result
+        if not self._inline:
+            self._wake(key[1])
+
     def forget(self, uid: str) -> None:
-        """Drop what was kept for an order that is gone."""
+        """Drop what was kept, and what repeats, for an order that is gone."""
         with self._lock:
             for key in [k for k in self._done if k[1] == uid]:
                 del self._done[key]
+            for key in [k for k in self._repeats if k[1] == uid]:
+                del self._repeats[key]
+                self._announced.discard(key)
 
     def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            self._lock.notify_all()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 

@@ -294,7 +294,7 @@ class Controller:
         self._epoch = self._log.claim_epoch(epoch)
         # Settings first: the orders a settings change enqueues must find them in force.
         self.cache.module_configs.add_handler(self._settings_changed)
-        self.cache.watch_changes(self._enqueue)
+        self.cache.watch_changes(self._enqueue, self.reconciler.waiting_for_capacity)
         # A class's own Ready condition depends on it and on the priority/device classes.
         self.cache.classes.add_handler(lambda _e, obj: self._enqueue_class(obj))
         for informer in (self.cache.priority_classes, self.cache.device_classes):
@@ -332,7 +332,7 @@ class Controller:
     def _orders_for_metrics(self) -> list[dict[str, Any]]:
         # Only a leader's cache runs; a standby reports no orders, so replicas never
         # count one twice.
-        return self.cache.orders.objects() if self.leading.is_set() else []
+        return self.cache.orders.objects(copy_=False) if self.leading.is_set() else []
 
     def _enqueue(self, uids: Iterable[str]) -> None:
         for uid in uids:
@@ -365,7 +365,7 @@ class Controller:
             return queueing.Done()  # an old leader starts nothing; the next one re-reads all
         if self.log_gate.park_if_closed(uid):
             return queueing.Done()  # the log is down: enqueued again once it answers
-        meta = (self.cache.orders.get(uid) or {}).get("metadata") or {}
+        meta = (self.cache.orders.get(uid, copy_=False) or {}).get("metadata") or {}
         with (
             logs.about_order(uid=uid, namespace=meta.get("namespace"), name=meta.get("name")),
             metrics.reconcile_pass("order") as record,

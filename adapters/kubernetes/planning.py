@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping
 
-from adapters.kubernetes.watching import Obj
 from adapters.kubernetes.world import ClusterCache
 from fsm import effects
 from fsm.placement import capacity, demand, planner, recipes
@@ -25,17 +25,6 @@ __all__ = ["Planning"]
 log = logging.getLogger(__name__)
 
 
-def _allocated(claim: Obj) -> bool:
-    return bool(
-        (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
-    )
-
-
-def _holder(claim: Obj) -> str | None:
-    labels = (claim.get("metadata") or {}).get("labels") or {}
-    return labels.get(capacity.ORDER_UID_LABEL)
-
-
 class Planning:
     """The capacity as the planner and the arbiter see it, and the planner's calls."""
 
@@ -44,6 +33,8 @@ class Planning:
         self._states = states  # a copy of every order's folded state this process holds
         self.lock = threading.Lock()
         self._recipes: tuple[str | None, tuple[recipes.Recipe, ...]] = ("", ())
+        self._parsed_at: tuple[tuple[str | None, ...], capacity.Snapshot] | None = None
+        self.parses = 0  # capacity parsed anew (for tests: once per change, not per pass)
 
     def recipes(self) -> tuple[recipes.Recipe, ...]:
         """The launch recipes, parsed once per change of any of them (not every pass)."""
@@ -57,50 +48,56 @@ class Planning:
             self._recipes = (version, parsed)
         return parsed
 
-    def priority_value(self, name: str | None) -> int | None:
-        objs = self._world.priority_classes.objects()
-        if name is None:
-            return next((int(o.get("value", 0)) for o in objs if o.get("globalDefault")), 0)
-        for obj in objs:
-            if (obj.get("metadata") or {}).get("name") == name:
-                return int(obj.get("value", 0))
-        return None
+    def _parsed(self) -> capacity.Snapshot:
+        """Device classes, devices, allocated claims and priority classes, parsed once per
+        change of any of them and shared read-only by every pass (it is frozen): before,
+        each pass deep-copied and parsed every slice and claim, O(N) per pass with N
+        orders. The versions are read before the objects, so a change that lands
+        meanwhile only makes the next call parse again."""
+        world = self._world
+        informers = (
+            world.device_classes,
+            world.resource_slices,
+            world.resource_claims,
+            world.priority_classes,
+        )
+        versions = tuple(informer.resource_version for informer in informers)
+        cached = self._parsed_at
+        # None (never listed, or the kind is not served) is a version too: the objects
+        # of such an informer change only with an event or a LIST, which set one.
+        if cached is not None and cached[0] == versions:
+            return cached[1]
+        parsed = capacity.parse_snapshot(
+            world.device_classes.objects(copy_=False),
+            world.resource_slices.objects(copy_=False),
+            world.resource_claims.objects(copy_=False),
+            priority_classes=world.priority_classes.objects(copy_=False),
+        )
+        self._parsed_at = (versions, parsed)
+        self.parses += 1
+        return parsed
 
     def allocated_only(self) -> capacity.Snapshot:
         """Devices and the claims the scheduler allocated: what a device class offers."""
-        return capacity.parse_snapshot(
-            self._world.device_classes.objects(),
-            self._world.resource_slices.objects(),
-            self._world.resource_claims.objects(),
-        )
+        return self._parsed()
 
     def free_units(self, device_class: str) -> int:
-        return demand.free_units(self.allocated_only(), device_class)
+        return demand.free_units(self._parsed(), device_class)
 
     def snapshot(self, uid: str) -> capacity.Snapshot:
         """The capacity as order `uid` sees it: allocated claims, the demand of other
         orders' plans not yet allocated, and each holder's priority."""
         states = self._states()
+        parsed = self._parsed()
         priorities = {
             other: prio
             for other, state in states.items()
             if state.policy is not None
-            and (prio := self.priority_value(state.policy.constraints.priority_class_name))
+            and (prio := parsed.priority_value(state.policy.constraints.priority_class_name))
             is not None
         }
-        claims = self._world.resource_claims.objects()
-        base = capacity.parse_snapshot(
-            self._world.device_classes.objects(),
-            self._world.resource_slices.objects(),
-            claims,
-            priority_classes=self._world.priority_classes.objects(),
-            holder_priorities=priorities,
-        )
-        held: dict[str, int] = {}
-        for claim in claims:
-            holder = _holder(claim)
-            if holder and _allocated(claim):
-                held[holder] = held.get(holder, 0) + 1
+        base = capacity.with_holder_priorities(parsed, priorities)
+        held = Counter(a.holder for a in parsed.allocations if a.holder is not None)
         demands = []
         for other, state in states.items():
             plan = state.plan
@@ -111,13 +108,16 @@ class Planning:
             wanted = state.policy.constraints.min_replicas
             if state.workload is not None:
                 wanted = max(wanted, state.workload.desired_replicas)
+            replicas = wanted - held.get(other, 0)
+            if replicas <= 0:
+                continue  # allocated: its claims are in the snapshot already
             demands.append(
                 demand.Demand(
                     holder=other,
                     namespace=state.namespace,
                     name=state.name,
                     plan=plan,
-                    replicas=wanted - held.get(other, 0),
+                    replicas=replicas,
                     priority=priorities.get(other),
                 )
             )

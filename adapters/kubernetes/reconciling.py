@@ -95,6 +95,9 @@ class Reconciler:
         self._settings = settings
         self._clock = clock
         self._states: dict[str, OrderState] = {}
+        # The orders whose decisions a capacity change can alter, kept with their states
+        # so a capacity event costs a set copy, not a look at every state.
+        self._waiting: set[str] = set()
         self._states_lock = threading.Lock()
         self._transient_failures: dict[str, int] = {}
         self.planning = Planning(world, self.states)
@@ -178,7 +181,10 @@ class Reconciler:
 
     def _act(self, p: _Pass) -> None:
         for _ in range(_MAX_ROUNDS):
-            if not any(self._carry_out(p, command) for command in self._commands(p)):
+            commands = self._commands(p)
+            if not any(self._carry_out(p, command) for command in commands):
+                if not any(isinstance(c, effects.ScheduleProbe) for c in commands):
+                    self.actor.stop_probing(p.order)  # not serving now: no probe timer
                 return
         log.warning("order %s still changing after %d rounds", p.order.key, _MAX_ROUNDS)
         p.requeue.append(1.0)
@@ -236,12 +242,28 @@ class Reconciler:
         )
         before, previous = p.state.version, p.state
         p.state = fold(events, start=p.state)
-        with self._states_lock:
-            self._states[p.order.uid] = p.state
+        self._keep(p.order.uid, p.state)
         self.actor.tell(p.order, previous, p.state)
         if version // SNAPSHOT_EVERY > before // SNAPSHOT_EVERY:
             self._log.save_snapshot(p.order.uid, version, p.state.model_dump(mode="json"))
         return True
+
+    def _keep(self, uid: str, state: OrderState) -> None:
+        with self._states_lock:
+            self._states[uid] = state
+            if decide.waits_for_capacity(state):
+                self._waiting.add(uid)
+            else:
+                self._waiting.discard(uid)
+
+    def waiting_for_capacity(self) -> set[str]:
+        """Orders a capacity change can affect, by their states; an order this process has
+        not folded yet counts (its first pass has not run)."""
+        uids = self._world.orders.uids()
+        with self._states_lock:
+            waiting = set(self._waiting)
+            waiting.update(uid for uid in uids if uid not in self._states)
+        return waiting
 
     def states(self) -> dict[str, OrderState]:
         """A copy of every order's state this process holds (workers insert meanwhile)."""
@@ -263,13 +285,13 @@ class Reconciler:
             except ValueError:
                 start, after = OrderState(), 0  # a snapshot of an older layout: refold
         state = fold([r.event for r in self._log.read(uid, after_version=after)], start=start)
-        with self._states_lock:
-            self._states[uid] = state
+        self._keep(uid, state)
         return state
 
     def forget(self, uid: str) -> None:
         with self._states_lock:
             self._states.pop(uid, None)
+            self._waiting.discard(uid)
         self._transient_failures.pop(uid, None)
         self.background.forget(uid)
 

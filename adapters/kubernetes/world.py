@@ -19,6 +19,7 @@ from adapters.kubernetes.rendering import UID_LABEL
 from adapters.kubernetes.secret_lookup import NamedSecrets
 from adapters.kubernetes.settings import MODULE_NAME
 from adapters.kubernetes.watching import Informer, Obj, Resource, Timeouts, by_label
+from fsm.placement.arbitration import TAKEN_ANNOTATION
 
 __all__ = ["SETTINGS_SOURCES", "ClusterCache"]
 
@@ -28,6 +29,8 @@ BY_CATALOG = "catalog"
 BY_ORDER = "order"
 # The ModuleConfigs whose settings the controller reads; any other module's is no news.
 SETTINGS_SOURCES = frozenset({MODULE_NAME, GLOBAL_NAME})
+BY_UNBOUND = "unbound"  # pods: the order UID of a live pod not yet on a node
+BY_TAKEN = "taken"  # Deployments: the order UID of one whose replicas were taken
 
 
 def _spec(obj: Obj) -> dict[str, Any]:
@@ -67,6 +70,37 @@ def _meta(obj: Obj) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
+def _owner(obj: Obj) -> list[str]:
+    uid = (_meta(obj).get("labels") or {}).get(UID_LABEL)
+    return [str(uid)] if uid else []
+
+
+def _unbound_pod(obj: Obj) -> list[str]:
+    """A live pod the scheduler has not placed: it may wait for devices (arbiter.py)."""
+    if _meta(obj).get("deletionTimestamp") or _spec(obj).get("nodeName"):
+        return []
+    return _owner(obj)
+
+
+# What the controller reads of a pod (observing.py, arbiter.py, probes/targets.py): its
+# metadata, where it runs and at what priority, and its conditions. The rest (containers,
+# volumes, container statuses) was most of a pod's size in the cache, one pod per replica.
+_POD_SPEC = ("nodeName", "priority")
+_POD_STATUS = ("conditions", "phase")
+
+
+def _trim_pod(obj: Obj) -> None:
+    for key, kept in (("spec", _POD_SPEC), ("status", _POD_STATUS)):
+        part = obj.get(key)
+        if isinstance(part, dict):
+            obj[key] = {k: part[k] for k in kept if k in part}
+
+
+def _taken_from(obj: Obj) -> list[str]:
+    """A Deployment that gave replicas to a higher priority: they come back on capacity."""
+    return _owner(obj) if (_meta(obj).get("annotations") or {}).get(TAKEN_ANNOTATION) else []
+
+
 class ClusterCache:
     """Informers for every kind the controller reads, started and stopped together."""
 
@@ -84,20 +118,26 @@ class ClusterCache:
         # of one reaches every order (any External one may copy it).
         self.certificate_sources: Callable[[], Iterable[str]] = lambda: ()
 
-        def informer(resource: Resource, optional: bool = False, **kwargs: Any) -> Informer:
+        def informer(
+            resource: Resource, optional: bool = False, resync: float | None = None, **kwargs: Any
+        ) -> Informer:
             # Kinds of other modules and of DRA may be absent: empty until they appear.
             return Informer(
                 api,
                 resource,
                 timeouts=timeouts,
-                resync_period=300.0,
+                resync_period=resync,
                 optional=optional or resource in kinds.OPTIONAL,
                 absent_poll=discovery_period,
                 **kwargs,
             )
 
+        # Only the orders resync: each order's pass compares everything it depends on,
+        # so one pass per order per period is the whole safety net. Every kind resyncing
+        # woke each order once per kind (with 500 orders, thousands of passes a period).
         self.orders = informer(
             kinds.INFERENCE_SERVICES,
+            resync=300.0,
             indexers={
                 BY_CLASS: _order_class,
                 BY_SECRET: _order_secrets,
@@ -115,10 +155,15 @@ class ClusterCache:
         self.priority_classes = informer(kinds.PRIORITY_CLASSES)
         # Children carry the order's UID label; the selector keeps the cache to ours.
         self.deployments = informer(
-            kinds.DEPLOYMENTS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+            kinds.DEPLOYMENTS,
+            label_selector=UID_LABEL,
+            indexers={BY_ORDER: by_label(UID_LABEL), BY_TAKEN: _taken_from},
         )
         self.pods = informer(
-            kinds.PODS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+            kinds.PODS,
+            label_selector=UID_LABEL,
+            indexers={BY_ORDER: by_label(UID_LABEL), BY_UNBOUND: _unbound_pod},
+            trim=_trim_pod,
         )
         # The rest of what an order owns: compared with what it should have on every pass
         # (drift is repaired, what is no longer rendered is pruned).
@@ -196,7 +241,8 @@ class ClusterCache:
         return self.models.get_by_name(namespace, name)
 
     def pods_of(self, uid: str) -> list[Obj]:
-        return self.pods.by_index(BY_ORDER, uid)
+        """The order's pods: the cached objects themselves, to read only."""
+        return self.pods.by_index(BY_ORDER, uid, copy_=False)
 
     @property
     def owned_kinds(self) -> list[Informer]:
@@ -217,14 +263,39 @@ class ClusterCache:
 
     # -- what a change affects -----------------------------------------------------------
 
-    def watch_changes(self, enqueue: Callable[[Iterable[str]], None]) -> None:
-        """Route every change of every kind to the orders it can affect."""
+    def capacity_watchers(self, waiting: Callable[[], Iterable[str]]) -> set[str]:
+        """The orders a capacity change can affect: those `waiting` names (their state
+        says they wait for capacity), those with a pod the scheduler has not placed, and
+        those whose replicas a higher priority took."""
+        found = set(waiting())
+        found.update(self.pods.index_values(BY_UNBOUND))
+        found.update(self.deployments.index_values(BY_TAKEN))
+        return found
+
+    def watch_changes(
+        self,
+        enqueue: Callable[[Iterable[str]], None],
+        waiting_for_capacity: Callable[[], Iterable[str]] | None = None,
+    ) -> None:
+        """Route every change of every kind to the orders it can affect.
+
+        `waiting_for_capacity`: the UIDs of the orders whose decisions a capacity change
+        can alter (the reconciler knows them from their states). A ResourceSlice or
+        ResourceClaim event then wakes those and the claim's own order, not every order:
+        with N orders each making a claim, waking all was O(N²) passes. Without it, every
+        order is woken.
+        """
 
         def orders_where(index: str, value: str) -> list[str]:
             return [str(_meta(o).get("uid")) for o in self.orders.by_index(index, value)]
 
         def every_order() -> list[str]:
             return self.orders.uids()
+
+        def capacity(obj: Obj) -> Iterable[str]:
+            if waiting_for_capacity is None:
+                return every_order()
+            return self.capacity_watchers(waiting_for_capacity) | set(_owner(obj))
 
         def route(fn: Callable[[Obj], Iterable[str]]) -> Callable[[str, Obj], None]:
             def handler(_event: str, obj: Obj) -> None:
@@ -253,15 +324,18 @@ class ClusterCache:
             route(lambda o: orders_where(BY_CATALOG, f"ClusterModel//{_meta(o).get('name')}"))
         )
         for child in (self.pods, *self.owned_kinds):
-            child.add_handler(route(lambda o: [str((_meta(o).get("labels") or {}).get(UID_LABEL))]))
-        # Settings, capacity, recipes and priorities can change any order's decisions.
+            child.add_handler(route(_owner))
+        # The module's settings and the platform's global ones can change any order's
+        # decisions; another module's ModuleConfig is no news.
         self.module_configs.add_handler(
             route(lambda o: every_order() if _meta(o).get("name") in SETTINGS_SOURCES else [])
         )
+        self.resource_slices.add_handler(route(capacity))
+        self.resource_claims.add_handler(route(capacity))
+        # Device classes (a class's policy names them), recipes and priorities can change
+        # any order's decisions; they change rarely.
         for informer in (
             self.device_classes,
-            self.resource_slices,
-            self.resource_claims,
             self.recipes,
             self.priority_classes,
         ):

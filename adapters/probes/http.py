@@ -16,7 +16,9 @@ probe is counted and timed in `adapters.metrics`.
 
 from __future__ import annotations
 
+import functools
 import json
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +41,17 @@ class ProbeAnswer:
     status_code: int | None = None  # None when no HTTP answer came (timeout, refused, ...)
     error: str = ""  # empty when ok; one line, without the token
     latency: float = 0.0  # seconds, the whole exchange
+
+
+@functools.cache
+def _tls(verify: bool) -> ssl.SSLContext:
+    """One TLS context per process, shared by every probe (contexts are thread-safe).
+
+    httpx builds a fresh one for each client, loading the whole CA bundle: 37 ms of CPU
+    per probe here, which with 500 Ready orders probed every 30 s was most of the
+    controller's idle cost. `trust_env=False`, as the client: no SSL_CERT_FILE.
+    """
+    return httpx.create_ssl_context(verify=verify, trust_env=False)
 
 
 class _Failed(Exception):
@@ -88,7 +101,7 @@ def _probe(
             timeout=httpx.Timeout(timeout),  # connect, read, write and pool alike
             follow_redirects=False,
             trust_env=False,  # no proxy from the environment between us and the pod
-            verify=verify,
+            verify=_tls(verify),
             transport=transport,
             headers=headers,
         ) as client:

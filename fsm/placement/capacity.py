@@ -16,7 +16,7 @@ counts, and an incomplete pool or one with duplicate device names offers nothing
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -38,6 +38,7 @@ __all__ = [
     "find_place",
     "parse_snapshot",
     "usage_by_device",
+    "with_holder_priorities",
 ]
 
 PLACEMENT_LABEL = "ai.deckhouse.io/placement"
@@ -208,6 +209,18 @@ def parse_snapshot(
         priority_classes=tuple(sorted(prios.items())),
         default_priority=default,
         problems=tuple(problems),
+    )
+
+
+def with_holder_priorities(snapshot: Snapshot, holder_priorities: Mapping[str, int]) -> Snapshot:
+    """`snapshot` as `parse_snapshot(..., holder_priorities=...)` would have read it: the
+    same objects, parsed once, judged by the holders' priorities of the moment."""
+    return replace(
+        snapshot,
+        allocations=tuple(
+            a if a.holder is None else replace(a, priority=holder_priorities.get(a.holder))
+            for a in snapshot.allocations
+        ),
     )
 
 

@@ -24,7 +24,7 @@ import store
 from adapters.kubernetes import queueing
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.reconciling import Reconciler
-from adapters.kubernetes.settings import Settings
+from adapters.kubernetes.settings import ProbeSettings, Settings
 from adapters.kubernetes.world import ClusterCache
 from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION, AnnotatedPodTarget
 from fsm import events as ev
@@ -304,14 +304,17 @@ class HeldEndpoint:
     def __init__(self) -> None:
         self.release = threading.Event()
         self.asked = threading.Event()
+        self.asks = 0
+        self.status = 200
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                endpoint.asks += 1
                 endpoint.asked.set()
                 endpoint.release.wait(30)
                 body = json.dumps({"object": "list", "data": [{"id": QWEN}]}).encode()
-                self.send_response(200)
+                self.send_response(endpoint.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -409,3 +412,43 @@ def test_a_deletion_whose_mark_failed_is_marked_by_the_next_pass(bed: Bed) -> No
     assert bed.reconciler.reconcile(uid) == queueing.Done()
     assert bed.log.stream(uid).deleted_at is not None  # before: never marked, a live order
     assert len(bed.events(uid, ev.OrderDeleted)) == 1
+
+
+def test_a_serving_order_is_probed_on_a_timer_and_an_unchanged_answer_wakes_nothing(
+    tmp_path: Path,
+) -> None:
+    """With hundreds of Ready orders, a pass per probe was most of the idle CPU: now a
+    probe that answers as before costs the probe alone, and only news wakes the order."""
+    bed = Bed(tmp_path)
+    fast = Settings(probe=ProbeSettings(interval_seconds=1, timeout_seconds=1))  # Ready: 3 s
+    bed.reconciler._settings = bed.reconciler.actor._settings = lambda: fast
+    bed.reconciler._clock = lambda: datetime.now(UTC)  # a probe is told apart by its time
+    woken: list[str] = []
+    bed.reconciler.background = background = Background(woken.append, workers=2)
+    bed.reconciler.actor._background = background
+    endpoint = HeldEndpoint()
+    endpoint.release.set()
+    try:
+        uid = bed.order("llm")
+        bed.settle(uid)
+        serving(bed, uid, endpoint.url)
+        bed.settle(uid)
+        eventually(lambda: woken, timeout=10, what="the first answer to wake the order")
+        bed.settle(uid, passes=1)  # records it, and arms the next probe
+        assert len(bed.events(uid, ev.ProbeSucceeded)) == 1
+        outcome = bed.settle(uid, passes=1)  # a pass of a serving order, nothing new
+        assert isinstance(outcome, queueing.Done)  # none is due again for the probe's sake
+        woken.clear()
+        asked = endpoint.asks
+        eventually(lambda: endpoint.asks > asked, timeout=15, what="the next probe")
+        threading.Event().wait(0.5)  # its answer handled
+        assert woken == []
+        endpoint.status = 500  # news: the order is woken and the failure recorded
+        eventually(lambda: woken, timeout=15, what="a failed probe to wake the order")
+        assert woken == [uid]
+        bed.settle(uid, passes=1)
+        assert len(bed.events(uid, ev.ProbeFailed)) == 1
+    finally:
+        endpoint.close()
+        background.stop()
+        bed.log.close()

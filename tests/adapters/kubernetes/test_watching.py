@@ -133,6 +133,19 @@ def test_a_recreated_name_is_another_object(admin, namespace, informers) -> None
     assert informer.uids() == [second.metadata.uid]
 
 
+def test_the_cache_holds_no_field_managers(admin, namespace, informers) -> None:
+    """managedFields are often most of an object, and nothing reads them from the cache."""
+    core = client.CoreV1Api(admin)
+    listed = core.create_namespaced_config_map(namespace, config_map("listed"))
+    assert listed.metadata.managed_fields  # the server keeps them
+    informer = start(informers, watching.Informer(admin, watching.CONFIG_MAPS, namespace=namespace))
+    watched = core.create_namespaced_config_map(namespace, config_map("watched"))
+    informer.fresh(watched)
+    for obj in informer.objects(copy_=False):
+        assert "managedFields" not in obj["metadata"], obj["metadata"]["name"]
+    assert len(informer.objects(copy_=False)) == 2
+
+
 def test_bookmarks_advance_the_resource_version(admin, namespace, informers) -> None:
     core = client.CoreV1Api(admin)
     other = f"{namespace}-other"

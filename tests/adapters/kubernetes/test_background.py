@@ -1,0 +1,116 @@
+"""The background pool's repeated calls: an order's probe on a timer, not a pass per probe.
+
+Counts, not times: how often a call ran, whom it woke. Intervals are tens of
+milliseconds so the tests take well under a second each.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from adapters.kubernetes.acting import _first_probe_in
+from adapters.kubernetes.background import Background
+from fsm.state import OrderState
+from tests.support.polling import eventually
+
+KEY = ("probe", "uid-1")
+EVERY = 0.02
+
+
+@pytest.fixture
+def woken() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def pool(woken: list[str]) -> Iterator[Background]:
+    background = Background(woken.append, workers=2)
+    yield background
+    background.stop()
+
+
+class Calls:
+    def __init__(self, answer: str = "same") -> None:
+        self.count = 0
+        self.answer = answer
+        self.lock = threading.Lock()
+
+    def __call__(self) -> str:
+        with self.lock:
+            self.count += 1
+            return self.answer
+
+
+def test_a_call_that_brings_no_news_repeats_and_never_wakes(
+    pool: Background, woken: list[str]
+) -> None:
+    calls = Calls()
+    pool.repeat(KEY, calls, every=EVERY, first_after=0, news=lambda r: r != "same")
+    eventually(lambda: calls.count >= 5, timeout=10, what="five runs")
+    assert woken == []
+    assert pool.take(KEY) == (False, None)  # nothing kept for a pass
+    assert pool.repeating(KEY)
+    assert not pool.waiting("uid-1")  # a quiet repeat holds no status back
+
+
+def test_news_wakes_the_order_once_and_ends_the_repetition(
+    pool: Background, woken: list[str]
+) -> None:
+    calls = Calls("changed")
+    pool.repeat(KEY, calls, every=EVERY, first_after=0, news=lambda r: r != "same")
+    eventually(lambda: woken, timeout=10, what="the order woken")
+    threading.Event().wait(10 * EVERY)
+    assert woken == ["uid-1"] and calls.count == 1
+    assert not pool.repeating(KEY)  # the pass that takes the answer arms it again
+    assert pool.take(KEY) == (True, "changed")
+
+
+def test_arming_again_keeps_the_time_it_is_due_and_cancel_stops_it(pool: Background) -> None:
+    calls = Calls()
+    pool.repeat(KEY, calls, every=EVERY, first_after=60, news=lambda _r: False)
+    for _ in range(50):  # every pass of a serving order arms its probe again
+        pool.repeat(KEY, calls, every=EVERY, first_after=0, news=lambda _r: False)
+    threading.Event().wait(10 * EVERY)
+    assert calls.count == 0  # still due in a minute, not at once
+    pool.cancel(KEY)
+    assert not pool.repeating(KEY)
+
+
+def test_an_announced_call_holds_the_status_back_while_it_runs(pool: Background) -> None:
+    # Armed and not yet picked up by the timer: its answer is on its way all the same
+    # (publishing meanwhile wrote one more status per order, "awaiting the first probe").
+    pool.repeat(KEY, lambda: "x", every=EVERY, first_after=60, news=lambda _r: True, announced=True)
+    assert pool.waiting("uid-1")
+    pool.cancel(KEY)
+    assert not pool.waiting("uid-1")
+    release = threading.Event()
+
+    def held() -> str:
+        release.wait(10)
+        return "first answer"
+
+    pool.repeat(KEY, held, every=EVERY, first_after=0, news=lambda _r: True, announced=True)
+    eventually(lambda: pool.busy(KEY), timeout=10, what="the call running")
+    assert pool.waiting("uid-1")  # the first probe's answer wakes the order: publish then
+    release.set()
+    eventually(lambda: not pool.busy(KEY), timeout=10, what="the call done")
+
+
+def test_first_probes_after_a_restart_are_spread_over_the_interval() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    ready = OrderState(probe_ok=True, last_probe_at=now - timedelta(hours=1))
+    uids = [f"order-{i}" for i in range(200)]
+    firsts = [_first_probe_in(uid, ready, 30.0, now) for uid in uids]
+    assert all(0 <= first < 30.0 for first in firsts)
+    # Spread: each tenth of the interval gets some (200 at once was the restart's burst).
+    assert {int(first // 3) for first in firsts} == set(range(10))
+    assert firsts[0] == 30.0 * zlib.crc32(b"order-0") / 2**32  # the same after each restart
+    # Never probed: at once; probed 10 s ago: when the interval ends.
+    assert _first_probe_in("x", OrderState(), 30.0, now) == 0.0
+    recent = OrderState(probe_ok=True, last_probe_at=now - timedelta(seconds=10))
+    assert _first_probe_in("x", recent, 30.0, now) == 20.0

@@ -1,0 +1,138 @@
+"""Capacity events wake only the orders they can affect (issue 11: O(affected), not O(N)).
+
+Against the pass's fake seams: five orders serving on five A100s (plan in force, pod on
+a node, claim allocated) and a sixth that found no capacity. A ResourceClaim event must
+wake its own order and the one waiting, a ResourceSlice event the waiting one; before,
+each woke all six, so a rollout of N orders cost O(N²) passes. Counts, not times.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from adapters.kubernetes.rendering import UID_LABEL
+from fsm import events as ev
+from tests.adapters.kubernetes.test_pass import Bed
+from tests.support import fakes
+from tests.support.planner_inputs import A100, claim, gpu, resource_slice
+
+SERVING = 5
+
+
+def _serving(bed: Bed, uid: str, name: str, device: str) -> None:
+    """The order's Deployment rolled out, its one pod on a node, its claim allocated."""
+    deployment = bed.child("Deployment", name)
+    assert deployment is not None
+    deployment["status"] = {
+        "replicas": 1,
+        "readyReplicas": 1,
+        "availableReplicas": 1,
+        "updatedReplicas": 1,
+        "observedGeneration": deployment["metadata"]["generation"],
+    }
+    fakes.put(bed.world, deployment)
+    fakes.put(bed.world, _pod(uid, name, node="node-a"))
+    fakes.put(bed.world, claim(f"{name}-gpu", "node-a", device, holder=uid, namespace="support"))
+
+
+def _pod(uid: str, name: str, node: str | None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{name}-0", "namespace": "support", "labels": {UID_LABEL: uid}},
+        "spec": {"nodeName": node} if node else {},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if node else "False"}]},
+    }
+
+
+def test_a_capacity_event_wakes_only_the_orders_it_can_affect(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, a100s=SERVING)
+    woken: list[str] = []
+    bed.world.watch_changes(woken.extend, bed.reconciler.waiting_for_capacity)
+    serving = []
+    for i in range(SERVING):
+        uid = bed.order(f"llm-{i}")
+        bed.settle(uid)
+        _serving(bed, uid, f"llm-{i}", f"gpu-{i}")
+        bed.settle(uid)
+        serving.append(uid)
+    waiter = bed.order("waiter")
+    bed.settle(waiter)
+    (verdict,) = bed.events(waiter, ev.PlanFailed)
+    assert verdict.reason.value == "NoCapacity"
+    assert bed.reconciler.waiting_for_capacity() == {waiter}
+
+    woken.clear()
+    fakes.put(
+        bed.world, claim("llm-0-gpu", "node-a", "gpu-0", holder=serving[0], namespace="support")
+    )
+    assert sorted(woken) == sorted([serving[0], waiter])  # before: all six
+
+    woken.clear()
+    fakes.put(bed.world, resource_slice("node-b", gpu("gpu-b0", A100, "80Gi")))
+    assert woken == [waiter]
+
+    # The new device frees the waiter: once planned and rolled out it waits no more.
+    bed.settle(waiter)
+    assert bed.events(waiter, ev.PlanComputed)
+    assert waiter not in bed.reconciler.waiting_for_capacity()
+    bed.log.close()
+
+
+def test_an_order_with_a_pod_not_on_a_node_is_woken_by_capacity(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, a100s=2)
+    woken: list[str] = []
+    bed.world.watch_changes(woken.extend, bed.reconciler.waiting_for_capacity)
+    placed, pending = bed.order("llm-0"), bed.order("llm-1")
+    for uid in (placed, pending):
+        bed.settle(uid)
+    _serving(bed, placed, "llm-0", "gpu-0")
+    fakes.put(bed.world, _pod(pending, "llm-1", node=None))  # the scheduler has not placed it
+    bed.settle(placed)
+    bed.settle(pending)
+    assert bed.reconciler.waiting_for_capacity() == set()  # both planned, none failed
+
+    woken.clear()
+    fakes.put(bed.world, claim("other", "node-a", "gpu-1", namespace="x"))
+    assert woken == [pending]  # its pod may be waiting for that device
+    bed.log.close()
+
+
+def test_capacity_is_parsed_once_per_change_not_once_per_pass(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, a100s=SERVING)
+    uids = [bed.order(f"llm-{i}") for i in range(SERVING)]
+    for i, uid in enumerate(uids):
+        bed.settle(uid)
+        fakes.put(bed.world, _pod(uid, f"llm-{i}", node=None))  # pods waiting: capacity read
+    planning = bed.reconciler.planning
+    before = planning.parses
+    for uid in uids * 3:
+        bed.reconciler.reconcile(uid)
+    assert planning.parses == before  # fifteen passes, nothing changed: no parse
+    fakes.put(bed.world, claim("llm-0-gpu", "node-a", "gpu-0", holder=uids[0], namespace="support"))
+    for uid in uids:
+        bed.reconciler.reconcile(uid)
+    assert planning.parses == before + 1  # one claim changed: parsed once, shared by five
+    free = planning.free_units("gpu.nvidia.com")
+    assert free == (SERVING - 1) * 100  # and it is the new capacity that they read
+    bed.log.close()
+
+
+def test_a_cached_pod_keeps_only_what_the_controller_reads() -> None:
+    """Memory per order: a pod's containers, volumes and container statuses were most of
+    its size in the cache, and nothing of the controller reads them."""
+    world = fakes.world()
+    pod = _pod("uid-1", "llm", node="node-a")
+    pod["metadata"]["annotations"] = {"example/endpoint": "http://127.0.0.1:1"}
+    pod["spec"].update(
+        priority=1000, containers=[{"name": "runtime", "image": "vllm", "env": []}], volumes=[]
+    )
+    pod["status"].update(phase="Running", containerStatuses=[{"name": "runtime"}], podIP="1")
+    stored = fakes.put(world, pod)
+    cached = world.pods.get(stored["metadata"]["uid"], copy_=False)
+    assert cached is not None
+    assert cached["spec"] == {"nodeName": "node-a", "priority": 1000}
+    assert cached["status"] == {"phase": "Running", "conditions": pod["status"]["conditions"]}
+    assert cached["metadata"]["annotations"] == pod["metadata"]["annotations"]
+    assert world.pods_of("uid-1") == [cached]
