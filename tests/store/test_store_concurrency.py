@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from store_samples import ThingHappened, at
 
 import store
+from tests.store.store_samples import ThingHappened, at
 
 WRITERS = 4
 EACH = 8

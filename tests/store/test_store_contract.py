@@ -8,11 +8,19 @@ from uuid import UUID
 import msgpack
 import pytest
 import sqlalchemy as sa
-from store_samples import T0, ThingCounted, ThingHappened, ThingRemoved, at, fold, things
 
 import store
 from fsm.events import Event
 from store import schema
+from tests.store.store_samples import (
+    T0,
+    ThingCounted,
+    ThingHappened,
+    ThingRemoved,
+    at,
+    fold,
+    things,
+)
 
 KEY = store.StreamKey("7f0c1d2e-0000-4000-8000-000000000001", "support", "support-llm")
 OTHER = store.StreamKey("7f0c1d2e-0000-4000-8000-000000000002", "analytics", "embedder")

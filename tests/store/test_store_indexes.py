@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
-from store_samples import at, things
 
 import store
+from tests.store.store_samples import at, things
 
 KEY = store.StreamKey("uid-indexed", "support", "support-llm")
 

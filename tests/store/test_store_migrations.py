@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from store_samples import at, things
 
 import store
 from store import connecting, migrating, schema
+from tests.store.store_samples import at, things
 
 REPO = Path(__file__).resolve().parents[2]
 CREATE_ALL = re.compile(r"\.create_all\(")

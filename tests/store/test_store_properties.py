@@ -16,12 +16,12 @@ from typing import Any
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from store_samples import ThingCounted, ThingHappened, ThingRemoved, at, fold
 
 import store
 from fsm.events import Event
 from fsm.fold import fold as fold_order
 from fsm.state import OrderState
+from tests.store.store_samples import ThingCounted, ThingHappened, ThingRemoved, at, fold
 from tests.support import strategies as order_strategies
 
 PROPERTY = settings(
