@@ -56,7 +56,7 @@ import store
 from adapters.cluster import bootstrap, local
 from adapters.kubernetes import errors
 from adapters.kubernetes.watching import Informer, Resource, call
-from adapters.platform import install_module
+from adapters.platform import DEMO_SETTINGS, install_module
 from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION as ENDPOINT
 from adapters.simulator import capacity
 from fsm import fold, status
@@ -349,6 +349,8 @@ class Benchmark:
                 f"--kubeconfig={self.state.kubeconfig('controller')}",
                 f"--store={self.store_url}",
                 f"--hub-endpoint={self.hub}",
+                # A host template, as the demo's: the floor's children include an Ingress.
+                f"--public-domain-template={DEMO_SETTINGS['publicDomainTemplate']}",
                 "--probe-target=simulator",
                 "--health-port=0",
                 "--metrics-port=0",

@@ -187,6 +187,10 @@ class Elector:
     def _won(self, epoch: int) -> None:
         self._last_renewal = self._clock.now()
         if self._leading:
+            # Each renewal says so again: the gauge is the process's, and a leader's word
+            # every round is what it should show (a test's second elector in this process
+            # that stepped down, or anything else that set it, is corrected within a round).
+            metrics.leading(True, self._epoch)
             return
         self._leading, self._epoch = True, epoch
         metrics.leading(True, epoch)

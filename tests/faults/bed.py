@@ -23,7 +23,7 @@ from adapters.kubernetes import kinds
 from adapters.kubernetes.controller import LEASE_NAME, LEASE_NAMESPACE
 from adapters.kubernetes.rendering import UID_LABEL
 from adapters.kubernetes.watching import call
-from adapters.platform import install_module
+from adapters.platform import DEMO_SETTINGS, install_module
 from adapters.simulator.capacity import CapacitySpec, DeviceClassSpec, GpuSpec, NodeSpec
 from adapters.simulator.hub import StandInHub
 from adapters.simulator.simulator import Simulator
@@ -151,6 +151,8 @@ class Bed:
             self.state.kubeconfig("controller"),
             self.store_url,
             f"--hub-endpoint={self.hub.url}",
+            # A host template (the demo's): the External order's Ingress is a boundary.
+            f"--public-domain-template={DEMO_SETTINGS['publicDomainTemplate']}",
             "--probe-target=simulator",
             "--probe-interval=2",
             "--probe-timeout=1",
