@@ -44,7 +44,8 @@ __all__ = [
     "snapshot",
 ]
 
-# The write boundaries of a pass that the mix reaches (docs/faults.md, "Crashes").
+# The write boundaries of a pass that the mix reaches (docs/faults.md, "Crashes"); a
+# reclaim's (`patch-Deployment`, `append-<Event>`) are test_crash_reclaim.py's.
 BOUNDARIES = (
     "append",
     "apply-Deployment",

@@ -1,7 +1,7 @@
-"""Crash right after a reclaim's scale, restart, and compare with a clean run (Sieve).
+"""Crash in a reclaim, restart, and compare with a clean run (Sieve).
 
-The crash matrix's mixes never contend for a device, so its boundary `patch-Deployment`
-(docs/faults.md, "Crashes") is crashed here, on the bed's reclaim capacity: one device
+The crash matrix's mixes never contend for a device, so a reclaim's boundaries
+(docs/faults.md, "Crashes") are crashed here, on the bed's reclaim capacity: one device
 that only two classes select, one replica each, low and high priority. A low-priority
 order becomes Ready on it; a high-priority order is created and takes it
 (docs/priority.md): `ReplicasReclaimed` in the taker's stream and `CapacityTaken` in the
@@ -9,14 +9,15 @@ victim's are appended, then the victim's Deployment is scaled to 0 by a merge pa
 writes the `ai.deckhouse.io/capacity-taken` annotation. The end: the high order Ready,
 the low one Pending with `WorkloadReady=False PreemptedByPriority`.
 
-The crash run does the same with `AI_INFERENCE_FAULT=crash-after:patch-Deployment:1`: the
-controller SIGKILLs itself right after that scale returned, before anything else of the
-pass (the status, the Events). The test restarts it without the hook (freeing the Lease,
-as its expiry would) and holds the end to the clean run's: the same statuses (phases,
-conditions, reasons, messages, `replanCount`) and children; the victim's Deployment
-scaled exactly once in the whole run and not written at all after the restart (counted
-from the API server's audit log: no second take); one `ReplicasReclaimed` and one
-`CapacityTaken` in the log.
+Each crash run does the same with `AI_INFERENCE_FAULT=crash-after:<boundary>:1`, the first
+such write of the run being the reclaim's: after the taker's record
+(`append-ReplicasReclaimed`), after the victim's (`append-CapacityTaken`), after the scale
+(`patch-Deployment`). The test restarts the controller without the hook (freeing the
+Lease, as its expiry would) and holds the end to the clean run's: the same statuses
+(phases, conditions, reasons, messages, `replanCount`) and children; the victim's
+Deployment scaled exactly once in the whole run (counted from the API server's audit log:
+no second take) and, after the restart, written only if the crash left it unscaled (that
+one scale); one `ReplicasReclaimed` and one `CapacityTaken` in the log.
 """
 
 from __future__ import annotations
