@@ -13,7 +13,10 @@ installed: the writer and the log pay one `is None` check per write.
 
 Boundaries, as the one Writer and the log name them:
 
-- `append`: an append to the event log committed;
+- `append`: an append to the event log committed; `append-<Event>`: one that holds an
+  event of that type (`append-ReplicasReclaimed`: a reclaim's record in the taker's
+  stream, `append-CapacityTaken`: in the victim's) — a boundary a test can aim at whatever
+  else the process appended before;
 - `apply-<Kind>`: a server-side apply of a child (`apply-Deployment`, `apply-Service`,
   `apply-ResourceClaimTemplate`, `apply-Ingress`, `apply-HorizontalPodAutoscaler`);
 - `create-<Kind>`: a create (`create-Secret`: the order's token);
@@ -39,7 +42,8 @@ __all__ = ["ENV", "CrashAfter", "FaultSpecError", "from_environment", "install"]
 
 ENV = "AI_INFERENCE_FAULT"
 _SPEC = re.compile(
-    r"(?P<action>crash|stop)-after:(?P<boundary>append|status|event|(?:apply|create|patch|delete)-[A-Za-z]+)"
+    r"(?P<action>crash|stop)-after:"
+    r"(?P<boundary>append(?:-[A-Za-z]+)?|status|event|(?:apply|create|patch|delete)-[A-Za-z]+)"
     r":(?P<n>[1-9][0-9]*)"
 )
 
@@ -81,11 +85,14 @@ class CrashAfter:
             self._kill()
 
     def after_append(
-        self, _events: Sequence[Any], _seconds: float, error: BaseException | None
+        self, events: Sequence[Any], _seconds: float, error: BaseException | None
     ) -> None:
-        """The event log's append observer: only a committed append counts."""
+        """The event log's append observer: only a committed append counts, as `append`
+        and as `append-<Event>` once for each type of event it holds."""
         if error is None:
             self("append")
+            for name in dict.fromkeys(type(event).__name__ for event in events):
+                self(f"append-{name}")
 
 
 def from_environment(env: Mapping[str, str] = os.environ) -> CrashAfter | None:
@@ -97,7 +104,7 @@ def from_environment(env: Mapping[str, str] = os.environ) -> CrashAfter | None:
     if match is None:
         raise FaultSpecError(
             f"{ENV}={spec!r}: expected crash-after:<boundary>:<n> (or stop-after:…), boundary "
-            "one of append, "
+            "one of append, append-<Event>, "
             "status, event, apply-<Kind>, create-<Kind>, patch-<Kind>, delete-<Kind>"
         )
     return CrashAfter(match["boundary"], int(match["n"]), signum=_SIGNALS[match["action"]])

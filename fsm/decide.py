@@ -399,10 +399,16 @@ def _capacity(s: OrderState, o: ob.CapacitySeen) -> list[ev.Event]:
 def _reclaimed(s: OrderState, o: ob.ReplicasReclaimed) -> list[ev.Event]:
     if s.last_reclaim == (o.at, o.victim):
         return []  # this take is in the log already
+    if o.basis and s.last_reclaim_basis == (o.victim, o.basis):
+        return []  # decided from the same read of the victim: the same take, not scaled yet
     message = f"took {o.replicas} replica(s) of {o.victim}, of lower priority"
     return [
         ev.ReplicasReclaimed(
-            observed_at=o.at, victim=o.victim, replicas=o.replicas, message=message
+            observed_at=o.at,
+            victim=o.victim,
+            replicas=o.replicas,
+            message=message,
+            basis=o.basis,
         )
     ]
 

@@ -326,6 +326,7 @@ class ReplicasReclaimed(Event):
     victim: str  # namespace/name
     replicas: int
     message: str = ""
+    basis: str = ""  # the victim Deployment's resourceVersion the take was decided from
 
 
 @event("ScalingRecovered")

@@ -248,7 +248,10 @@ def _device_class_retried(s: OrderState, e: ev.DeviceClassRetried) -> Updates:
 
 
 def _replicas_reclaimed(s: OrderState, e: ev.ReplicasReclaimed) -> Updates:
-    return {"last_reclaim": (e.observed_at, e.victim)}
+    return {
+        "last_reclaim": (e.observed_at, e.victim),
+        "last_reclaim_basis": (e.victim, e.basis) if e.basis else None,
+    }
 
 
 def _deleted(s: OrderState, e: ev.OrderDeleted) -> Updates:

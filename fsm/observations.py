@@ -160,11 +160,15 @@ class ScalingSeen:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReplicasReclaimed:
-    """The arbiter decided this order takes `replicas` of order `victim` (arbitration.py)."""
+    """The arbiter decided this order takes `replicas` of order `victim` (arbitration.py),
+    from the victim's Deployment at resourceVersion `basis` (the scale is conditional on
+    it). The same take decided again from the same read — its scale never written, as
+    after a crash between the record and the scale — has the same basis."""
 
     at: datetime
     victim: str  # namespace/name
     replicas: int
+    basis: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

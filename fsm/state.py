@@ -191,6 +191,10 @@ class OrderState(_Value):
 
     scaling: Scaling | None = None
     last_reclaim: tuple[datetime, str] | None = None  # (when, victim) of the latest take
+    # (victim, the resourceVersion of its Deployment it was decided from) of the latest
+    # take: takes are scaled in the order they are recorded, so only the latest can be
+    # recorded and not carried out (a crash, a failed patch) and be decided again.
+    last_reclaim_basis: tuple[str, str] | None = None
     deleted: bool = False
 
     phase: Phase = Phase.PENDING

@@ -169,9 +169,13 @@ class Reconciler:
         """Free `reclaims` for this order: each take is in the taker's and the victim's
         streams before the victim's Deployment is scaled."""
         for take in self._arbiter.takes(p.order, p.state, reclaims) if reclaims else []:
-            self._record(
-                p, ob.ReplicasReclaimed(at=p.now, victim=take.victim_key, replicas=take.taken)
+            reclaimed = ob.ReplicasReclaimed(
+                at=p.now,
+                victim=take.victim_key,
+                replicas=take.taken,
+                basis=take.resource_version,
             )
+            self._record(p, reclaimed)
             obj = self._world.orders.get(take.victim)
             if obj is None:
                 continue

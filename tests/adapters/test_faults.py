@@ -13,7 +13,7 @@ import pytest
 import store
 from adapters import faults
 from store import StreamKey
-from tests.store.store_samples import T0, ThingHappened
+from tests.store.store_samples import T0, ThingHappened, ThingRemoved
 
 
 def test_unset_installs_nothing() -> None:
@@ -63,6 +63,32 @@ def test_only_committed_appends_count(tmp_path: Path) -> None:
         assert kills == []
         log.append(key, [event], expected_version=1, epoch=1, recorded_at=now)
         assert kills == ["x"]
+    finally:
+        log.close()
+
+
+def test_an_append_of_one_event_type_is_a_boundary_of_its_own(tmp_path: Path) -> None:
+    """`append-<Event>` aims at the append that records one decision (a reclaim's), however
+    many other appends came first; an append holding it twice counts once."""
+    kills: list[int] = []
+    hook = faults.from_environment({faults.ENV: "crash-after:append-ThingRemoved:2"})
+    assert hook is not None and (hook.boundary, hook.n) == ("append-ThingRemoved", 2)
+    hook._kill = lambda: kills.append(hook.seen)
+    log = store.open_log(f"sqlite:///{tmp_path}/log.sqlite")
+    log.observe_appends(hook.after_append)
+    key = StreamKey("uid-1", "support", "a")
+    happened = ThingHappened(observed_at=T0, name="a", size=1)
+    removed = ThingRemoved(observed_at=T0, name="a")
+    try:
+        version = 0
+        for events in ([happened], [removed, removed], [happened, happened]):
+            version = log.append(key, events, expected_version=version, epoch=1, recorded_at=T0)
+        assert kills == []  # one append held ThingRemoved (twice): counted once
+        with pytest.raises(store.StreamConflict):  # refused: not a write that landed
+            log.append(key, [removed], expected_version=0, epoch=1, recorded_at=T0)
+        assert kills == []
+        log.append(key, [happened, removed], expected_version=version, epoch=1, recorded_at=T0)
+        assert kills == [2]
     finally:
         log.close()
 

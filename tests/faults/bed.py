@@ -1,6 +1,10 @@
 """The crash tests' bench: a control plane that audits the controller's writes, the
 simulator, the stand-in hub, classes of their own — and the four kinds of order a mix holds.
 
+Beside the mixes' capacity, one node with a single GPU of a product nothing else selects,
+and two classes on it, low and high priority: the reclaim's contention
+(test_crash_reclaim.py), which never touches a mix's devices.
+
 The API server logs every write of the controller's identity (Leases apart) as JSON
 lines (`local.up(audit=True)`): the oracle counts writes per object from the server's
 own record, not from the controller's word.
@@ -36,6 +40,7 @@ NAMESPACE = "support"
 L4 = "NVIDIA L4"
 QWEN_SMALL = "Qwen/Qwen2.5-0.5B-Instruct"
 QWEN_7B = "Qwen/Qwen2.5-7B-Instruct"
+A10 = "NVIDIA A10"  # the reclaim's one device: no other DeviceClass selects it
 GPU_SELECTOR = (
     "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
 )
@@ -102,21 +107,46 @@ CLASSES = [
         scalingPolicy={"minReplicas": 1, "maxReplicas": 2},
     ),
     _class("crash-none", "crash-none", {"type": "ClusterLocal", "authentication": "None"}),
+    # The reclaim's contention: one replica each, one device for both; the PriorityClasses
+    # they name are the seed's (examples/priority-classes.yaml, installed with the module).
+    *(
+        _class(
+            f"crash-reclaim-{level}",
+            "crash-reclaim",
+            {"type": "ClusterLocal", "authentication": "None"},
+            scalingPolicy={
+                "minReplicas": 1,
+                "maxReplicas": 1,
+                "allowedPriorityClassNames": [f"inference-{level}"],
+            },
+        )
+        for level in ("low", "high")
+    ),
 ]
+RECLAIM_NODE = "crash-reclaim"
 
 # Room for several mixes at once: orders of earlier runs are deleted without waiting
 # for the garbage collector, and a replan needs a second device while it moves.
 CAPACITY = CapacitySpec(
-    nodes=tuple(
+    nodes=(
+        *(
+            NodeSpec(
+                name=f"crash-{i}",
+                cpu="64",
+                memory="512Gi",
+                gpus=tuple(
+                    GpuSpec(product=L4, memory="24Gi", architecture="Ada Lovelace")
+                    for _ in range(4)
+                ),
+            )
+            for i in range(10)
+        ),
         NodeSpec(
-            name=f"crash-{i}",
+            name=RECLAIM_NODE,
             cpu="64",
             memory="512Gi",
-            gpus=tuple(
-                GpuSpec(product=L4, memory="24Gi", architecture="Ada Lovelace") for _ in range(4)
-            ),
-        )
-        for i in range(10)
+            gpus=(GpuSpec(product=A10, memory="24Gi", architecture="Ampere"),),
+        ),
     ),
     device_classes=(
         DeviceClassSpec(
@@ -128,6 +158,11 @@ CAPACITY = CapacitySpec(
             name="crash-none",
             labels=WHOLE,
             selectors=(GPU_SELECTOR, "device.attributes['gpu.nvidia.com'].productName == 'None'"),
+        ),
+        DeviceClassSpec(
+            name="crash-reclaim",
+            labels=WHOLE,
+            selectors=(GPU_SELECTOR, f"device.attributes['gpu.nvidia.com'].productName == '{A10}'"),
         ),
     ),
 )

@@ -19,7 +19,7 @@ import re
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,9 +41,11 @@ __all__ = [
     "differences",
     "normal",
     "per_object",
+    "snapshot",
 ]
 
-# The write boundaries of a pass that the mix reaches (docs/faults.md, "Crashes").
+# The write boundaries of a pass that the mix reaches (docs/faults.md, "Crashes"); a
+# reclaim's (`patch-Deployment`, `append-<Event>`) are test_crash_reclaim.py's.
 BOUNDARIES = (
     "append",
     "apply-Deployment",
@@ -190,10 +192,11 @@ class State:
         return out
 
 
-def snapshot(bed: Bed, mix: Mix, *, complete: bool = True) -> State:
-    """The mix's orders now; `complete=False`: those created so far (at a crash)."""
+def snapshot(bed: Bed, mix: Mix, *, complete: bool = True, kinds: Sequence[str] = KINDS) -> State:
+    """The mix's orders (of `kinds`) now; `complete=False`: those created so far (at a
+    crash)."""
     orders: dict[str, Order] = {}
-    for kind in KINDS:
+    for kind in kinds:
         obj = bed.get(mix.name(kind))
         if obj is None and not complete:
             continue

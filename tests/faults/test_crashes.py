@@ -19,6 +19,9 @@ A seed picks the order in which its mix's orders are created and the pauses betw
 them; a round of seeds (AI_INFERENCE_FAULT_MIXES of them, started a few seconds apart)
 shares one crashed controller and its n. `make test` runs one seed per boundary;
 `make faults` runs 20 per boundary, four to a round.
+
+The mixes never contend for a device, so the reclaim's boundaries (`patch-Deployment`, the
+appends of `ReplicasReclaimed` and `CapacityTaken`) are crashed in test_crash_reclaim.py.
 """
 
 from __future__ import annotations

@@ -361,3 +361,25 @@ def test_publish_status_is_the_rendered_status() -> None:
 def test_the_request_for_a_replan_names_the_place_held() -> None:
     (request,) = [c for c in effects(run(*REPLANNED_AND_FAILED)) if isinstance(c, RequestPlan)]
     assert (request.held_devices, request.plan_in_force) == (plan().devices, plan())
+
+
+# --- a reclaim decided again after its record (docs/priority.md, docs/faults.md) ----------
+
+
+def test_a_take_decided_again_from_the_same_read_of_the_victim_is_recorded_once() -> None:
+    """A crash (or a failed patch) between a take's record and its scale: the next pass
+    decides the take again from the victim's Deployment as it was — the same take, not a
+    second one. A take from a newer read (the victim was scaled since) is a new take."""
+
+    def take(t: int, basis: str, victim: str = "support/low") -> ob.ReplicasReclaimed:
+        return ob.ReplicasReclaimed(at=at(t), victim=victim, replicas=1, basis=basis)
+
+    state = fold(decide(OrderState(), take(1, "100")))
+    assert state.last_reclaim_basis == ("support/low", "100")
+    assert events_of(state, take(2, "100")) == []  # after a restart: the same take
+    assert events_of(state, take(2, "130")) == ["ReplicasReclaimed"]  # scaled since
+    assert events_of(state, take(2, "100", victim="support/other")) == ["ReplicasReclaimed"]
+    # A take without a basis (recorded before the basis was) is never taken for another.
+    unbased = fold(decide(OrderState(), take(1, "")))
+    assert unbased.last_reclaim_basis is None
+    assert events_of(unbased, take(2, "")) == ["ReplicasReclaimed"]
