@@ -13,13 +13,16 @@ lint: setup
 	.venv/bin/mypy
 	.venv/bin/lint-imports
 
-test: lint
-	.venv/bin/pytest
+# The suite runs the whole crash matrix (docs/faults.md, "Crashes"): every write boundary
+# x 20 seeds, four seeds to a crashed controller.
+MATRIX = AI_INFERENCE_FAULT_SEEDS=20 AI_INFERENCE_FAULT_MIXES=4
 
-# The whole crash matrix (docs/faults.md, "Crashes"): every write boundary x 20 seeds, four
-# seeds to a crashed controller. `make test` runs one seed per boundary.
+test: lint
+	$(MATRIX) .venv/bin/pytest
+
+# The crash matrix alone (the same as in `make test`).
 faults: setup
-	AI_INFERENCE_FAULT_SEEDS=20 AI_INFERENCE_FAULT_MIXES=4 .venv/bin/pytest tests/faults
+	$(MATRIX) .venv/bin/pytest tests/faults
 
 docs: setup
 	.venv/bin/python scripts/gen_docs.py

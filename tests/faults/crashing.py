@@ -35,6 +35,7 @@ from tests.support.polling import eventually
 __all__ = [
     "BOUNDARIES",
     "Mix",
+    "Restarting",
     "Run",
     "State",
     "boundary_counts",
@@ -226,8 +227,64 @@ def _settled(kind: str, obj: dict[str, Any] | None) -> bool:
     )
 
 
+class Restarting:
+    """What every crash run shares: wait on a check while a controller the hook killed is
+    restarted without the hook (the Lease freed, as its expiry would), and wait until the
+    controller has written nothing for `quiet_seconds`. A run says what it keeps of the
+    moment of the crash (`at_the_crash`) and which hook line shows the crash was the hook's."""
+
+    bed: Bed
+    proc: ControllerProcess
+    crashes: int
+    restart_offset: int | None
+    quiet_seconds = _SETTLE_QUIET
+
+    def until(self, check: Callable[[], Any], *, what: str, timeout: float = 180) -> Any:
+        return eventually(
+            lambda: self._watch() or check(), timeout=timeout, interval=0.2, what=what
+        )
+
+    def quiet(self, timeout: float = 120) -> None:
+        """Until the controller has written nothing for `quiet_seconds`."""
+        last = (self.bed.audit_offset(), time.monotonic())
+
+        def quiet() -> bool:
+            nonlocal last
+            self._watch()
+            offset = self.bed.audit_offset()
+            if offset != last[0]:
+                last = (offset, time.monotonic())
+            return time.monotonic() - last[1] >= self.quiet_seconds
+
+        eventually(quiet, timeout=timeout, interval=0.25, what="the controller quiet")
+
+    def hook_line(self) -> str:
+        return "fault hook: SIGKILL after"
+
+    def at_the_crash(self) -> None:
+        raise NotImplementedError
+
+    def _watch(self) -> None:
+        """Restart the controller, without the hook, if the hook killed it."""
+        code = self.proc.proc.poll()
+        if code is None:
+            return
+        self.proc.kill()  # its pipes read to the end: the hook's last line included
+        hooked = self.hook_line() in self.proc.stderr
+        assert code == -9 and hooked and self.crashes == 0, (
+            f"the controller exited {code} ({self.crashes} crash(es) so far):\n"
+            f"{self.proc.stderr[-3000:]}"
+        )
+        self.crashes += 1
+        time.sleep(0.5)  # a request another worker had in flight is answered and logged
+        self.at_the_crash()
+        self.restart_offset = self.bed.audit_offset()
+        self.bed.free_lease()
+        self.proc = self.bed.controller()
+
+
 @dataclass
-class Run:
+class Run(Restarting):
     """One controller's run of `mixes` side by side; `fault`: the hook's spec (None: a
     clean run). Several mixes started apart meet one crash each at a different point of
     their own progress."""
@@ -276,48 +333,14 @@ class Run:
                 self.until(
                     lambda k=kind, n=name: _settled(k, self.bed.get(n)), what=f"{name} settled"
                 )
-        self._quiet()
+        self.quiet()
         return {mix.prefix: snapshot(self.bed, mix) for mix in self.mixes}
 
-    def until(self, check: Callable[[], Any], *, what: str, timeout: float = 180) -> Any:
-        return eventually(
-            lambda: self._watch() or check(), timeout=timeout, interval=0.2, what=what
-        )
-
-    def _quiet(self) -> None:
-        """Until the controller has written nothing for a few seconds."""
-        last = (self.bed.audit_offset(), time.monotonic())
-
-        def quiet() -> bool:
-            nonlocal last
-            self._watch()
-            offset = self.bed.audit_offset()
-            if offset != last[0]:
-                last = (offset, time.monotonic())
-            return time.monotonic() - last[1] >= _SETTLE_QUIET
-
-        eventually(quiet, timeout=120, interval=0.25, what="the controller quiet")
-
-    def _watch(self) -> None:
-        """Restart the controller, without the hook, if the hook killed it."""
-        code = self.proc.proc.poll()
-        if code is None:
-            return
-        self.proc.kill()  # its pipes read to the end: the hook's last line included
-        hooked = "fault hook: SIGKILL after" in self.proc.stderr
-        assert code == -9 and hooked and self.crashes == 0, (
-            f"the controller exited {code} ({self.crashes} crash(es) so far):\n"
-            f"{self.proc.stderr[-3000:]}"
-        )
-        self.crashes += 1
-        time.sleep(0.5)  # a request another worker had in flight is answered and logged
+    def at_the_crash(self) -> None:
         for mix in self.mixes:
             self.at_crash[mix.prefix] = snapshot(self.bed, mix, complete=False)
             for kind in KINDS:
                 self.heads_at_crash[mix.name(kind)] = self.head(mix.name(kind))
-        self.restart_offset = self.bed.audit_offset()
-        self.bed.free_lease()
-        self.proc = self.bed.controller()
 
     def finish(self) -> None:
         """Stop the controller (SIGTERM) and delete the mixes' orders."""

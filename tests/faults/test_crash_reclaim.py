@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -37,7 +36,15 @@ from adapters.kubernetes import kinds
 from adapters.kubernetes.watching import call
 from fsm import events as ev
 from tests.faults.bed import NAMESPACE, QWEN_SMALL, Bed, hf
-from tests.faults.crashing import Mix, State, content, differences, normal, snapshot
+from tests.faults.crashing import (
+    Mix,
+    Restarting,
+    State,
+    content,
+    differences,
+    normal,
+    snapshot,
+)
 from tests.support.controller_process import ControllerProcess
 from tests.support.polling import eventually
 
@@ -51,7 +58,6 @@ pytestmark = [
 T = TypeVar("T")
 ROLES = ("low", "high")  # the victim, the taker
 CAPACITY_TAKEN = "ai.deckhouse.io/capacity-taken"
-_QUIET = 3.0  # seconds without a write of the controller: settled
 # The taker's Planned message names the claims it needs freed: a pod's generated name.
 _CLAIM = re.compile(r"<mix>-low-[a-z0-9]+(?:-[a-z0-9]+)+")
 
@@ -109,7 +115,7 @@ class Outcome:
 
 
 @dataclass
-class Contention:
+class Contention(Restarting):
     """One controller's run of the low, then the high order, named `{prefix}-{role}`;
     `fault`: the hook's spec (None: a clean run)."""
 
@@ -133,51 +139,21 @@ class Contention:
 
     def drive(self) -> Outcome:
         self.bed.create(self.name("low"), _spec("low"))
-        self._until(lambda: _ready(self.bed.get(self.name("low"))), what="the low order Ready")
+        self.until(lambda: _ready(self.bed.get(self.name("low"))), what="the low order Ready")
         self.bed.create(self.name("high"), _spec("high"))
-        self._until(lambda: _ready(self.bed.get(self.name("high"))), what="the high order Ready")
-        self._until(
+        self.until(lambda: _ready(self.bed.get(self.name("high"))), what="the high order Ready")
+        self.until(
             lambda: _preempted(self.bed.get(self.name("low"))), what="the low order preempted"
         )
-        self._quiet()
+        self.quiet(timeout=60)
         end = snapshot(self.bed, self.mix, kinds=ROLES)
         return self._outcome(end)
 
-    def _until(self, check: Callable[[], Any], *, what: str, timeout: float = 120) -> Any:
-        return eventually(
-            lambda: self._watch() or check(), timeout=timeout, interval=0.2, what=what
-        )
+    def hook_line(self) -> str:
+        return f"fault hook: SIGKILL after {self.boundary} #1"
 
-    def _quiet(self) -> None:
-        last = (self.bed.audit_offset(), time.monotonic())
-
-        def quiet() -> bool:
-            nonlocal last
-            self._watch()
-            offset = self.bed.audit_offset()
-            if offset != last[0]:
-                last = (offset, time.monotonic())
-            return time.monotonic() - last[1] >= _QUIET
-
-        eventually(quiet, timeout=60, interval=0.25, what="the controller quiet")
-
-    def _watch(self) -> None:
-        """Restart the controller, without the hook, if the hook killed it."""
-        code = self.proc.proc.poll()
-        if code is None:
-            return
-        self.proc.kill()  # its pipes read to the end: the hook's last line included
-        hooked = f"fault hook: SIGKILL after {self.boundary} #1" in self.proc.stderr
-        assert code == -9 and hooked and self.crashes == 0, (
-            f"the controller exited {code} ({self.crashes} crash(es) so far):\n"
-            f"{self.proc.stderr[-3000:]}"
-        )
-        self.crashes += 1
-        time.sleep(0.5)  # a request another worker had in flight is answered and logged
+    def at_the_crash(self) -> None:
         self.victim_at_crash = self._deployment("low")
-        self.restart_offset = self.bed.audit_offset()
-        self.bed.free_lease()
-        self.proc = self.bed.controller()
 
     def _deployment(self, role: str) -> dict[str, Any] | None:
         path = kinds.DEPLOYMENTS.object_path(NAMESPACE, self.name(role))

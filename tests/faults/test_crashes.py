@@ -17,8 +17,8 @@ without the hook, waits until everything settled, and holds the end to a clean r
 
 A seed picks the order in which its mix's orders are created and the pauses between
 them; a round of seeds (AI_INFERENCE_FAULT_MIXES of them, started a few seconds apart)
-shares one crashed controller and its n. `make test` runs one seed per boundary;
-`make faults` runs 20 per boundary, four to a round.
+shares one crashed controller and its n. Plain `pytest` runs one seed per boundary;
+`make test` and `make faults` run 20 per boundary, four to a round.
 
 The mixes never contend for a device, so the reclaim's boundaries (`patch-Deployment`, the
 appends of `ReplicasReclaimed` and `CapacityTaken`) are crashed in test_crash_reclaim.py.

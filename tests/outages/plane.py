@@ -36,7 +36,7 @@ from adapters.simulator.hub import StandInHub
 from adapters.simulator.simulator import Simulator
 from fsm.fold import fold
 from fsm.status import render_status
-from tests.support.controller_process import ControllerProcess
+from tests.support.controller_process import ControllerProcess, lease_holder
 from tests.support.polling import eventually
 from tests.support.relay import Relay
 
@@ -131,15 +131,7 @@ class Plane:
         return list(core.list_namespaced_pod(NS, label_selector=f"{UID_LABEL}={uid}").items)
 
     def holder(self) -> str | None:
-        """The Lease's holder ('' when released), None when there is none."""
-        leases = client.CoordinationV1Api(self.api("admin"))
-        try:
-            lease = leases.read_namespaced_lease(LEASE_NAME, LEASE_NAMESPACE)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return lease.spec.holder_identity or ""
+        return lease_holder(self.api("admin"))
 
     def clear(self) -> None:
         """No order left, nor any pod of one (the next test plans on the same devices),

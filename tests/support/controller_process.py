@@ -14,9 +14,14 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-import adapters
+from kubernetes import client
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
-__all__ = ["REPO", "ControllerProcess"]
+import adapters
+from adapters.kubernetes.controller import LEASE_NAME, LEASE_NAMESPACE
+
+__all__ = ["REPO", "ControllerProcess", "lease_holder"]
 
 REPO = Path(adapters.__file__).resolve().parent.parent
 
@@ -100,3 +105,15 @@ class ControllerProcess:
             return self.wait(timeout)
         finally:
             self.kill()
+
+
+def lease_holder(admin: ApiClient) -> str | None:
+    """The controller's Lease's holder now ('' when released), None when there is none."""
+    leases = client.CoordinationV1Api(admin)
+    try:
+        lease = leases.read_namespaced_lease(LEASE_NAME, LEASE_NAMESPACE)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return lease.spec.holder_identity or ""

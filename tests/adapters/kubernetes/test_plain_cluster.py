@@ -43,7 +43,7 @@ from adapters.kubernetes.watching import Informer
 from adapters.platform import install_module
 from adapters.resources import resource_dir
 from adapters.simulator.hub import StandInHub
-from tests.support.controller_process import ControllerProcess
+from tests.support.controller_process import ControllerProcess, lease_holder
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.cluster
@@ -66,15 +66,7 @@ class Plain:
         return bootstrap.api_client(self.state.kubeconfig(identity))
 
     def holder(self) -> str | None:
-        """The Lease's holder now ('' when released), None when there is no Lease."""
-        leases = client.CoordinationV1Api(self.api("admin"))
-        try:
-            lease = leases.read_namespaced_lease(LEASE_NAME, LEASE_NAMESPACE)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return lease.spec.holder_identity or ""
+        return lease_holder(self.api("admin"))
 
 
 def _standin_crds() -> list[dict[str, Any]]:
