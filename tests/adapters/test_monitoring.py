@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from adapters import metrics
 from adapters.kubernetes.manifests import load_documents
 from adapters.resources import resource_dir
-from tests.conftest import KUBECTL
+from tests.support.kustomize import kustomize
 
 MONITORING = resource_dir("deploy") / "monitoring"
 EXPOSED = metrics.exposed_labels()
@@ -99,20 +96,8 @@ def test_the_checker_catches_a_misspelt_metric_and_label() -> None:
 # -- the monitoring kustomization, rendered and applied ---------------------------------------
 
 
-def _kustomize(folder: Path) -> list[dict[str, Any]]:
-    result = subprocess.run(
-        [KUBECTL, "kustomize", str(folder)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    return [d for d in yaml.safe_load_all(result.stdout) if d]
-
-
 def test_the_kustomization_renders_the_monitors_and_the_dashboard_configmap() -> None:
-    docs = _kustomize(MONITORING)
+    docs = kustomize(MONITORING)
     assert sorted(d["kind"] for d in docs) == ["ConfigMap", "PodMonitor", "PrometheusRule"]
     assert {d["metadata"]["namespace"] for d in docs} == {"d8-ai-inference"}
     (dashboard,) = [d for d in docs if d["kind"] == "ConfigMap"]

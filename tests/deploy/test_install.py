@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,25 +22,13 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
-from tests.conftest import KUBECTL
 from tests.deploy.conftest import REPO
+from tests.support.kustomize import kustomize
 
 README = REPO / "README.md"
 CONTROLLER = "ai-inference-controller"
 NAMESPACE = "d8-ai-inference"
 Doc = dict[str, Any]
-
-
-def kustomize(folder: Path) -> list[Doc]:
-    result = subprocess.run(
-        [KUBECTL, "kustomize", str(folder)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    return [d for d in yaml.safe_load_all(result.stdout) if d]
 
 
 def one(docs: list[Doc], kind: str, name: str | None = None) -> Doc:
