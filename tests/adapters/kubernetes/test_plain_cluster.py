@@ -127,21 +127,28 @@ def _condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
 # --- a plain cluster ----------------------------------------------------------------------
 
 
-def test_the_controller_serves_orders_without_catalog_module_config_or_dra(
-    plain: Plain, no_lease: None, tmp_path: Path
-) -> None:
-    hub = StandInHub()
+def _with_settings_file(
+    plain: Plain, log: store.EventLog, tmp_path: Path, hub_url: str, *, discovery_period: float
+) -> Controller:
+    """A controller whose settings come from a file (no ModuleConfig): the hub, an ingressClass."""
     settings = tmp_path / "settings.yaml"
-    settings.write_text(f"huggingFace: {{endpoint: '{hub.url}'}}\ningressClass: plain\n")
-    log = store.open_log(f"sqlite:///{tmp_path / 'log.sqlite'}")
-    controller = Controller(
+    settings.write_text(f"huggingFace: {{endpoint: '{hub_url}'}}\ningressClass: plain\n")
+    return Controller(
         plain.api("controller"),
         log,
         settings=Source.from_file(settings),
         sync_timeout=20,
         hpa_api_version=HPA,
-        discovery_period=1.0,
+        discovery_period=discovery_period,
     )
+
+
+def test_the_controller_serves_orders_without_catalog_module_config_or_dra(
+    plain: Plain, no_lease: None, tmp_path: Path
+) -> None:
+    hub = StandInHub()
+    log = store.open_log(f"sqlite:///{tmp_path / 'log.sqlite'}")
+    controller = _with_settings_file(plain, log, tmp_path, hub.url, discovery_period=1.0)
     custom = client.CustomObjectsApi(plain.api("admin"))
     try:
         controller.start(wait=30)  # before: the catalog's informers never synced
@@ -405,17 +412,8 @@ def test_a_module_config_appearing_later_replaces_the_file_and_re_points_the_hub
     plain: Plain, no_lease: None, tmp_path: Path
 ) -> None:
     first, second = StandInHub(), StandInHub()
-    settings = tmp_path / "settings.yaml"
-    settings.write_text(f"huggingFace: {{endpoint: '{first.url}'}}\ningressClass: plain\n")
     log = store.open_log(f"sqlite:///{tmp_path / 'log.sqlite'}")
-    controller = Controller(
-        plain.api("controller"),
-        log,
-        settings=Source.from_file(settings),
-        sync_timeout=20,
-        hpa_api_version=HPA,
-        discovery_period=0.5,
-    )
+    controller = _with_settings_file(plain, log, tmp_path, first.url, discovery_period=0.5)
     admin = plain.api("admin")
     crds = [d for d in _standin_crds() if d["spec"]["group"] == "deckhouse.io"]
     custom = client.CustomObjectsApi(admin)
