@@ -44,6 +44,14 @@ DEMO_EXAMPLES = (
     "order-catalog.yaml",
 )
 SETTLED = {"Ready", "Degraded", "Failed"}
+# What a Deckhouse cluster already has: the platform's global domain. The examples'
+# ModuleConfig sets none of its own, so External orders are published under this one.
+PLATFORM_GLOBALS = {
+    "apiVersion": "deckhouse.io/v1alpha1",
+    "kind": "ModuleConfig",
+    "metadata": {"name": "global"},
+    "spec": {"version": 2, "settings": {"modules": {"publicDomainTemplate": "%s.example.com"}}},
+}
 
 
 def _say(text: str = "") -> None:
@@ -71,7 +79,7 @@ def _examples(state: local.ClusterState, *, hf_token: str) -> None:
             if value == "<HUGGING_FACE_TOKEN>":
                 data[key] = hf_token
     namespaced = [d for d in docs if d["metadata"].get("namespace") == "support"]
-    cluster_wide = [d for d in docs if d not in namespaced]
+    cluster_wide = [PLATFORM_GLOBALS, *(d for d in docs if d not in namespaced)]
     Applier(bootstrap.api_client(state.kubeconfig("admin"))).apply_all(cluster_wide)
     # The namespace user applies her own orders and Secret, under her RBAC.
     Applier(bootstrap.api_client(state.kubeconfig("alice"))).apply_all(namespaced)
