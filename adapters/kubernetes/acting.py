@@ -183,6 +183,9 @@ class Actor:
         wanted = list(docs)
         copied = False
         try:
+            creates = any(converging.key_of(doc) not in live for doc in changed)
+            if creates and self._order_gone(order):
+                return None  # its deletion is on its way through the watch, and closes it
             if certificate is not None:  # the copy before the Ingress that names it
                 wanted.append(certificate)
                 copied = self._keep_certificate(order, certificate, live)
@@ -203,6 +206,15 @@ class Actor:
                 log.info("%s: repaired %s", order.key, repaired)
             return None
         return ob.ApplySucceeded(at=now, plan=command.plan)
+
+    def _order_gone(self, order: OrderRef) -> bool:
+        """A live read of the order before a child is created for it. The cache can be
+        behind, most of all while watches reconnect after an API server restart; a child
+        created for an order deleted a moment before is left to the garbage collector,
+        which, when it has not seen that owner either, may hold it for minutes (a
+        "virtual" owner re-checked with an exponential back-off)."""
+        live = self._writer.get(kinds.INFERENCE_SERVICES, order.namespace, order.name)
+        return live is None or (live.get("metadata") or {}).get("uid") != order.uid
 
     def _keep_certificate(
         self, order: OrderRef, certificate: dict[str, Any], live: dict[converging.Key, Obj]

@@ -183,9 +183,16 @@ def closed(plane: Plane, log: store.EventLog, uid: str) -> bool:
     return info is not None and info.deleted_at is not None and not plane.pods_of(uid)
 
 
-def report(plane: Plane, log: store.EventLog, names: Iterable[str]) -> str:
-    """Where each order stands, for a failure message."""
+def report(
+    plane: Plane, log: store.EventLog, names: Iterable[str], deleted: Iterable[str] = ()
+) -> str:
+    """Where each order (and each deleted order's UID) stands, for a failure message."""
     lines = []
+    for uid in deleted:
+        info = log.stream(uid)
+        marked = info.deleted_at if info is not None else "no stream"
+        pods = [pod.metadata.name for pod in plane.pods_of(uid)]
+        lines.append(f"deleted {uid}: marked deleted at {marked}; pods left {pods}")
     for name in names:
         obj = plane.get(name)
         if obj is None:

@@ -249,7 +249,7 @@ def test_the_api_server_killed_and_started_again(clean: Plane, tmp_path: Path) -
                     timeout=CONVERGE, interval=0.5, what="every order after the restart",
                 )  # fmt: skip
             except AssertionError as exc:
-                where = report(plane, log, live)
+                where = report(plane, log, live, [uids["crash-gone"]])
                 raise AssertionError(f"{exc}\n{where}\n{procs[-1].stderr[-6000:]}") from None
         assert procs[-1].proc.poll() is None, procs[-1].stderr[-3000:]
         kept = "lost: exited 1, restarted" if len(procs) > 1 else "kept"

@@ -142,6 +142,24 @@ def test_a_new_order_gets_each_child_once_and_a_quiet_pass_writes_nothing(bed: B
     assert bed.writer.writes == before
 
 
+def test_no_child_is_made_for_an_order_the_server_has_deleted(bed: Bed) -> None:
+    """The cache still holds an order the API server no longer has (a watch reconnecting):
+    a child made now would have a dangling owner that the garbage collector, not having
+    seen that owner either, may keep for minutes."""
+    uid = bed.order("llm")
+    read = bed.writer.get
+    bed.writer.get = lambda resource, namespace, name: (  # type: ignore[method-assign]
+        None if resource.kind == "InferenceService" else read(resource, namespace, name)
+    )
+    bed.settle(uid)
+    assert not [call for call in bed.writer.calls if call[0] == "apply"]
+    bed.writer.get = read  # type: ignore[method-assign]
+    bed.settle(uid)
+    assert {kind: bed.writer.calls[("apply", kind)] for kind in CHILDREN} == dict.fromkeys(
+        CHILDREN, 1
+    )
+
+
 @pytest.mark.parametrize("kind", CHILDREN)
 def test_a_deleted_child_is_applied_again_exactly_once(bed: Bed, kind: str) -> None:
     uid = bed.order("llm")
