@@ -18,6 +18,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from adapters.kubernetes.rendering import AUTH_SECRET_UID_ANNOTATION
 from adapters.platform import LocalPlatform
 from adapters.probes.targets import AnnotatedPodTarget
 from adapters.simulator.hub import StandInHub
@@ -242,7 +243,7 @@ def test_a_rotated_token_reaches_the_runtime(
             core.read_namespaced_secret("conv-rotate-auth", NS).data["token"]
         ).decode()
         assert new_token != old_token
-        url = _stub_url(platform, uid)
+        url = _stub_url(platform, uid, new_uid)
         assert (
             httpx.get(
                 f"{url}/v1/models", headers={"Authorization": f"Bearer {new_token}"}, timeout=5
@@ -258,11 +259,19 @@ def test_a_rotated_token_reaches_the_runtime(
         assert obj["status"]["phase"] == "Ready"
 
 
-def _stub_url(platform: LocalPlatform, uid: str) -> str:
+def _stub_url(platform: LocalPlatform, uid: str, secret_uid: str | None = None) -> str:
+    """A Ready pod's stub; with `secret_uid`, a pod rolled to that token Secret (a pod of
+    the old ReplicaSet may still look Ready in the cache when its stub has stopped)."""
+
     def url() -> str | None:
-        return AnnotatedPodTarget().resolve(
-            OrderRef("x", NS, uid), platform.controller.cache.pods_of(uid)
-        )
+        pods = [
+            pod
+            for pod in platform.controller.cache.pods_of(uid)
+            if secret_uid is None
+            or (pod["metadata"].get("annotations") or {}).get(AUTH_SECRET_UID_ANNOTATION)
+            == secret_uid
+        ]
+        return AnnotatedPodTarget().resolve(OrderRef("x", NS, uid), pods)
 
     return wait_for(url, timeout=30, what="a Ready pod's stub")
 
