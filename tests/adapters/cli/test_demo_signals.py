@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -65,9 +66,18 @@ def test_sigterm_stops_the_control_plane_and_the_demo(tmp_path: Path) -> None:
         assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager"}
         assert all(_running(pid) for pid in pids.values())
 
+        # Read on while it stops: a demo blocked writing to a full pipe would not stop.
+        drain = threading.Thread(target=lambda: said.extend(demo.stdout or ()), daemon=True)
+        drain.start()
         demo.send_signal(signal.SIGTERM)
         # Stopping is quick on an idle machine (seconds); the bound is for a loaded one.
-        assert demo.wait(timeout=240) == 0
+        try:
+            code = demo.wait(timeout=240)
+        except subprocess.TimeoutExpired:
+            demo.send_signal(signal.SIGUSR1)  # every thread's stack, to see where it hangs
+            time.sleep(2)
+            raise AssertionError("the demo did not stop:\n" + "".join(said)[-8000:]) from None
+        assert code == 0, "".join(said)[-3000:]
         deadline = time.monotonic() + 10
         while any(_running(p) for p in pids.values()) and time.monotonic() < deadline:
             time.sleep(0.2)
