@@ -292,7 +292,9 @@ def _probe(
     return ProbeAnswer(ok=True, status_code=status, latency=time.monotonic() - started)
 
 
+@functools.lru_cache(maxsize=MAX_KEPT)
 def _models_url(base_url: str) -> httpx.URL:
+    """Parsed once per endpoint (httpx.URL is immutable); an invalid one raises each time."""
     try:
         url = httpx.URL(base_url.rstrip("/") + MODELS_PATH)
     except httpx.InvalidURL as err:
