@@ -196,16 +196,15 @@ class Prober:
 
     def _sweep(self, now: float) -> list[httpx.HTTPTransport]:
         """Drop the least recently used origins past the bound or idle too long (those
-        in use are passed over); under the lock."""
-        closing = []
-        for origin, kept in list(self._kept.items()):
-            too_many = len(self._kept) > self._max_kept
+        in use are passed over); under the lock. Usually looks at the oldest alone."""
+        doomed: list[_Origin] = []
+        for origin, kept in self._kept.items():
+            too_many = len(self._kept) - len(doomed) > self._max_kept
             if not too_many and now - kept.used <= self._keep_alive:
                 break  # the rest were used more recently
             if not kept.busy:
-                del self._kept[origin]
-                closing.append(kept.transport)
-        return closing
+                doomed.append(origin)
+        return [self._kept.pop(origin).transport for origin in doomed]
 
     def _give_back(self, origin: _Origin, kept: _Kept) -> None:
         with self._lock:
