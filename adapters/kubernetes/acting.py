@@ -32,7 +32,7 @@ from adapters.kubernetes.settings import Settings
 from adapters.kubernetes.watching import Obj
 from adapters.kubernetes.world import ClusterCache
 from adapters.kubernetes.writing import Writer
-from adapters.probes.http import probe
+from adapters.probes.http import Prober
 from adapters.probes.targets import TargetResolver
 from fsm import effects
 from fsm import observations as ob
@@ -79,6 +79,7 @@ class Actor:
         background: Background,
         rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None,
         namespace: str,
+        prober: Prober,
     ) -> None:
         self._world = world
         self._namespace = namespace  # the controller's: where CustomCertificate Secrets are
@@ -88,6 +89,7 @@ class Actor:
         self._hpa_api_version = hpa_api_version
         self._recipes = recipes
         self._background = background
+        self._prober = prober  # keeps a connection per endpoint between probes
         self._rewrite = rewrite
         self.repairs = 0  # objects re-applied or pruned because the live world drifted
 
@@ -302,7 +304,7 @@ class Actor:
         timeout = float(self._settings().probe.timeout_seconds)
 
         def call() -> ob.ProbeResult:
-            answer = probe(url, token, timeout=timeout)
+            answer = self._prober.probe(url, token, timeout=timeout)
             return ob.ProbeResult(
                 at=now, ok=answer.ok, status_code=answer.status_code, error=answer.error
             )

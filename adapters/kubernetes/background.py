@@ -14,6 +14,15 @@ answering as before costs a probe per interval and no pass (with hundreds of Rea
 orders, the pass per probe was most of the controller's idle CPU). A result kept ends the
 repetition: the pass that takes it arms it again with its new state.
 
+Repeats run on a `grain` (the controller's: one second): a time due is rounded to the
+nearest multiple of it, so the repeats due around the same tick start together. The probes of
+hundreds of Ready orders then run in bursts rather than one every few milliseconds, and
+each burst runs the same code while it is warm in the processor's caches: 1.3 ms of CPU
+a probe spread out against 0.6 ms in bursts of twenty, on this machine with the builds
+of others beside it (`scripts/bench_probes.py`). A repeat runs at most half a grain
+early or late, and its period stays `every` on average (rounding up would add a grain to
+each); one armed to run at once is not held back.
+
 `inline=True` runs each call at once on the caller's thread (a repeated one only when it
 is due at once, and never again): the pass's unit tests use it to stay deterministic.
 """
@@ -48,10 +57,16 @@ class _Repeat:
 
 class Background:
     def __init__(
-        self, wake: Callable[[str], None], *, workers: int = 8, inline: bool = False
+        self,
+        wake: Callable[[str], None],
+        *,
+        workers: int = 8,
+        inline: bool = False,
+        grain: float = 0.0,
     ) -> None:
         self._wake = wake
         self._inline = inline
+        self._grain = grain
         self._pool = None if inline else ThreadPoolExecutor(workers, "background")
         self._lock = threading.Condition()
         self._running: set[Key] = set()
@@ -127,7 +142,7 @@ class Background:
         now = time.monotonic()
         with self._lock:
             old = self._repeats.get(key)
-            due = old.due if old is not None else now + max(0.0, first_after)
+            due = old.due if old is not None else self._on_grain(now, first_after)
             self._repeats[key] = _Repeat(call, every, news, due, announced)
             if announced:
                 self._announced.add(key)
@@ -146,6 +161,14 @@ class Background:
             del self._repeats[key]  # inline: once, never again
             self._announced.discard(key)
             self._fire(key, _Repeat(call, every, news, due, announced))
+
+    def _on_grain(self, now: float, after: float) -> float:
+        """When a repeat `after` seconds from `now` is due: at once, or on the grain."""
+        if after <= 0:
+            return now
+        if self._grain <= 0:
+            return now + after
+        return round((now + after) / self._grain) * self._grain
 
     def repeating(self, key: Key) -> bool:
         with self._lock:
@@ -201,7 +224,7 @@ class Background:
                 return  # cancelled while it ran
             if not repeat.news(result):
                 if current is not None:
-                    current.due = time.monotonic() + current.every
+                    current.due = self._on_grain(time.monotonic(), current.every)
                     heapq.heappush(self._heap, (current.due, next(self._order), key))
                     self._lock.notify_all()
                 return

@@ -28,6 +28,7 @@ from adapters.kubernetes.settings import Settings
 from adapters.kubernetes.world import ClusterCache
 from adapters.kubernetes.writing import Writer
 from adapters.models import HubResolver
+from adapters.probes.http import Prober
 from adapters.probes.targets import TargetResolver
 from fsm import decide, effects
 from fsm import observations as ob
@@ -84,6 +85,7 @@ class Reconciler:
         allocation_grace_seconds: float = DEVICE_ALLOCATION_GRACE_SECONDS,
         background: Background | None = None,
         namespace: str = MODULE_NAMESPACE,
+        prober: Prober | None = None,
     ) -> None:
         self._world = world
         # How long pods may wait for devices before the plan's device class counts as
@@ -108,6 +110,8 @@ class Reconciler:
         # tests) they run at once.
         self.background = background or Background(lambda _uid: None, inline=True)
         self._observer = Observer(world, hub, settings, self.background)
+        # The probes' kept connections, closed by whoever stops the controller.
+        self.prober = prober or Prober()
         self.actor = Actor(
             world=world,
             writer=writer,
@@ -118,6 +122,7 @@ class Reconciler:
             background=self.background,
             rewrite=rewrite,
             namespace=namespace,
+            prober=self.prober,
         )
 
     # -- the pass ----------------------------------------------------------------------

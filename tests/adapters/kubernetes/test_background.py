@@ -7,6 +7,7 @@ milliseconds so the tests take well under a second each.
 from __future__ import annotations
 
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -114,3 +115,54 @@ def test_first_probes_after_a_restart_are_spread_over_the_interval() -> None:
     assert _first_probe_in("x", OrderState(), 30.0, now) == 0.0
     recent = OrderState(probe_ok=True, last_probe_at=now - timedelta(seconds=10))
     assert _first_probe_in("x", recent, 30.0, now) == 20.0
+
+
+GRAIN, APART = 0.5, 0.08
+
+
+def _three_due_around_a_tick(grain: float) -> tuple[float, list[float]]:
+    """Three repeats due APART seconds apart around a tick of GRAIN: the tick, and when
+    each ran."""
+    background = Background(lambda _uid: None, workers=4, grain=grain)
+    ran: list[float] = []
+    lock = threading.Lock()
+
+    def call() -> str:
+        with lock:
+            ran.append(time.monotonic())
+        return "same"
+
+    now = time.monotonic()
+    tick = round((now + 1.0) / GRAIN) * GRAIN  # at least 0.75 s ahead
+    try:
+        for i in range(3):
+            background.repeat(
+                ("probe", f"uid-{i}"),
+                call,
+                every=60,
+                first_after=tick - now + (i - 1) * APART,
+                news=lambda _r: False,
+            )
+        eventually(lambda: len(ran) == 3, timeout=10, what="three runs")
+    finally:
+        background.stop()
+    return tick, ran
+
+
+def test_repeats_due_around_the_same_tick_of_the_grain_start_together() -> None:
+    """Probes of many orders run in bursts (warm code: half the CPU each) rather than
+    one every few milliseconds; without a grain the same arming runs them apart."""
+    tick, ran = _three_due_around_a_tick(GRAIN)
+    assert max(ran) - min(ran) < APART, ran  # one burst, at the tick
+    assert min(ran) >= tick - 0.01
+    _, apart = _three_due_around_a_tick(0.0)
+    assert max(apart) - min(apart) >= 1.5 * APART, apart
+
+
+def test_the_grain_rounds_a_due_time_to_its_nearest_tick() -> None:
+    """Nearest, not up: rounding up would add a grain to every period (31 s, not 30)."""
+    background = Background(lambda _uid: None, inline=True, grain=1.0)
+    assert background._on_grain(100.4, 30.0) == 130.0  # a little early
+    assert background._on_grain(100.6, 30.0) == 131.0  # a little late
+    assert background._on_grain(100.4, 0.0) == 100.4  # at once is at once
+    assert Background(lambda _uid: None, inline=True)._on_grain(100.4, 30.0) == 130.4
