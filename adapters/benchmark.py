@@ -614,10 +614,15 @@ class Benchmark:
         log = store.open_log(self.store_url)
         try:
             total = 0
-            for info in log.streams():
-                if info.namespace != self.options.namespace or not info.name.startswith(prefix):
+            wanted = {
+                info.uid
+                for info in log.streams()
+                if info.namespace == self.options.namespace and info.name.startswith(prefix)
+            }
+            for uid, records in log.read_all():
+                if uid not in wanted:
                     continue
-                events = [r.event for r in log.read(info.uid)]
+                events = [r.event for r in records]
                 last: dict[str, Any] | None = None
                 for upto in range(1, len(events) + 1):
                     rendered = status.render_status(fold.fold(events[:upto]))

@@ -37,8 +37,7 @@ def measure(store_url: str) -> dict[str, Any]:
             fold.fold([r.event for r in log.read(streams[0].uid)])
         started = time.perf_counter()
         replayed = 0
-        for info in streams:
-            records = log.read(info.uid)
+        for _uid, records in log.read_all():
             fold.fold([r.event for r in records])
             replayed += len(records)
         folded = time.perf_counter() - started
