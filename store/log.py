@@ -34,7 +34,7 @@ from typing import Any
 from uuid import uuid4
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.engine import Connection, Engine
 
 from fsm.events import Event
 from store import codec, connecting, migrating, schema
@@ -262,7 +262,7 @@ class EventLog:
         Raises StreamNotFound for an unknown uid.
         """
         query = (
-            sa.select(schema.events)
+            sa.select(*_ENVELOPE)
             .where(
                 schema.events.c.stream_uid == stream_uid, schema.events.c.version > after_version
             )
@@ -298,9 +298,7 @@ class EventLog:
         is held until the iterator is exhausted or closed. What replays the whole log (the
         audit's `verify`, the benchmark) takes this instead of one `read` per stream.
         """
-        query = sa.select(schema.events).order_by(
-            schema.events.c.stream_uid, schema.events.c.version
-        )
+        query = sa.select(*_ENVELOPE).order_by(schema.events.c.stream_uid, schema.events.c.version)
         # The result is closed however the caller stops: PostgreSQL's server cursor with it.
         with (
             _translated(),
@@ -308,12 +306,14 @@ class EventLog:
             conn.execution_options(yield_per=_BATCH).execute(query) as rows,
         ):
             uid, records = "", list[RecordedEvent]()
-            for row in rows:
-                if row.stream_uid != uid:
-                    if records:
-                        yield uid, records
-                    uid, records = row.stream_uid, []
-                records.append(_recorded(row))
+            for batch in rows.partitions():
+                for row in batch:
+                    record = _recorded(row)
+                    if record.stream_uid != uid:
+                        if records:
+                            yield uid, records
+                        uid, records = record.stream_uid, []
+                    records.append(record)
             if records:
                 yield uid, records
 
@@ -513,17 +513,31 @@ def _exists(conn: Connection, uid: str) -> bool:
     )
 
 
-def _recorded(row: Row[Any]) -> RecordedEvent:
+# The columns of an event row in the order `_recorded` unpacks them.
+_ENVELOPE = (
+    schema.events.c.position,
+    schema.events.c.stream_uid,
+    schema.events.c.version,
+    schema.events.c.event_id,
+    schema.events.c.type,
+    schema.events.c.schema_version,
+    schema.events.c.recorded_at,
+    schema.events.c.leader_epoch,
+    schema.events.c.payload,
+)
+
+
+def _recorded(row: Sequence[Any]) -> RecordedEvent:
+    # Unpacked, not read by name: a replay does this for every event of the log.
+    position, uid, version, event_id, type_name, schema_version, recorded_at, epoch, payload = row
     return RecordedEvent(
-        position=int(row.position),
-        stream_uid=row.stream_uid,
-        version=int(row.version),
-        event_id=row.event_id,
-        type_name=row.type,
-        schema_version=int(row.schema_version),
-        recorded_at=row.recorded_at,
-        epoch=int(row.leader_epoch),
-        event=codec.decode(
-            row.type, row.schema_version, row.payload, uid=row.stream_uid, version=row.version
-        ),
+        position=int(position),
+        stream_uid=uid,
+        version=int(version),
+        event_id=event_id,
+        type_name=type_name,
+        schema_version=int(schema_version),
+        recorded_at=recorded_at,
+        epoch=int(epoch),
+        event=codec.decode(type_name, schema_version, payload, uid=uid, version=version),
     )
