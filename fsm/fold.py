@@ -3,7 +3,7 @@
 Replaying a stream and running live are the same function, so the status, the replan
 count, LaunchPlanInForce and the probe streak are all folds of the log and nothing is
 stored beside it. `evolve` records the event's facts, judges the six conditions
-(`fsm.status.rejudge`: those whose facts moved), stamps them Kubernetes-style
+(`fold`, after its first event, only those whose facts moved), stamps them Kubernetes-style
 (lastTransitionTime moves only when a condition's status changes) and lets the machine
 settle on the order's new state.
 
@@ -31,7 +31,7 @@ from fsm.state import (
     Workload,
     probe_error_text,
 )
-from fsm.status import Verdict, rejudge
+from fsm.status import Verdict, judge, rejudge
 
 __all__ = ["evolve", "fold", "plan_basis"]
 
@@ -328,7 +328,31 @@ _SET_AFTER_JUDGING = frozenset(
 
 
 def evolve(state: OrderState, event: ev.Event) -> OrderState:
-    """The state after `event`. Events after OrderDeleted are counted and otherwise ignored."""
+    """The state after `event`. Events after OrderDeleted are counted and otherwise ignored.
+
+    Every condition is judged afresh from the new facts, whatever `state`'s conditions say.
+    """
+    return _evolve(state, event, incremental=False)
+
+
+def fold(events: Iterable[ev.Event], start: OrderState | None = None) -> OrderState:
+    """Fold a stream (or, from a snapshot `start`, the rest of it).
+
+    The same as evolving event by event, but only the first event judges all six
+    conditions: `start` may come from anywhere (a snapshot of an older release, whose
+    judges said things differently). From then on the conditions are this fold's own
+    judgement of the facts, so an event judges again only those whose facts it moved
+    (`fsm.status.rejudge`).
+    """
+    state = OrderState() if start is None else start
+    incremental = False
+    for event in events:
+        state = _evolve(state, event, incremental)
+        incremental = True
+    return state
+
+
+def _evolve(state: OrderState, event: ev.Event, incremental: bool) -> OrderState:
     if state.deleted:
         return state.model_copy(update={"version": state.version + 1})
     try:
@@ -343,7 +367,7 @@ def evolve(state: OrderState, event: ev.Event) -> OrderState:
     # copy before anyone else can see it.
     new = state.model_copy(update=updates)
 
-    verdicts = rejudge(new, changed, state.conditions)
+    verdicts = rejudge(new, changed, state.conditions) if incremental else judge(new)
     if isinstance(event, ev.OrderDeleted):
         leaf, phase = machine.delete(state.machine_state), state.phase
     else:
@@ -360,11 +384,3 @@ def evolve(state: OrderState, event: ev.Event) -> OrderState:
     new.__dict__.update(settled)
     new.__pydantic_fields_set__.update(settled)
     return new
-
-
-def fold(events: Iterable[ev.Event], start: OrderState | None = None) -> OrderState:
-    """Fold a stream (or, from a snapshot `start`, the rest of it)."""
-    state = OrderState() if start is None else start
-    for event in events:
-        state = evolve(state, event)
-    return state
