@@ -33,7 +33,6 @@ import math
 import os
 import re
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -47,12 +46,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import msgpack
 import sqlalchemy as sa
 import yaml
 from kubernetes.client import ApiClient
 
 import store
+from adapters import replay_rate
 from adapters.cluster import bootstrap, local
 from adapters.kubernetes import errors
 from adapters.kubernetes.watching import Informer, Resource, call
@@ -615,10 +614,15 @@ class Benchmark:
         log = store.open_log(self.store_url)
         try:
             total = 0
-            for info in log.streams():
-                if info.namespace != self.options.namespace or not info.name.startswith(prefix):
+            wanted = {
+                info.uid
+                for info in log.streams()
+                if info.namespace == self.options.namespace and info.name.startswith(prefix)
+            }
+            for uid, records in log.read_all():
+                if uid not in wanted:
                     continue
-                events = [r.event for r in log.read(info.uid)]
+                events = [r.event for r in records]
                 last: dict[str, Any] | None = None
                 for upto in range(1, len(events) + 1):
                     rendered = status.render_status(fold.fold(events[:upto]))
@@ -662,41 +666,7 @@ class Benchmark:
 
     def replay(self) -> dict[str, Any]:
         """Decode + upcast + fold every stream, beside a raw msgpack decode of the payloads."""
-        path = self.store_url.removeprefix("sqlite:///")
-        with sqlite3.connect(path) as connection:
-            payloads = [row[0] for row in connection.execute("SELECT payload FROM events")]
-        started = time.perf_counter()
-        for payload in payloads:
-            msgpack.unpackb(payload)
-        raw = time.perf_counter() - started
-        log = store.open_log(self.store_url)
-        try:
-            streams = log.streams()
-            if streams:  # first use builds the models and the statement cache: untimed
-                fold.fold([r.event for r in log.read(streams[0].uid)])
-            started = time.perf_counter()
-            replayed = 0
-            for info in streams:
-                records = log.read(info.uid)
-                fold.fold([r.event for r in records])
-                replayed += len(records)
-            folded = time.perf_counter() - started
-            one = streams[len(streams) // 2].uid if streams else ""
-            started = time.perf_counter()
-            history = len(log.read(one)) if one else 0
-            one_order = time.perf_counter() - started
-        finally:
-            log.close()
-        raw_rate = len(payloads) / raw if raw else math.inf
-        replay_rate = replayed / folded if folded else math.inf
-        return {
-            "events": len(payloads),
-            "raw_decode_per_s": round(raw_rate),
-            "replay_per_s": round(replay_rate),
-            "replay_to_raw": round(replay_rate / raw_rate, 3) if raw_rate else None,
-            "one_history_events": history,
-            "one_history_ms": round(one_order * 1000, 2),
-        }
+        return replay_rate.measure(self.store_url)
 
     def large_log(self, events: int) -> dict[str, Any]:
         """The run's streams copied under new UIDs until the log holds `events` events, in

@@ -3,8 +3,9 @@
 Replaying a stream and running live are the same function, so the status, the replan
 count, LaunchPlanInForce and the probe streak are all folds of the log and nothing is
 stored beside it. `evolve` records the event's facts, judges the six conditions
-(`fsm.status.judge`), stamps them Kubernetes-style (lastTransitionTime moves only when
-a condition's status changes) and lets the machine settle on the order's new state.
+(`fold`, after its first event, only those whose facts moved), stamps them Kubernetes-style
+(lastTransitionTime moves only when a condition's status changes) and lets the machine
+settle on the order's new state.
 
 Pure: the only time it knows is the events' `observed_at`.
 """
@@ -30,7 +31,7 @@ from fsm.state import (
     Workload,
     probe_error_text,
 )
-from fsm.status import Verdict, judge
+from fsm.status import Verdict, judge, rejudge
 
 __all__ = ["evolve", "fold", "plan_basis"]
 
@@ -284,7 +285,7 @@ _HANDLERS: dict[type[ev.Event], Callable[[OrderState, Any], Updates]] = {
 
 
 def _stamp(
-    previous: tuple[Condition, ...], verdicts: Sequence[Verdict], at: datetime
+    previous: tuple[Condition, ...], verdicts: Sequence[Verdict | Condition], at: datetime
 ) -> tuple[Condition, ...]:
     if not previous:
         previous_by_index: Sequence[Condition | None] = [None] * len(verdicts)
@@ -292,12 +293,14 @@ def _stamp(
         previous_by_index = previous
     out: list[Condition] = []
     for old, v in zip(previous_by_index, verdicts, strict=True):
-        if (
-            old is not None
-            and old.status is v.status
-            and old.reason is v.reason
-            and old.message == v.message
-            and old.observed_generation == v.observed_generation
+        if old is not None and (
+            v is old  # rejudge saw nothing it reads change
+            or (
+                old.status is v.status
+                and old.reason is v.reason
+                and old.message == v.message
+                and old.observed_generation == v.observed_generation
+            )
         ):
             out.append(old)  # unchanged: keep the very object, snapshots stay small
             continue
@@ -316,10 +319,40 @@ def _stamp(
 
 
 _SERVING = (Phase.READY, Phase.DEGRADED)
+# What evolve sets after judging. The conditions of a state were judged before these
+# were set, so the next event's rejudging counts them as changed (`ever_ready` is the one
+# a judge reads).
+_SET_AFTER_JUDGING = frozenset(
+    {"conditions", "machine_state", "phase", "state_since", "ever_ready"}
+)
 
 
 def evolve(state: OrderState, event: ev.Event) -> OrderState:
-    """The state after `event`. Events after OrderDeleted are counted and otherwise ignored."""
+    """The state after `event`. Events after OrderDeleted are counted and otherwise ignored.
+
+    Every condition is judged afresh from the new facts, whatever `state`'s conditions say.
+    """
+    return _evolve(state, event, incremental=False)
+
+
+def fold(events: Iterable[ev.Event], start: OrderState | None = None) -> OrderState:
+    """Fold a stream (or, from a snapshot `start`, the rest of it).
+
+    The same as evolving event by event, but only the first event judges all six
+    conditions: `start` may come from anywhere (a snapshot of an older release, whose
+    judges said things differently). From then on the conditions are this fold's own
+    judgement of the facts, so an event judges again only those whose facts it moved
+    (`fsm.status.rejudge`).
+    """
+    state = OrderState() if start is None else start
+    incremental = False
+    for event in events:
+        state = _evolve(state, event, incremental)
+        incremental = True
+    return state
+
+
+def _evolve(state: OrderState, event: ev.Event, incremental: bool) -> OrderState:
     if state.deleted:
         return state.model_copy(update={"version": state.version + 1})
     try:
@@ -327,31 +360,27 @@ def evolve(state: OrderState, event: ev.Event) -> OrderState:
     except KeyError:
         raise TypeError(f"the order fold does not know {type(event).__name__}") from None
     updates = handler(state, event)
+    changed = updates.keys() | _SET_AFTER_JUDGING
     updates["version"] = state.version + 1
     updates["last_event_at"] = event.observed_at
-    facts = state.model_copy(update=updates)
+    # One copy per event: the facts, then what judging them settles, written into that
+    # copy before anyone else can see it.
+    new = state.model_copy(update=updates)
 
-    verdicts = judge(facts)
+    verdicts = rejudge(new, changed, state.conditions) if incremental else judge(new)
     if isinstance(event, ev.OrderDeleted):
         leaf, phase = machine.delete(state.machine_state), state.phase
     else:
         leaf = machine.settle(state.machine_state, verdicts)
         phase = machine.phase_of(leaf) or state.phase
     moved = leaf.value != state.machine_state or state.state_since is None
-    return facts.model_copy(
-        update={
-            "conditions": _stamp(state.conditions, verdicts, event.observed_at),
-            "machine_state": leaf.value,
-            "phase": phase,
-            "state_since": event.observed_at if moved else state.state_since,
-            "ever_ready": facts.ever_ready or phase in _SERVING,
-        }
-    )
-
-
-def fold(events: Iterable[ev.Event], start: OrderState | None = None) -> OrderState:
-    """Fold a stream (or, from a snapshot `start`, the rest of it)."""
-    state = OrderState() if start is None else start
-    for event in events:
-        state = evolve(state, event)
-    return state
+    settled = {
+        "conditions": _stamp(state.conditions, verdicts, event.observed_at),
+        "machine_state": leaf.value,
+        "phase": phase,
+        "state_since": event.observed_at if moved else state.state_since,
+        "ever_ready": new.ever_ready or phase in _SERVING,
+    }
+    new.__dict__.update(settled)
+    new.__pydantic_fields_set__.update(settled)
+    return new

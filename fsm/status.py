@@ -13,6 +13,8 @@ subresource, with SPEC §2.1's camelCase names; absent fields are omitted, never
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -20,7 +22,15 @@ from fsm.reasons import CATALOGUE, ConditionStatus, ConditionType, Reason
 from fsm.state import PROBE_FAILURE_THRESHOLD, Condition, OrderState
 from fsm.values import Authentication, Plan
 
-__all__ = ["Verdict", "judge", "render_condition", "render_status", "rfc3339"]
+__all__ = [
+    "READS",
+    "Verdict",
+    "judge",
+    "rejudge",
+    "render_condition",
+    "render_status",
+    "rfc3339",
+]
 
 _T, _F, _U = ConditionStatus.TRUE, ConditionStatus.FALSE, ConditionStatus.UNKNOWN
 _C = ConditionType
@@ -145,6 +155,49 @@ _JUDGES = (
     (_C.READY, _ready),
     (_C.SCALING_HEALTHY, _scaling),
 )
+
+
+# What each judge reads of the state, and what a condition waiting on a broken chain
+# reads. `rejudge` skips a judge when none of it changed; tests/fsm/test_status.py holds
+# these against what the judges are seen to read.
+READS: dict[ConditionType, frozenset[str]] = {
+    _C.CLASS_RESOLVED: frozenset({"klass", "generation"}),
+    _C.MODEL_RESOLVED: frozenset({"model", "generation"}),
+    _C.PLANNED: frozenset({"attempt", "plan_in_force", "generation"}),
+    _C.WORKLOAD_READY: frozenset(
+        {"apply_error", "apply_error_reason", "workload", "scaling", "plan_in_force", "generation"}
+    ),
+    _C.READY: frozenset({"ever_ready", "probe_failures", "probe_error", "probe_ok", "generation"}),
+    _C.SCALING_HEALTHY: frozenset({"scaling", "generation"}),
+}
+_AWAITING_READS = frozenset({"generation"})
+
+
+def rejudge(
+    state: OrderState, changed: AbstractSet[str], previous: Sequence[Condition]
+) -> tuple[Verdict | Condition, ...]:
+    """`judge(state)` where `previous` are the conditions judged from a state that
+    differed from `state` only in the fields `changed`: a condition whose judge reads none
+    of them, behind a chain exactly as broken as before, is given back as the previous
+    `Condition` object itself (its verdict would be the same). The fold calls this once
+    per event; most events move one or two conditions."""
+    if not previous:
+        return judge(state)
+    out: list[Verdict | Condition] = []
+    blocked = was_blocked = False
+    for (type_, judge_one), old in zip(_JUDGES, previous, strict=True):
+        reads = _AWAITING_READS if blocked else READS[type_]
+        verdict: Verdict | Condition
+        if blocked == was_blocked and changed.isdisjoint(reads):
+            verdict = old
+        elif blocked:
+            verdict = _verdict(type_, _AWAITING[type_], "", state.generation)
+        else:
+            verdict = judge_one(state)
+        out.append(verdict)
+        was_blocked = was_blocked or old.status is not _T
+        blocked = blocked or verdict.status is not _T
+    return tuple(out)
 
 
 def judge(state: OrderState) -> tuple[Verdict, ...]:

@@ -8,8 +8,12 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from fsm import events as ev
 from fsm import observations as ob
+from fsm import status
+from fsm.fold import evolve
 from fsm.reasons import ORDER_CONDITIONS, Reason
 from fsm.state import OrderState
 from fsm.status import judge, render_status, rfc3339
@@ -23,9 +27,11 @@ from tests.support.strategies import (
     klass,
     model,
     observation_runs,
+    order_streams,
     plan,
     planned,
     policy,
+    raw_event_streams,
     run,
     spec,
 )
@@ -186,3 +192,45 @@ def test_a_retried_identical_failure_is_not_a_recalculation() -> None:
         *RESOLVED, planned(3, R.NO_CAPACITY), planned(40, R.NO_CAPACITY), planned(80, R.NO_CAPACITY)
     )
     assert failed.plan_attempts == 1
+
+
+# --- what each judge reads (rejudge skips a judge when none of it moved) ----------------
+
+
+class _Reading:
+    """An OrderState that notes every attribute a judge reads of it."""
+
+    def __init__(self, state: OrderState) -> None:
+        self._state, self.read = state, set[str]()
+
+    def __getattr__(self, name: str) -> Any:
+        self.read.add(name)
+        return getattr(self._state, name)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(order_streams() | raw_event_streams())
+def test_each_judge_reads_only_what_rejudge_watches(events: list[ev.Event]) -> None:
+    state = OrderState()
+    for event in events:
+        state = evolve(state, event)
+        for type_, judge_one in status._JUDGES:  # the judges themselves, one by one
+            reading = _Reading(state)
+            judge_one(reading)  # type: ignore[arg-type]
+            assert reading.read <= status.READS[type_], type_
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(order_streams() | raw_event_streams(), st.data())
+def test_rejudge_after_any_change_is_judge(events: list[ev.Event], data: st.DataObject) -> None:
+    # Whatever moved between two states, rejudge told what moved gives judge's verdicts.
+    states = [OrderState()]
+    for event in events:
+        states.append(evolve(states[-1], event))
+    before = data.draw(st.sampled_from(states))
+    after = data.draw(st.sampled_from(states))
+    changed = {k for k in OrderState.model_fields if getattr(before, k) != getattr(after, k)}
+    changed.add("ever_ready")  # set after `before`'s conditions were judged (as fold says)
+    rejudged = status.rejudge(after, changed, before.conditions)
+    summary = [(v.type, v.status, v.reason, v.message, v.observed_generation) for v in rejudged]
+    assert summary == [tuple(v) for v in judge(after)]

@@ -229,6 +229,60 @@ def test_reading_an_unknown_stream_says_so(log: store.EventLog) -> None:
     assert log.read(KEY.uid, after_version=1) == []
 
 
+@pytest.mark.parametrize("batch", [2000, 2], ids=["one-fetch", "streams-across-fetches"])
+def test_read_all_gives_every_stream_as_read_does(
+    log: store.EventLog, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    monkeypatch.setattr(store.log, "_BATCH", batch)
+    third = store.StreamKey("7f0c1d2e-0000-4000-8000-000000000000", "support", "first-uid")
+    # Interleaved appends: positions alternate between streams, versions do not.
+    log.append(OTHER, things(9), 0, 1, at(0))
+    log.append(KEY, things(1, 2), 0, 1, at(1))
+    log.append(third, [ThingCounted(observed_at=at(2), count=1, unit="gpus")], 0, 1, at(2))
+    log.append(OTHER, [ThingRemoved(observed_at=at(3), name="t0")], 1, 1, at(3))
+    log.append(KEY, things(3, 4, 5, start=2), 2, 1, at(4))
+    log.mark_deleted(OTHER.uid, at(5))
+
+    replayed = list(log.read_all())
+
+    assert [uid for uid, _ in replayed] == sorted([KEY.uid, OTHER.uid, third.uid])
+    assert dict(replayed) == {uid: log.read(uid) for uid in (KEY.uid, OTHER.uid, third.uid)}
+    assert versions(dict(replayed)[KEY.uid]) == [1, 2, 3, 4, 5]
+
+
+def test_read_all_of_an_empty_log_gives_nothing(log: store.EventLog) -> None:
+    assert list(log.read_all()) == []
+
+
+def test_a_replay_stopped_early_gives_its_connection_back(log: store.EventLog) -> None:
+    log.append(KEY, things(1), 0, 1, at(0))
+    log.append(OTHER, things(2), 0, 1, at(1))
+    replay = log.read_all()
+    next(replay)
+    assert log.engine.pool.checkedout() == 1  # type: ignore[attr-defined]
+    replay.close()
+    assert log.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+def test_read_all_upcasts_and_refuses_as_read_does(log: store.EventLog) -> None:
+    log.append(KEY, things(1), 0, 1, at(0))
+    _insert_raw(
+        log,
+        2,
+        "TestThingCounted",
+        1,
+        msgpack.packb({"observed_at": "2026-03-01T12:00:00Z", "n": 5}),
+    )
+    [(uid, records)] = log.read_all()
+    assert (uid, records) == (KEY.uid, log.read(KEY.uid))
+    assert records[1].event == ThingCounted(observed_at=T0, count=5, unit="items")
+
+    _insert_raw(log, 3, "TestThingHappened", 1, b"\xc1")
+    with pytest.raises(store.UndecodableEvent, match="bad msgpack") as undecodable:
+        list(log.read_all())
+    assert (undecodable.value.uid, undecodable.value.version) == (KEY.uid, 3)
+
+
 # -- snapshots and projections ---------------------------------------------------------
 
 

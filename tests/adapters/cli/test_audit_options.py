@@ -21,6 +21,7 @@ import store
 from adapters.cli import audit_cmd
 from adapters.cli.main import main
 from fsm import decide, status
+from fsm import events as ev
 from fsm.fold import evolve
 from fsm.reasons import Reason
 from fsm.state import OrderState
@@ -145,6 +146,36 @@ def test_verify_reports_a_divergence_for_scripts(two, capsys) -> None:
         "recorded": "Failed",
         "replayed": "Ready",
     }
+
+
+def test_verify_folds_each_stream_up_to_its_projection_and_lists_the_oldest_first(
+    two, capsys
+) -> None:
+    # A third order whose uid sorts first but which began last; then the first order's
+    # stream moves on past its recorded status (a probe failed, not yet projected).
+    late = store.StreamKey("0" * 8 + "-0000-4000-8000-000000000003", "support", "late")
+    spec = ev.SpecObserved(observed_at=s.at(200), generation=1, model_ref=s.model_ref())
+    with store.open_log(two) as log:
+        log.append(late, [spec], 0, 1, s.at(200))
+        log.record_projection(late.uid, 1, status.render_status(evolve(OrderState(), spec)))
+        head = log.stream(UID).version
+        failed = ev.ProbeFailed(observed_at=s.at(201), error="unavailable")
+        log.append(store.StreamKey(UID, "support", "support-llm"), [failed], head, 1, s.at(201))
+    code, out, _ = _run(capsys, "verify", "--store", two, "-o", "json")
+    assert code == 0 and json.loads(out) == {"checked": 3, "divergent": []}
+
+    with store.open_log(two) as log, log.engine.begin() as conn:
+        for uid in (late.uid, UID):
+            bad = dict(log.projection(uid).status, phase="Failed")
+            conn.execute(
+                sa.update(schema.projections)
+                .where(schema.projections.c.stream_uid == uid)
+                .values(status=bad)
+            )
+    code, out, _ = _run(capsys, "verify", "--store", two, "-o", "json")
+    doc = json.loads(out)
+    assert code == 1 and [d["uid"] for d in doc["divergent"]] == [UID, late.uid]
+    assert doc["divergent"][0]["atVersion"] == head
 
 
 # -- relative times ----------------------------------------------------------------------------
