@@ -19,7 +19,7 @@ nearest multiple of it, so the repeats due around the same tick start together. 
 hundreds of Ready orders then run in bursts rather than one every few milliseconds, and
 each burst runs the same code while it is warm in the processor's caches: 1.3 ms of CPU
 a probe spread out against 0.6 ms in bursts of twenty, on this machine with the builds
-of others beside it (`scripts/bench_probes.py`). A repeat runs at most half a grain
+of others beside it (`benchmarks/probes.py`). A repeat runs at most half a grain
 early or late, and its period stays `every` on average (rounding up would add a grain to
 each); one armed to run at once is not held back.
 

@@ -8,8 +8,8 @@ among `--events` others (SQLite). It prints both medians, their difference and r
 and exits 1 when the difference exceeds the floor (default 20 ms): a scan would cost
 seconds.
 
-    .venv/bin/python scripts/bench_history.py                 # 1,000,000 events
-    .venv/bin/python scripts/bench_history.py --events 200000 --floor-ms 20
+    .venv/bin/python benchmarks/history.py                 # 1,000,000 events
+    .venv/bin/python benchmarks/history.py --events 200000 --floor-ms 20
 
 Filling a million rows takes a minute or two on 2 cores; the log is written to a
 temporary folder and removed afterwards (`--keep` keeps it).

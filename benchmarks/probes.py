@@ -14,9 +14,9 @@ process only) is the prober's alone:
   state), each every `--every` seconds for `--seconds`: the CPU of the whole window
   (timer, pool, locks, idle waits) divided by the probes made.
 
-    .venv/bin/python scripts/bench_probes.py                       # 100 stubs, both modes
-    .venv/bin/python scripts/bench_probes.py --stubs 500 --mode timer --every 30 --seconds 90
-    .venv/bin/python scripts/bench_probes.py --mode direct --profile 25   # top 25 by cumtime
+    .venv/bin/python benchmarks/probes.py                       # 100 stubs, both modes
+    .venv/bin/python benchmarks/probes.py --stubs 500 --mode timer --every 30 --seconds 90
+    .venv/bin/python benchmarks/probes.py --mode direct --profile 25   # top 25 by cumtime
 
 It prints one JSON line per mode: probes, failed probes, CPU ms per probe, wall ms per
 probe, and the share of a core the probes would take at `--orders` Ready orders probed
