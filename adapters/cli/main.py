@@ -10,8 +10,10 @@ so they import only the standard library at the top and their machinery when the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import importlib
+import io
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -71,7 +73,9 @@ def _attach_time_ago(argv: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # SIGUSR1 prints every thread's stack to stderr: where a process that will not stop is.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # (Not when stderr is no file, as when a test calls main() with its output captured.)
+    with contextlib.suppress(io.UnsupportedOperation, AttributeError, ValueError):
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr.fileno(), all_threads=True)
     given = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(_attach_time_ago(given))
     run: Callable[[argparse.Namespace], int] = args.run
