@@ -54,6 +54,7 @@ import store
 from adapters import replay_rate
 from adapters.cluster import bootstrap, local
 from adapters.kubernetes import errors
+from adapters.kubernetes.controller import DEFAULT_WORKERS
 from adapters.kubernetes.watching import Informer, Resource, call
 from adapters.platform import DEMO_SETTINGS, install_module
 from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION as ENDPOINT
@@ -259,7 +260,7 @@ class BenchOptions:
     floor: bool = True
     replay: bool = True
     ready_timeout: float = 900.0
-    workers: int = 2
+    workers: int = DEFAULT_WORKERS
     simulator_only: bool = False
     large_log: int = 0  # events of the large log to read one history among (0: skip)
 

@@ -42,7 +42,9 @@ def register(subparsers: Any) -> None:
         metavar="EVENTS",
         help="also read one order's history among this many events (SQLite, PostgreSQL)",
     )
-    parser.add_argument("--workers", type=int, default=2, help="the controller's workers")
+    parser.add_argument(
+        "--workers", type=int, default=4, help="the controller's workers (default 4)"
+    )
     parser.add_argument("--keep", action="store_true", help="leave the control plane up")
     parser.set_defaults(run=_run)
 

@@ -74,7 +74,12 @@ def register(subparsers: Any) -> None:
         default="service",
         help="how probes find an order's endpoint: its Service, or the simulator's pod annotation",
     )
-    sub.add_argument("--workers", type=int, default=2)
+    sub.add_argument(
+        "--workers",
+        type=int,
+        default=4,  # Controller's DEFAULT_WORKERS; that module is too heavy for --help
+        help="orders reconciled at once (default 4)",
+    )
     sub.add_argument(
         "--sync-timeout",
         type=float,

@@ -62,6 +62,9 @@ LEASE_NAME = "ai-inference-controller"
 # Repeated background calls (probes) due around the same second start together: warm
 # code, half the CPU a probe (background.py). A probe runs at most half of it off time.
 BACKGROUND_GRAIN_SECONDS = 1.0
+# Passes wait on the API server far more than they compute: with two, 500 new orders took
+# 1.34 times a bare client's time; with four, 100 took 1.02 (docs/performance.md).
+DEFAULT_WORKERS = 4
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +94,7 @@ class Controller:
         hub_endpoint: str | None = None,
         settings: Source | None = None,
         targets: TargetResolver | None = None,
-        workers: int = 2,
+        workers: int = DEFAULT_WORKERS,
         hpa_api_version: str = "autoscaling/v2",
         clock: Callable[[], datetime] = utc_now,
         sync_timeout: float = 60.0,

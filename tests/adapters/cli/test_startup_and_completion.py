@@ -7,6 +7,7 @@ Kubernetes client or the simulator: each command imports what it runs (the start
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -17,7 +18,8 @@ from pathlib import Path
 import pytest
 
 import store
-from adapters.cli.main import main
+from adapters.cli.main import build_parser, main
+from adapters.kubernetes.controller import DEFAULT_WORKERS, Controller
 
 ROOT = Path(__file__).resolve().parents[3]
 HEAVY = (
@@ -137,3 +139,12 @@ def test_bash_completion_completes_commands_options_and_choices(tmp_path, capsys
     assert _complete(script, "ai-inference", "list", "--phase", "P") == ["Pending"]
     assert _complete(script, "ai-inference", "verify", "--store", "ev") == ["events.sqlite"]
     assert "--log-level" in _complete(script, "ai-inference", "controller", "--log")
+
+
+@pytest.mark.parametrize("command", [["controller"], ["bench"]])
+def test_the_workers_default_is_the_controllers(command: list[str]) -> None:
+    """The parsers spell the default out (the controller's module is too heavy for
+    --help): they must say what the controller does."""
+    args = build_parser().parse_args(command)
+    assert args.workers == DEFAULT_WORKERS
+    assert inspect.signature(Controller).parameters["workers"].default == DEFAULT_WORKERS
