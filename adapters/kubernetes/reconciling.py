@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from adapters.kubernetes import arbiter, queueing
+from adapters.kubernetes import arbiter, queueing, sharing
 from adapters.kubernetes.acting import Actor
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.observing import Observer, model_ref_of, order_of
@@ -253,6 +253,9 @@ class Reconciler:
         return True
 
     def _keep(self, uid: str, state: OrderState) -> None:
+        # Kept with its parts shared with other orders' equal ones (the class's policy,
+        # the model's facts, ...): most of what a state holds, and equal across orders.
+        state = sharing.shared_parts(state)
         with self._states_lock:
             self._states[uid] = state
             if decide.waits_for_capacity(state):
