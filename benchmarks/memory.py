@@ -27,20 +27,29 @@ import gc
 import json
 import re
 import sys
+import time
 import tracemalloc
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from adapters.kubernetes import kinds, watching, writing  # noqa: E402
-from adapters.kubernetes.watching import Informer  # noqa: E402
+from adapters.cluster import bootstrap, local  # noqa: E402
+from adapters.kubernetes import kinds, sharing, watching, writing  # noqa: E402
+from adapters.kubernetes.watching import Informer, Resource, call  # noqa: E402
 from adapters.kubernetes.world import ClusterCache  # noqa: E402
+from adapters.platform import LocalPlatform  # noqa: E402
+from fsm import decide  # noqa: E402
+from fsm.fold import evolve  # noqa: E402
+from fsm.state import OrderState  # noqa: E402
+from tests.support import strategies as s  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "adapters" / "kubernetes" / "fixtures" / "live_order.json"
+_SECOND = timedelta(seconds=1)
 _UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 Obj = dict[str, Any]
@@ -186,11 +195,6 @@ def statuses(fixture: dict[str, Any], n: int) -> tuple[str, int, int]:
 
 def states(n: int) -> Callable[[int], Any]:
     """A Ready order's folded state: its life as tests/support/strategies tells it."""
-    from fsm import decide
-    from fsm.fold import evolve
-    from fsm.state import OrderState
-    from tests.support import strategies as s
-
     observations = [
         s.spec(0),
         s.klass(1),
@@ -201,12 +205,14 @@ def states(n: int) -> Callable[[int], Any]:
         s.probe(6),
     ]
 
-    def fold(_i: int) -> Any:
+    def fold(i: int) -> Any:
         state = OrderState()
         for obs in copy.deepcopy(observations):
             for event in decide.decide(state, obs):
-                state = evolve(state, event)
-        return state
+                # Each order's own times, as orders are made and planned apart.
+                moved = event.model_copy(update={"observed_at": event.observed_at + i * _SECOND})
+                state = evolve(state, moved)
+        return sharing.shared_parts(state)  # as the reconciler keeps it
 
     del n
     return fold
@@ -214,19 +220,17 @@ def states(n: int) -> Callable[[int], Any]:
 
 def report(rows: list[tuple[str, int, int]], n: int) -> None:
     width = max(len(r[0]) for r in rows)
-    print(f"{'per order, N=' + str(n):<{width}}  {'held':>9}  {'peak above':>10}")
+    _say(f"{'bytes per order, N=' + str(n):<{width}}  {'held':>9}  {'peak above':>10}")
     for label, held, peak in rows:
-        print(f"{label:<{width}}  {held:>9,}  {peak // n:>10,}")
+        _say(f"{label:<{width}}  {held:>9,}  {peak // n:>10,}")
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
 
 
 def capture(folder: Path, out: Path) -> None:
     """One order to Ready on a local control plane; every object of it, as served."""
-    import time
-
-    from adapters.cluster import bootstrap, local
-    from adapters.kubernetes.watching import Resource, call
-    from adapters.platform import LocalPlatform
-
     state = local.up(folder / "cluster")
     bootstrap.bootstrap(state.kubeconfig("admin"))
     platform = LocalPlatform(state, f"sqlite:///{folder}/log.db")
@@ -261,7 +265,9 @@ def capture(folder: Path, out: Path) -> None:
             Resource("", "v1", "pods", "Pod"),
             Resource("", "v1", "services", "Service"),
             Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate"),
-            Resource("autoscaling", "v2beta2", "horizontalpodautoscalers", "HorizontalPodAutoscaler"),
+            Resource(
+                "autoscaling", "v2beta2", "horizontalpodautoscalers", "HorizontalPodAutoscaler"
+            ),
             Resource("networking.k8s.io", "v1", "ingresses", "Ingress"),
             Resource("", "v1", "secrets", "Secret"),
             Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim"),
@@ -276,7 +282,7 @@ def capture(folder: Path, out: Path) -> None:
                     objects.append(item)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"order": order, "objects": objects}, indent=1) + "\n")
-        print(f"captured {len(objects)} objects to {out}")
+        _say(f"captured {len(objects)} objects to {out}")
     finally:
         platform.stop()
         local.down(folder / "cluster")
@@ -300,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(statuses(fixture, n))
     rows.append(list_all(fixture, n))
     if args.json:
-        print(json.dumps({"orders": n, "per_order": {r[0]: {"held": r[1], "peak": r[2] // n} for r in rows}}))
+        per_order = {label: {"held": held, "peak": peak // n} for label, held, peak in rows}
+        _say(json.dumps({"orders": n, "per_order": per_order}))
     else:
         report(rows, n)
     return 0

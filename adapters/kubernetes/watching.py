@@ -672,7 +672,8 @@ class Informer:
             meta.pop("managedFields", None)
         if self._trim is not None:
             self._trim(obj)
-        return compact(obj)
+        kept: Obj = compact(obj)
+        return kept
 
     def _apply(self, event_type: str, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
