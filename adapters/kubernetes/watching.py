@@ -654,7 +654,8 @@ class Informer:
             if self._resync_period and self._synced and now - last_resync >= self._resync_period:
                 last_resync = now
                 self.stats.resyncs += 1
-                for obj in self.objects():
+                # Each handler gets its own copy (`_emit`): no copy of every object first.
+                for obj in self.objects(copy_=False):
                     self._emit(RESYNC, obj)
 
     # -- the cache -----------------------------------------------------------------------
