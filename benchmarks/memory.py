@@ -8,8 +8,9 @@ JSON anew, as the watch parses each event — kind by kind, and reports the byte
 cache holds per order once fed, and the transient peak of feeding it. The objects are one
 Ready order's, as the local API server, controller manager and simulator left them
 (tests/adapters/kubernetes/fixtures/live_order.json, `--capture` remakes it), each
-copied under a new name and new UIDs per order. Then what the pass keeps per order: the
-folded state, the Writer's last status, and one LIST page parsed at once.
+copied under a new name and new UIDs per order. Then what else is kept per order: the
+folded state as the reconciler keeps it (parts shared), the Writer's memory of the
+statuses it wrote; and the transient peak of a start's LIST of N Deployments.
 
     PYTHONPATH=. .venv/bin/python benchmarks/memory.py -n 1000
     PYTHONPATH=. .venv/bin/python benchmarks/memory.py --capture /tmp/capture  # a cluster
@@ -193,7 +194,7 @@ def statuses(fixture: dict[str, Any], n: int) -> tuple[str, int, int]:
     return "Writer's memory of written statuses", held // n, max(0, peak - before - held)
 
 
-def states(n: int) -> Callable[[int], Any]:
+def states() -> Callable[[int], Any]:
     """A Ready order's folded state: its life as tests/support/strategies tells it."""
     observations = [
         s.spec(0),
@@ -214,7 +215,6 @@ def states(n: int) -> Callable[[int], Any]:
                 state = evolve(state, moved)
         return sharing.shared_parts(state)  # as the reconciler keeps it
 
-    del n
     return fold
 
 
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     n = args.orders
     tracemalloc.start(1)
     rows = measure_caches(fixture, n)
-    rows.append(measure("folded state (Ready)", n, states(n)))
+    rows.append(measure("folded state (Ready)", n, states()))
     rows.append(statuses(fixture, n))
     rows.append(list_all(fixture, n))
     if args.json:
