@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from adapters.kubernetes import arbiter, queueing
+from adapters.kubernetes import arbiter, queueing, sharing
 from adapters.kubernetes.acting import Actor
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.observing import Observer, model_ref_of, order_of
@@ -250,20 +250,26 @@ class Reconciler:
             key, events, expected_version=p.state.version, epoch=self._epoch(), recorded_at=p.now
         )
         before, previous = p.state.version, p.state
-        p.state = fold(events, start=p.state)
-        self._keep(p.order.uid, p.state)
+        # The pass goes on with the kept state: what it arms (the probe's judgement of
+        # news) holds that one, not an unshared twin of it.
+        p.state = self._keep(p.order.uid, fold(events, start=p.state))
         self.actor.tell(p.order, previous, p.state)
         if version // SNAPSHOT_EVERY > before // SNAPSHOT_EVERY:
             self._log.save_snapshot(p.order.uid, version, p.state.model_dump(mode="json"))
         return True
 
-    def _keep(self, uid: str, state: OrderState) -> None:
+    def _keep(self, uid: str, state: OrderState) -> OrderState:
+        """Keep the order's state between passes, and return it as kept: its parts
+        shared with other orders' equal ones (the class's policy, the model's facts,
+        ...), most of what a state holds and equal across orders."""
+        state = sharing.shared_parts(state)
         with self._states_lock:
             self._states[uid] = state
             if decide.waits_for_capacity(state):
                 self._waiting.add(uid)
             else:
                 self._waiting.discard(uid)
+        return state
 
     def waiting_for_capacity(self) -> set[str]:
         """Orders a capacity change can affect, by their states; an order this process has
@@ -294,8 +300,7 @@ class Reconciler:
             except ValueError:
                 start, after = OrderState(), 0  # a snapshot of an older layout: refold
         state = fold([r.event for r in self._log.read(uid, after_version=after)], start=start)
-        self._keep(uid, state)
-        return state
+        return self._keep(uid, state)
 
     def forget(self, uid: str) -> None:
         with self._states_lock:

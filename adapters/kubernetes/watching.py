@@ -43,9 +43,10 @@ import copy
 import json
 import logging
 import random
+import sys
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +74,7 @@ __all__ = [
     "by_label",
     "by_owner_uid",
     "call",
+    "compact",
 ]
 
 log = logging.getLogger(__name__)
@@ -88,7 +90,10 @@ Timeout = float | tuple[float, float]
 RESYNC = "RESYNC"  # the event type of a periodic resync: every cached object again
 _RECENT_RVS = 16  # RVs remembered per object for read-your-writes
 _GONE_MEMORY = 10_000  # deleted UIDs remembered for read-your-writes
-_PAGE = 500
+# Objects per LIST page. A page is parsed whole before its objects are trimmed: 500
+# Deployments were ~17 MB at once, and every informer lists at the same time at a start.
+_PAGE = 100
+_SHARED_TEXT = 128  # cached strings up to this length are shared (interned)
 
 
 @dataclass(frozen=True)
@@ -189,6 +194,23 @@ def by_label(key: str) -> Indexer:
         return [str(labels[key])] if key in labels else []
 
     return index
+
+
+def compact(value: Any) -> Any:
+    """`value` (parsed JSON) with every key and every short string interned.
+
+    Each watch event is parsed on its own, so each cached object had its own copy of
+    every key ("metadata", "name", ...) and of every repeated value (the order's UID in
+    each child's labels and owner reference, "True", timestamps, the image): sharing
+    them halves what the cache holds per order (benchmarks/memory.py). An interned
+    string is freed, as any other, once nothing refers to it."""
+    if isinstance(value, dict):
+        return {sys.intern(k) if type(k) is str else k: compact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [compact(item) for item in value]
+    if type(value) is str and len(value) <= _SHARED_TEXT:
+        return sys.intern(value)
+    return value
 
 
 def _uid_and_rv(obj: Any) -> tuple[str, str]:
@@ -294,7 +316,7 @@ class Informer:
         self._objects: dict[str, Obj] = {}
         self._by_name: dict[tuple[str, str], str] = {}
         self._indexes = {key: _Index(fn) for key, fn in (indexers or {}).items()}
-        self._seen: dict[str, deque[str]] = {}
+        self._seen: dict[str, tuple[str, ...]] = {}
         self._gone: OrderedDict[str, None] = OrderedDict()
         self._rv: str | None = None
         self._synced = False
@@ -489,7 +511,9 @@ class Informer:
             meta = page.get("metadata") or {}
             # Every page of a paged LIST is served at the first page's RV.
             rv = rv or str(meta.get("resourceVersion", ""))
-            items.extend(page.get("items") or [])
+            # Kept as the cache keeps them, page by page: a whole LIST of raw objects
+            # at once was the controller's peak at a restart with many orders.
+            items.extend(self._prepare(obj) for obj in page.pop("items", None) or [])
             token = str(meta.get("continue") or "")
             if not token:
                 return items, rv
@@ -501,7 +525,6 @@ class Informer:
         items, rv = self._list_all()
         fresh: dict[str, Obj] = {}
         for obj in items:
-            self._fill_type(obj)
             fresh[obj["metadata"]["uid"]] = obj
         changes: list[tuple[str, Obj]] = []
         with self._cond:
@@ -631,12 +654,14 @@ class Informer:
             if self._resync_period and self._synced and now - last_resync >= self._resync_period:
                 last_resync = now
                 self.stats.resyncs += 1
-                for obj in self.objects():
+                # Each handler gets its own copy (`_emit`): no copy of every object first.
+                for obj in self.objects(copy_=False):
                     self._emit(RESYNC, obj)
 
     # -- the cache -----------------------------------------------------------------------
 
-    def _fill_type(self, obj: Obj) -> None:
+    def _prepare(self, obj: Obj) -> Obj:
+        """The object as the cache keeps it: typed, trimmed, its strings shared."""
         # LIST items carry no apiVersion/kind; watch events do. Make them alike.
         obj.setdefault("apiVersion", self.resource.api_version)
         obj.setdefault("kind", self.resource.kind)
@@ -648,6 +673,8 @@ class Informer:
             meta.pop("managedFields", None)
         if self._trim is not None:
             self._trim(obj)
+        kept: Obj = compact(obj)
+        return kept
 
     def _apply(self, event_type: str, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
@@ -663,7 +690,7 @@ class Informer:
         if not uid:
             log.warning("%s: %s event without a uid ignored", self.name, event_type)
             return
-        self._fill_type(obj)
+        obj = self._prepare(obj)
         with self._cond:
             self.stats.events += 1
             if event_type == "DELETED":
@@ -712,8 +739,10 @@ class Informer:
             self._gone.popitem(last=False)
 
     def _note_rv_locked(self, uid: str, rv: str) -> None:
+        # A tuple, not a deque(maxlen=...): a deque's first block alone is ~600 bytes, and
+        # every cached object has its RVs here (most of them one or two).
         if rv:
-            self._seen.setdefault(uid, deque(maxlen=_RECENT_RVS)).append(rv)
+            self._seen[uid] = (*self._seen.get(uid, ())[1 - _RECENT_RVS :], rv)
 
     def _emit(self, event_type: str, obj: Obj) -> None:
         for handler in self._handlers:

@@ -8,7 +8,7 @@ decisions it can change, so exactly those are re-evaluated.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kubernetes.client import ApiClient
@@ -82,18 +82,89 @@ def _unbound_pod(obj: Obj) -> list[str]:
     return _owner(obj)
 
 
+# A shape says which fields of an object the cache keeps: a key maps to True (the whole
+# value) or to the shape of its value (of each item, for a list). What no reader needs is
+# dropped before an object is stored: with one cached copy of each child per order (and a
+# pod and a claim per replica), the server's defaults and statuses nobody reads were much
+# of the controller's memory per order.
+Shape = Mapping[str, "Shape | bool"]
+_TYPED: Shape = {"apiVersion": True, "kind": True, "metadata": True}
+
 # What the controller reads of a pod (observing.py, arbiter.py, probes/targets.py): its
 # metadata, where it runs and at what priority, and its conditions. The rest (containers,
 # volumes, container statuses) was most of a pod's size in the cache, one pod per replica.
-_POD_SPEC = ("nodeName", "priority")
-_POD_STATUS = ("conditions", "phase")
+POD_SHAPE: Shape = {
+    **_TYPED,
+    "spec": {"nodeName": True, "priority": True},
+    "status": {"conditions": True, "phase": True},
+}
+# A Deployment: every field rendering.py sets, which drift detection compares with what it
+# renders (converging.covers), the replicas and the record of replicas taken (arbiter.py),
+# and the rollout's counters (observing.py, acting.py `_rolled_out`). Not the pod
+# template's server defaults (dnsPolicy, terminationMessagePath, ...) nor the status's
+# conditions. tests/adapters/kubernetes/test_cache_memory.py renders every variant and
+# fails if a field it sets is not kept here.
+_CONTAINER: Shape = dict.fromkeys(
+    ("name", "image", "args", "env", "ports", "resources", "readinessProbe", "volumeMounts"),
+    True,
+)
+DEPLOYMENT_SHAPE: Shape = {
+    **_TYPED,
+    "spec": {
+        "replicas": True,
+        "selector": True,
+        "strategy": True,
+        "revisionHistoryLimit": True,
+        "template": {
+            "metadata": True,
+            "spec": {
+                "containers": _CONTAINER,
+                "resourceClaims": True,
+                "volumes": True,
+                "enableServiceLinks": True,
+                "automountServiceAccountToken": True,
+                "priorityClassName": True,
+            },
+        },
+    },
+    "status": dict.fromkeys(
+        ("observedGeneration", "replicas", "updatedReplicas", "readyReplicas", "availableReplicas"),
+        True,
+    ),
+}
+# A ResourceClaim (any workload's: they are capacity): who holds it (metadata), the devices
+# it was allocated and its sharing (fsm/placement/capacity.py `_allocation`). Not its
+# requests, node selector or reservations.
+CLAIM_SHAPE: Shape = {
+    **_TYPED,
+    "spec": {"devices": {"config": True}},
+    "status": {"allocation": {"devices": {"results": True}}},
+}
+# The other children: everything but the status, which nothing reads (the Service's and
+# Ingress's load balancer, the HPA's metrics), and drift detection compares only the spec.
+SPEC_SHAPE: Shape = {**_TYPED, "spec": True}
 
 
-def _trim_pod(obj: Obj) -> None:
-    for key, kept in (("spec", _POD_SPEC), ("status", _POD_STATUS)):
-        part = obj.get(key)
-        if isinstance(part, dict):
-            obj[key] = {k: part[k] for k in kept if k in part}
+def shaped(value: Any, shape: Shape | bool) -> Any:
+    """`value` with only what `shape` keeps."""
+    if shape is True or not isinstance(shape, Mapping):
+        return value
+    if isinstance(value, list):
+        return [shaped(item, shape) for item in value]
+    if not isinstance(value, dict):
+        return value
+    return {key: shaped(item, shape[key]) for key, item in value.items() if key in shape}
+
+
+def trimming(shape: Shape) -> Callable[[Obj], None]:
+    """An informer's `trim`: keeps, in place, what `shape` keeps."""
+
+    def trim(obj: Obj) -> None:
+        kept = shaped(obj, shape)
+        obj.clear()
+        obj.update(kept)
+
+    return trim
 
 
 def _taken_from(obj: Obj) -> list[str]:
@@ -151,32 +222,40 @@ class ClusterCache:
         self.module_configs = informer(kinds.MODULE_CONFIGS)
         self.device_classes = informer(kinds.DEVICE_CLASSES)
         self.resource_slices = informer(kinds.RESOURCE_SLICES)
-        self.resource_claims = informer(kinds.RESOURCE_CLAIMS)
+        self.resource_claims = informer(kinds.RESOURCE_CLAIMS, trim=trimming(CLAIM_SHAPE))
         self.priority_classes = informer(kinds.PRIORITY_CLASSES)
         # Children carry the order's UID label; the selector keeps the cache to ours.
         self.deployments = informer(
             kinds.DEPLOYMENTS,
             label_selector=UID_LABEL,
             indexers={BY_ORDER: by_label(UID_LABEL), BY_TAKEN: _taken_from},
+            trim=trimming(DEPLOYMENT_SHAPE),
         )
         self.pods = informer(
             kinds.PODS,
             label_selector=UID_LABEL,
             indexers={BY_ORDER: by_label(UID_LABEL), BY_UNBOUND: _unbound_pod},
-            trim=_trim_pod,
+            trim=trimming(POD_SHAPE),
         )
         # The rest of what an order owns: compared with what it should have on every pass
         # (drift is repaired, what is no longer rendered is pruned).
         self.services = informer(
-            kinds.SERVICES, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+            kinds.SERVICES,
+            label_selector=UID_LABEL,
+            indexers={BY_ORDER: by_label(UID_LABEL)},
+            trim=trimming(SPEC_SHAPE),
         )
         self.claim_templates = informer(
             kinds.RESOURCE_CLAIM_TEMPLATES,
             label_selector=UID_LABEL,
             indexers={BY_ORDER: by_label(UID_LABEL)},
+            trim=trimming(SPEC_SHAPE),
         )
         self.ingresses = informer(
-            kinds.INGRESSES, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+            kinds.INGRESSES,
+            label_selector=UID_LABEL,
+            indexers={BY_ORDER: by_label(UID_LABEL)},
+            trim=trimming(SPEC_SHAPE),
         )
         # A server without this HPA version must not hold the start: the orders that need
         # one say why on their status (the apply fails), the others are served.
@@ -185,6 +264,7 @@ class ClusterCache:
             optional=True,
             label_selector=UID_LABEL,
             indexers={BY_ORDER: by_label(UID_LABEL)},
+            trim=trimming(SPEC_SHAPE),
         )
         self.token_secrets = informer(
             kinds.SECRETS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}

@@ -28,6 +28,8 @@ The controller's loop reads from informers (watching.py) and writes only through
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import socket
 import threading
 import time
@@ -64,6 +66,13 @@ def status_differs(current: Mapping[str, Any] | None, desired: Mapping[str, Any]
     return bool(_normal(current or {}) != _normal(desired))
 
 
+def _digest(status: Any) -> bytes:
+    """A fingerprint of a normalised status: what the writer remembers of the last one it
+    wrote (the status itself, a few KB an order, was kept twice: here and in the cache)."""
+    text = json.dumps(status, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
 def _time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -92,7 +101,7 @@ class Writer:
         self.instance = instance or socket.gethostname()
         self._lock = threading.Lock()
         self._kinds: dict[str, dict[str, Resource]] = {}
-        self._statuses: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
+        self._statuses: OrderedDict[tuple[str, str, str], bytes] = OrderedDict()
         self._events: OrderedDict[tuple[str, str, str, str], _Recorded] = OrderedDict()
         self.writes = 0  # requests that changed (or tried to change) something
         # Told of each write that returned, by boundary ("apply-Deployment", "status", ...):
@@ -231,7 +240,7 @@ class Writer:
         if current is not None:
             unchanged = not status_differs(current, desired)
         else:
-            unchanged = last is not None and last == desired
+            unchanged = last is not None and last == _digest(desired)
         if unchanged:
             return None
         patch: list[dict[str, Any]] = []
@@ -252,7 +261,7 @@ class Writer:
         )
         self._wrote("status")
         with self._lock:
-            self._statuses[key] = _normal(written.get("status") or {})
+            self._statuses[key] = _digest(_normal(written.get("status") or {}))
             self._statuses.move_to_end(key)
             while len(self._statuses) > _MEMORY:
                 self._statuses.popitem(last=False)

@@ -28,6 +28,7 @@ from adapters.kubernetes.settings import ProbeSettings, Settings
 from adapters.kubernetes.world import ClusterCache
 from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION, AnnotatedPodTarget
 from fsm import events as ev
+from fsm.fold import fold
 from fsm.identity import OrderRef
 from fsm.status import render_status
 from tests.support import fakes
@@ -158,6 +159,25 @@ def test_no_child_is_made_for_an_order_the_server_has_deleted(bed: Bed) -> None:
     assert {kind: bed.writer.calls[("apply", kind)] for kind in CHILDREN} == dict.fromkeys(
         CHILDREN, 1
     )
+
+
+def test_orders_of_one_class_and_model_hold_their_equal_state_parts_once(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, a100s=2)
+    try:
+        first, second = bed.order("one"), bed.order("two")
+        bed.settle(first)
+        bed.settle(second)
+        states = bed.reconciler.states()
+        a, b = states[first], states[second]
+        assert a.policy is not None and a.model is not None and b.model is not None
+        assert a.policy is b.policy and a.model.facts is b.model.facts  # held once
+        assert a.applied_basis is b.applied_basis
+        assert a.plan_in_force != b.plan_in_force  # their own devices, kept apart
+        # Folding the log again gives the very same values (sharing changes no answer).
+        refold = fold([r.event for r in bed.log.read(first)])
+        assert refold == a
+    finally:
+        bed.log.close()
 
 
 @pytest.mark.parametrize("kind", CHILDREN)
