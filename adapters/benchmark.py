@@ -767,7 +767,9 @@ class Benchmark:
             "one_history_ms": round(statistics.median(timings) * 1000, 2),
         }
 
-    def run(self) -> dict[str, Any]:
+    def run(self, *, clean_up: bool = True) -> dict[str, Any]:
+        """Every phase the options ask for. `clean_up=False`: the control plane goes down
+        after the run, so its orders are not deleted and waited for."""
         options = self.options
         install_module(self.admin)
         self._namespace()
@@ -799,7 +801,8 @@ class Benchmark:
             if self.controller is not None:
                 self.controller.stop()
             try:
-                self.clean_up()
+                if clean_up:
+                    self.clean_up()
             finally:
                 self.stop()
         return self.result
@@ -923,7 +926,7 @@ def run_bench(folder: Path, options: BenchOptions, *, keep: bool = False) -> dic
     state = local.up(folder / "cluster")
     bootstrap.bootstrap(state.kubeconfig("admin"))
     try:
-        return Benchmark(state, folder, options).run()
+        return Benchmark(state, folder, options).run(clean_up=keep)
     finally:
         if not keep:
             local.down(folder / "cluster")
