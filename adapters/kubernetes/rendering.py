@@ -17,6 +17,7 @@ Every object is named after the order, labelled with its UID and owned by it
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -253,18 +254,20 @@ def _claim_template(order: OrderRef, plan: Plan, facts: ModelFacts) -> Manifest:
     driver = _driver(plan)
     consumed = _need_per_device(plan, facts)
     device_memory = consumed / _share(plan)
+    selectors = [
+        f"device.capacity['{driver}'].memory.compareTo(quantity('{_quantity(device_memory)}')) >= 0"
+    ]
+    if plan.accelerator_product_name:
+        # The product the plan counted on: the scheduler takes the first device that fits
+        # a claim, and without it an order planned on a T4 was handed an A100 that another
+        # order's plan held, which then never got its devices.
+        product = json.dumps(plan.accelerator_product_name)  # a CEL string literal
+        selectors.append(f"device.attributes['{driver}'].productName == {product}")
     exactly: dict[str, Any] = {
         "deviceClassName": plan.device_class,
         "allocationMode": "ExactCount",
         "count": plan.accelerator_count,
-        "selectors": [
-            {
-                "cel": {
-                    "expression": f"device.capacity['{driver}'].memory.compareTo("
-                    f"quantity('{_quantity(device_memory)}')) >= 0"
-                }
-            }
-        ],
+        "selectors": [{"cel": {"expression": expression}} for expression in selectors],
     }
     devices: dict[str, Any] = {"requests": [{"name": CLAIM_NAME, "exactly": exactly}]}
     if plan.sharing_mode is SharingMode.SHARED:

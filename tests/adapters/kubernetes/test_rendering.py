@@ -382,9 +382,11 @@ def test_claim_template(plan: Plan, device_class: str, count: int, shared: bool)
     exactly = request_of(objects)
     assert exactly["deviceClassName"] == device_class
     assert (exactly["allocationMode"], exactly["count"]) == ("ExactCount", count)
-    (selector,) = exactly["selectors"]
-    assert selector["cel"]["expression"].startswith(
-        "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('"
+    memory, product = (selector["cel"]["expression"] for selector in exactly["selectors"])
+    assert memory.startswith("device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('")
+    # The product the plan counted on, so the scheduler's first fit cannot take another.
+    assert product == (
+        f"device.attributes['gpu.nvidia.com'].productName == \"{plan.accelerator_product_name}\""
     )
     devices = objects["ResourceClaimTemplate"]["spec"]["spec"]["devices"]
     assert ("capacity" in exactly) is shared
