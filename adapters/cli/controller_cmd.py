@@ -26,7 +26,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from adapters.cli import options
+from adapters.cli import options, waiting
 from adapters.logs import LEVELS
 
 if TYPE_CHECKING:
@@ -190,7 +190,7 @@ def _run(args: argparse.Namespace) -> int:
             controller.start(wait=None)  # a standby waits here for the Lease
             sys.stdout.write(f"controller leading, epoch {controller.epoch}\n")
             sys.stdout.flush()
-            controller.lost.wait()  # leadership lost: exit, Kubernetes restarts us as standby
+            waiting.until_set(controller.lost)  # lost: exit, Kubernetes restarts us
             lost = True
         except LeadershipLost:
             lost = True  # the reason is printed below

@@ -14,7 +14,6 @@ import base64
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import httpx
 from kubernetes import client
 
+from adapters.cli import waiting
 from adapters.cluster import bootstrap, local
 from adapters.kubernetes.manifests import Applier, load_documents
 from adapters.platform import LocalPlatform
@@ -225,5 +225,5 @@ def _run(args: argparse.Namespace, started: list[LocalPlatform]) -> int:
     if args.keep:
         _say(f"   export KUBECONFIG={state.kubeconfig('admin')}")
         _say("ready")
-        threading.Event().wait()
+        waiting.until_set()
     return 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +57,7 @@ def _run(args: argparse.Namespace) -> int:
     # CEL engine (seconds on a busy machine), so only `simulate` itself pays for it.
     from kubernetes import config
 
+    from adapters.cli import waiting
     from adapters.simulator import capacity
     from adapters.simulator.catalog import CATALOG
     from adapters.simulator.hub import StandInHub
@@ -91,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
             f"simulating {len(spec.nodes)} node(s) with {gpus} GPU(s) and "
             f"{len(spec.device_classes)} DeviceClass(es); Ctrl-C stops"
         )
-        threading.Event().wait()
+        waiting.until_set()
     except KeyboardInterrupt:
         pass
     finally:
