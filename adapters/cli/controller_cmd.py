@@ -22,8 +22,10 @@ be opened at start; 2 for bad settings.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+import threading
 from typing import TYPE_CHECKING, Any
 
 from adapters.cli import options, waiting
@@ -197,6 +199,7 @@ def _run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass  # SIGTERM: stop() below releases the Lease, which is not losing it
         finally:
+            _exit_if_stuck(1 if lost else 0)
             controller.stop()
             if health is not None:
                 health.stop()
@@ -206,6 +209,24 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"controller stopped leading: {controller.failure}\n")
         return 1
     return 0
+
+
+def _exit_if_stuck(code: int) -> None:
+    """Exit with `code` anyway if stopping takes longer than it ever should: a process
+    that lost its Lease must not linger (seen once under load: no exit in 120 s), and one
+    told to stop must not wait for Kubernetes' SIGKILL."""
+
+    def stuck() -> None:
+        sys.stderr.write(f"controller: stopping took over {_STOP_BOUND:.0f}s; exiting\n")
+        sys.stderr.flush()
+        os._exit(code)
+
+    timer = threading.Timer(_STOP_BOUND, stuck)
+    timer.daemon = True
+    timer.start()
+
+
+_STOP_BOUND = 30.0  # seconds: workers (10 s), the Lease's release and the caches (5 s)
 
 
 def _serve_health(port: int, controller: Controller) -> HealthServer:

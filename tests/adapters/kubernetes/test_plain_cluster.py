@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import sqlite3
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -355,7 +356,13 @@ def test_a_leader_that_cannot_work_exits_non_zero_and_frees_the_lease(
 ) -> None:
     proc = _controller(plain, f"sqlite:///{tmp_path / 'log.sqlite'}", "--sync-timeout=0.001")
     try:
-        assert proc.wait(120) == 1  # a loaded machine takes seconds just to import
+        try:
+            code = proc.wait(120)  # a loaded machine takes seconds just to import
+        except subprocess.TimeoutExpired:
+            proc.proc.send_signal(signal.SIGUSR1)  # every thread's stack, to see where
+            time.sleep(2)
+            raise AssertionError(f"no exit in 120 s:\n{proc.stderr[-8000:]}") from None
+        assert code == 1, proc.stderr[-3000:]
         assert "caches did not sync" in proc.stderr
         assert plain.holder() == ""
     finally:
