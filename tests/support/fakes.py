@@ -36,7 +36,7 @@ def world() -> ClusterCache:
     return cache
 
 
-def _informer_for(cache: ClusterCache, kind: str, labelled: bool) -> Informer:
+def informer_for(cache: ClusterCache, kind: str, labelled: bool) -> Informer:
     by_kind = {
         "InferenceService": cache.orders,
         "InferenceServiceClass": cache.classes,
@@ -67,7 +67,7 @@ def put(cache: ClusterCache, obj: Mapping[str, Any]) -> Obj:
     meta.setdefault("generation", 1)
     meta["resourceVersion"] = str(next(_RV))
     labelled = "ai.deckhouse.io/inference-service-uid" in (meta.get("labels") or {})
-    _informer_for(cache, str(stored["kind"]), labelled)._apply("MODIFIED", stored)
+    informer_for(cache, str(stored["kind"]), labelled)._apply("MODIFIED", stored)
     if stored["kind"] == "Secret" and labelled:
         cache.secrets._apply("MODIFIED", copy.deepcopy(stored))
     return copy.deepcopy(stored)
@@ -75,7 +75,7 @@ def put(cache: ClusterCache, obj: Mapping[str, Any]) -> Obj:
 
 def drop(cache: ClusterCache, obj: Mapping[str, Any]) -> None:
     labelled = "ai.deckhouse.io/inference-service-uid" in (obj["metadata"].get("labels") or {})
-    _informer_for(cache, str(obj["kind"]), labelled)._apply("DELETED", copy.deepcopy(dict(obj)))
+    informer_for(cache, str(obj["kind"]), labelled)._apply("DELETED", copy.deepcopy(dict(obj)))
     if obj["kind"] == "Secret" and labelled:
         cache.secrets._apply("DELETED", copy.deepcopy(dict(obj)))
 
@@ -103,7 +103,7 @@ class FakeWriter:
 
     def _find(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         for labelled in (True, False):
-            obj = _informer_for(self.cache, kind, labelled).get_by_name(namespace, name)
+            obj = informer_for(self.cache, kind, labelled).get_by_name(namespace, name)
             if obj is not None:
                 return obj
         return None

@@ -130,14 +130,20 @@ def test_status_as_a_table(two, capsys) -> None:
     assert any(line.split()[:3] == ["Planned", "False", "NoCapacity"] for line in out.splitlines())
 
 
+def _tamper(url: str, *uids: str) -> None:
+    """Record a status the streams never reached: phase Failed where they are Ready."""
+    with store.open_log(url) as log, log.engine.begin() as conn:
+        for uid in uids:
+            bad = dict(log.projection(uid).status, phase="Failed")
+            conn.execute(
+                sa.update(schema.projections)
+                .where(schema.projections.c.stream_uid == uid)
+                .values(status=bad)
+            )
+
+
 def test_verify_reports_a_divergence_for_scripts(two, capsys) -> None:
-    with store.open_log(two) as log, log.engine.begin() as conn:
-        bad = dict(log.projection(UID).status, phase="Failed")
-        conn.execute(
-            sa.update(schema.projections)
-            .where(schema.projections.c.stream_uid == UID)
-            .values(status=bad)
-        )
+    _tamper(two, UID)
     code, out, _ = _run(capsys, "verify", "--store", two, "-o", "json")
     doc = json.loads(out)
     assert code == 1 and doc["checked"] == 2
@@ -164,14 +170,7 @@ def test_verify_folds_each_stream_up_to_its_projection_and_lists_the_oldest_firs
     code, out, _ = _run(capsys, "verify", "--store", two, "-o", "json")
     assert code == 0 and json.loads(out) == {"checked": 3, "divergent": []}
 
-    with store.open_log(two) as log, log.engine.begin() as conn:
-        for uid in (late.uid, UID):
-            bad = dict(log.projection(uid).status, phase="Failed")
-            conn.execute(
-                sa.update(schema.projections)
-                .where(schema.projections.c.stream_uid == uid)
-                .values(status=bad)
-            )
+    _tamper(two, late.uid, UID)
     code, out, _ = _run(capsys, "verify", "--store", two, "-o", "json")
     doc = json.loads(out)
     assert code == 1 and [d["uid"] for d in doc["divergent"]] == [UID, late.uid]

@@ -182,17 +182,7 @@ def _fed(cache: ClusterCache, texts: list[str]) -> None:
     for text in texts:
         obj = json.loads(text)  # one parse per object, as the watch parses each event
         labelled = UID_LABEL in (obj["metadata"].get("labels") or {})
-        informer = {
-            "InferenceService": cache.orders,
-            "Deployment": cache.deployments,
-            "Pod": cache.pods,
-            "Service": cache.services,
-            "ResourceClaimTemplate": cache.claim_templates,
-            "Ingress": cache.ingresses,
-            "HorizontalPodAutoscaler": cache.autoscalers,
-            "Secret": cache.token_secrets if labelled else cache.secrets._own,
-            "ResourceClaim": cache.resource_claims,
-        }[obj["kind"]]
+        informer = fakes.informer_for(cache, obj["kind"], labelled)
         informer._apply("ADDED", obj)
 
 
