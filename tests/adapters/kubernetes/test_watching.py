@@ -287,3 +287,32 @@ def test_resource_paths() -> None:
     assert nodes.object_path(None, "n1", "status") == "/api/v1/nodes/n1/status"
     with pytest.raises(ValueError, match="namespaced"):
         watching.CONFIG_MAPS.object_path(None, "x")
+
+
+def test_a_watch_event_is_parsed_once_and_still_tracks_its_version(monkeypatch) -> None:
+    """The client's own unmarshalling parsed every object twice (`raw_object`, then a
+    dump and a parse for `object`)."""
+    parses: list[str] = []
+    real_loads = watching.json.loads
+
+    def counting_loads(text: str, *args: Any, **kwargs: Any) -> Any:
+        parses.append(text)
+        return real_loads(text, *args, **kwargs)
+
+    monkeypatch.setattr(watching.json, "loads", counting_loads)
+    stream = watching._ParsedOnce(return_type="object")
+    line = '{"type": "MODIFIED", "object": {"metadata": {"name": "a", "resourceVersion": "7"}}}'
+    event = stream.unmarshal_event(line, "object")
+    assert len(parses) == 1
+    assert event["raw_object"] is event["object"]
+    assert event["object"]["metadata"]["name"] == "a"
+    assert stream.resource_version == "7"
+    # ERROR events keep their Status in raw_object (the client's `stream` raises from
+    # it) and move no version; blank and broken lines are skipped, as the client does.
+    error = stream.unmarshal_event(
+        '{"type": "ERROR", "object": {"code": 410, "reason": "Gone", "message": "old"}}', None
+    )
+    assert error["raw_object"]["code"] == 410
+    assert stream.resource_version == "7"
+    assert stream.unmarshal_event("  ", None) is None
+    assert stream.unmarshal_event("{not json", None) is None
