@@ -318,6 +318,7 @@ class Benchmark:
         self.simulator: Process | None = None
         self.controller: Process | None = None
         self.hub = ""
+        self.metrics_port = local.free_port()
 
     # --- processes ------------------------------------------------------------------------
 
@@ -353,7 +354,8 @@ class Benchmark:
                 f"--public-domain-template={DEMO_SETTINGS['publicDomainTemplate']}",
                 "--probe-target=simulator",
                 "--health-port=0",
-                "--metrics-port=0",
+                # Its own /metrics: passes per order are the controller's count, not the server's.
+                f"--metrics-port={self.metrics_port}",
                 f"--workers={self.options.workers}",
                 "--hpa-api-version=autoscaling/v2beta2",
             ),
@@ -373,6 +375,20 @@ class Benchmark:
             cpu_seconds(pid)
             for name, pid in self.state.pids.items()
             if name in ("kube-apiserver", "etcd")
+        )
+
+    def order_passes(self) -> int:
+        """Order passes the running controller made (its `ai_inference_reconcile_total`)."""
+        try:
+            text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).text
+        except httpx.HTTPError:
+            return 0
+        return int(
+            sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith('ai_inference_reconcile_total{kind="order"')
+            )
         )
 
     def _cpu(self) -> dict[str, float]:
@@ -567,6 +583,7 @@ class Benchmark:
 
         orders.add_handler(on_order)
         before, cpu0 = request_counts(self.admin), self._cpu()
+        passes0 = self.order_passes()
         started = time.monotonic()
         try:
             for index in range(n):
@@ -580,6 +597,7 @@ class Benchmark:
             )
             wall = time.monotonic() - started
             after, cpu1 = request_counts(self.admin), self._cpu()
+            passes = self.order_passes() - passes0
         finally:
             orders.stop()
         writes = writes_between(before, after)
@@ -601,6 +619,8 @@ class Benchmark:
             "writes_per_order": per_order(writes, n),
             "refused_writes_per_order": per_order(writes_between(before, after, accepted=False), n),
             "status_writes_per_order": round(status_writes / n, 2),
+            # Each capacity event wakes only the orders it can affect: O(1) passes an order.
+            "passes_per_order": round(passes / n, 2),
             "distinct_statuses_per_order": round(self._distinct_statuses("order-") / n, 2),
             "events_per_order": round(sum(int(e.get("count") or 1) for e in order_events) / n, 2),
             "cpu_s": {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1},

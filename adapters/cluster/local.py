@@ -88,7 +88,7 @@ def ensure_binaries() -> Path:
     return bindir
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -207,7 +207,7 @@ def up(folder: Path, *, timeout: float = 90, audit: bool = False) -> ClusterStat
     certs = pki.make_pki(folder / "pki")
     tokens = identities.write_token_file(folder / "tokens.csv")
 
-    etcd_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
+    etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
     etcd_url = f"http://127.0.0.1:{etcd_port}"
     server = f"https://127.0.0.1:{api_port}"
     state = ClusterState(folder=str(folder), server=server, etcd_url=etcd_url)

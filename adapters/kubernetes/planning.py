@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
+from adapters.kubernetes.watching import Informer, Obj
 from adapters.kubernetes.world import ClusterCache
 from fsm import effects
 from fsm.placement import capacity, demand, planner, recipes
@@ -23,6 +25,7 @@ from fsm.values import ModelOutcome, PlanOutcome
 __all__ = ["Planning"]
 
 log = logging.getLogger(__name__)
+_Part = TypeVar("_Part")
 
 
 class Planning:
@@ -33,8 +36,10 @@ class Planning:
         self._states = states  # a copy of every order's folded state this process holds
         self.lock = threading.Lock()
         self._recipes: tuple[str | None, tuple[recipes.Recipe, ...]] = ("", ())
-        self._parsed_at: tuple[tuple[str | None, ...], capacity.Snapshot] | None = None
-        self.parses = 0  # capacity parsed anew (for tests: once per change, not per pass)
+        self._parts: dict[str, tuple[str | None, Any]] = {}  # by kind: (version, parsed)
+        self._parsed_at: tuple[tuple[Any, ...], capacity.Snapshot] | None = None
+        self._free: tuple[capacity.Snapshot | None, dict[str, int]] = (None, {})
+        self.parses = 0  # kinds of capacity parsed anew (for tests: per change, not per pass)
 
     def recipes(self) -> tuple[recipes.Recipe, ...]:
         """The launch recipes, parsed once per change of any of them (not every pass)."""
@@ -49,40 +54,53 @@ class Planning:
         return parsed
 
     def _parsed(self) -> capacity.Snapshot:
-        """Device classes, devices, allocated claims and priority classes, parsed once per
-        change of any of them and shared read-only by every pass (it is frozen): before,
-        each pass deep-copied and parsed every slice and claim, O(N) per pass with N
-        orders. The versions are read before the objects, so a change that lands
-        meanwhile only makes the next call parse again."""
+        """Device classes, devices, allocated claims and priority classes, each parsed
+        once per change of its own kind and shared read-only by every pass (frozen):
+        before, each pass deep-copied and parsed every slice and claim, O(N) per pass
+        with N orders, and then every claim event of a rollout parsed every slice again.
+        The versions are read before the objects, so a change that lands meanwhile only
+        makes the next call parse again."""
         world = self._world
-        informers = (
-            world.device_classes,
-            world.resource_slices,
-            world.resource_claims,
-            world.priority_classes,
+        parts = (
+            self._part(world.device_classes, capacity.parse_device_classes),
+            self._part(world.resource_slices, capacity.parse_devices),
+            self._part(world.resource_claims, capacity.parse_allocations),
+            self._part(world.priority_classes, capacity.parse_priority_classes),
         )
-        versions = tuple(informer.resource_version for informer in informers)
         cached = self._parsed_at
+        if cached is not None and all(a is b for a, b in zip(cached[0], parts, strict=True)):
+            return cached[1]
+        parsed = capacity.assemble(*parts)
+        self._parsed_at = (parts, parsed)
+        return parsed
+
+    def _part(self, informer: Informer, parse: Callable[[Iterable[Obj]], _Part]) -> _Part:
         # None (never listed, or the kind is not served) is a version too: the objects
         # of such an informer change only with an event or a LIST, which set one.
-        if cached is not None and cached[0] == versions:
-            return cached[1]
-        parsed = capacity.parse_snapshot(
-            world.device_classes.objects(copy_=False),
-            world.resource_slices.objects(copy_=False),
-            world.resource_claims.objects(copy_=False),
-            priority_classes=world.priority_classes.objects(copy_=False),
-        )
-        self._parsed_at = (versions, parsed)
+        version = informer.resource_version
+        cached = self._parts.get(informer.resource.plural)
+        if cached is not None and cached[0] == version:
+            kept: _Part = cached[1]
+            return kept
+        part = parse(informer.objects(copy_=False))
+        self._parts[informer.resource.plural] = (version, part)
         self.parses += 1
-        return parsed
+        return part
 
     def allocated_only(self) -> capacity.Snapshot:
         """Devices and the claims the scheduler allocated: what a device class offers."""
         return self._parsed()
 
     def free_units(self, device_class: str) -> int:
-        return demand.free_units(self._parsed(), device_class)
+        """Free share units on the class's devices; counted once per capacity change (a
+        pass of every order that runs or waits reads it: O(devices + claims) each time)."""
+        parsed = self._parsed()
+        known = self._free
+        if known[0] is not parsed:
+            known = self._free = (parsed, {})
+        if device_class not in known[1]:
+            known[1][device_class] = demand.free_units(parsed, device_class)
+        return known[1][device_class]
 
     def snapshot(self, uid: str) -> capacity.Snapshot:
         """The capacity as order `uid` sees it: allocated claims, the demand of other

@@ -181,34 +181,75 @@ def parse_snapshot(
     `holder_priorities` maps an order UID to its priority value; a claim whose holder is
     not in it (another workload, or an order of unknown priority) is never reclaimable.
     """
+    return assemble(
+        parse_device_classes(device_classes),
+        parse_devices(resource_slices),
+        parse_allocations(resource_claims, holder_priorities),
+        parse_priority_classes(priority_classes),
+    )
+
+
+# The parts of a snapshot, each read from one kind: a caller that knows which kind
+# changed (the controller, by its informers' versions) parses only that one again — in a
+# rollout the claims change with every order, the slices and classes hardly ever.
+Devices = tuple[tuple[Device, ...], tuple[str, ...]]  # sorted by id; problems
+Priorities = tuple[tuple[tuple[str, int], ...], int]  # sorted (name, value); the default
+
+
+def parse_device_classes(objs: Iterable[Mapping[str, Any]]) -> tuple[DeviceClassInfo, ...]:
+    return tuple(sorted((_device_class(obj) for obj in objs), key=lambda dc: dc.name))
+
+
+def parse_devices(resource_slices: Iterable[Mapping[str, Any]]) -> Devices:
     problems: list[str] = []
-    classes = sorted((_device_class(obj) for obj in device_classes), key=lambda dc: dc.name)
     devices = _devices(resource_slices, problems)
-    by_id = {device.id: device for device in devices}
+    return tuple(sorted(devices, key=lambda d: d.id)), tuple(problems)
+
+
+def parse_allocations(
+    resource_claims: Iterable[Mapping[str, Any]], holder_priorities: Mapping[str, int] | None = None
+) -> tuple[Allocation, ...]:
     allocations = [
         alloc
         for obj in resource_claims
         if (alloc := _allocation(obj, holder_priorities or {})) is not None
     ]
-    for alloc in allocations:
-        unknown = [device for device in alloc.devices if device not in by_id]
-        if unknown:
-            problems.append(f"claim {alloc.key} holds unpublished device(s) {', '.join(unknown)}")
+    return tuple(sorted(allocations, key=lambda a: a.key))
+
+
+def parse_priority_classes(objs: Iterable[Mapping[str, Any]]) -> Priorities:
     prios: dict[str, int] = {}
     default = 0
-    for obj in priority_classes:
+    for obj in objs:
         name = str(obj.get("metadata", {}).get("name", ""))
         value = int(obj.get("value", 0))
         prios[name] = value
         if obj.get("globalDefault"):
             default = value
+    return tuple(sorted(prios.items())), default
+
+
+def assemble(
+    device_classes: tuple[DeviceClassInfo, ...],
+    devices: Devices,
+    allocations: tuple[Allocation, ...],
+    priorities: Priorities,
+) -> Snapshot:
+    """A snapshot of parsed parts; the claims that hold unpublished devices are named."""
+    published, problems = devices
+    known = {device.id for device in published}
+    held_unknown = [
+        f"claim {alloc.key} holds unpublished device(s) {', '.join(unknown)}"
+        for alloc in allocations
+        if (unknown := [device for device in alloc.devices if device not in known])
+    ]
     return Snapshot(
-        device_classes=tuple(classes),
-        devices=tuple(sorted(devices, key=lambda d: d.id)),
-        allocations=tuple(sorted(allocations, key=lambda a: a.key)),
-        priority_classes=tuple(sorted(prios.items())),
-        default_priority=default,
-        problems=tuple(problems),
+        device_classes=device_classes,
+        devices=published,
+        allocations=allocations,
+        priority_classes=priorities[0],
+        default_priority=priorities[1],
+        problems=(*problems, *held_unknown),
     )
 
 

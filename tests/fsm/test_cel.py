@@ -154,3 +154,29 @@ def test_results_are_memoised_per_class_generation_and_device() -> None:
     after = cel._memo.cache_info()
     assert after.hits - before.hits == 1  # the repeat; a new generation is a new entry
     assert after.misses - before.misses == 2
+
+
+def test_a_tuple_of_devices_is_judged_once_per_class(monkeypatch) -> None:
+    """A plan asks for a class's devices once per class and once per other order's
+    demand, all from one snapshot's tuple: the devices are judged the first time only."""
+    (info,) = snapshot([device_class("whole", GPU_CLASS)]).device_classes
+    judged: list[str] = []
+    real = cel.selects
+    monkeypatch.setattr(cel, "selects", lambda i, d: judged.append(d.name) or real(i, d))
+    devices = (WHOLE, PARTITION)
+    assert cel.selected_devices(info, devices) == (WHOLE,)
+    assert cel.selected_devices(info, devices) == (WHOLE,)
+    assert judged == [WHOLE.name, PARTITION.name]
+    # Another tuple (a new snapshot's) is judged anew; a list may change, so never kept.
+    assert cel.selected_devices(info, (PARTITION, WHOLE)) == (WHOLE,)
+    assert cel.selected_devices(info, [WHOLE, PARTITION]) == (WHOLE,)
+    assert cel.selected_devices(info, [WHOLE, PARTITION]) == (WHOLE,)
+    assert len(judged) == 2 + 2 + 4
+
+
+def test_a_class_that_errs_errs_again_from_the_kept_selection() -> None:
+    (info,) = snapshot([device_class("profiles", f"{ATTR}.profile == '1g.10gb'")]).device_classes
+    devices = (PARTITION, WHOLE)
+    for _ in range(2):
+        with pytest.raises(cel.SelectorError):
+            cel.selected_devices(info, devices)

@@ -13,6 +13,7 @@ from typing import Any
 
 from adapters.kubernetes.rendering import UID_LABEL
 from fsm import events as ev
+from fsm.placement import capacity
 from tests.adapters.kubernetes.test_pass import Bed
 from tests.support import fakes
 from tests.support.planner_inputs import A100, claim, gpu, resource_slice
@@ -116,6 +117,31 @@ def test_capacity_is_parsed_once_per_change_not_once_per_pass(tmp_path: Path) ->
     assert planning.parses == before + 1  # one claim changed: parsed once, shared by five
     free = planning.free_units("gpu.nvidia.com")
     assert free == (SERVING - 1) * 100  # and it is the new capacity that they read
+    bed.log.close()
+
+
+def test_a_claim_event_parses_the_claims_again_not_the_slices(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """In a rollout the claims change with every order and the slices hardly ever: each
+    kind is parsed again only when it changed (the slices were most of a parse)."""
+    bed = Bed(tmp_path, a100s=SERVING)
+    uid = bed.order("llm-0")
+    bed.settle(uid)
+    planning = bed.reconciler.planning
+    parsed: list[str] = []
+    for name in ("parse_devices", "parse_allocations", "parse_device_classes"):
+        real = getattr(capacity, name)
+        monkeypatch.setattr(
+            capacity, name, lambda objs, *a, _n=name, _r=real: parsed.append(_n) or _r(objs, *a)
+        )
+    fakes.put(bed.world, claim("llm-0-gpu", "node-a", "gpu-0", holder=uid, namespace="support"))
+    assert planning.free_units("gpu.nvidia.com") == (SERVING - 1) * 100
+    assert planning.free_units("gpu.nvidia.com") == (SERVING - 1) * 100
+    assert parsed == ["parse_allocations"]
+    fakes.put(bed.world, resource_slice("node-b", gpu("gpu-b0", A100, "80Gi")))
+    assert planning.free_units("gpu.nvidia.com") == SERVING * 100
+    assert parsed == ["parse_allocations", "parse_devices"]
     bed.log.close()
 
 
