@@ -430,6 +430,26 @@ def usage_by_device(
     return {key: use.used for key, use in _usage(snapshot, own_uid, held, held_share).items()}
 
 
+Usage = dict[str, _Use]  # share units in use, by device id
+
+
+def usage_of(snapshot: Snapshot) -> Usage:
+    """The units in use on every device, for `find_place(usage=...)` and `take_units`."""
+    return _usage(snapshot, None, (), FULL_SHARE)
+
+
+def take_units(
+    usage: Usage, by_id: Mapping[str, Device], devices: Iterable[str], share_percent: int
+) -> None:
+    """Count `devices` (published ones, by id in `by_id`) as taken at `share_percent` in
+    `usage`: a place made elsewhere."""
+    for device_id in devices:
+        use = usage.get(device_id)
+        if use is not None:
+            units = _units(by_id[device_id], share_percent)
+            usage[device_id] = _Use(use.used + units, list(use.claims))
+
+
 def _units(device: Device, share_percent: int) -> int:
     return share_percent if device.allow_multiple_allocations else FULL_SHARE
 
@@ -481,6 +501,7 @@ def find_place(
     own_uid: str | None = None,
     held: Sequence[str] = (),
     held_share: int = FULL_SHARE,
+    usage: Usage | None = None,
 ) -> Place | None:
     """A place for `replicas` replicas of `count` distinct devices on one node each.
 
@@ -488,8 +509,13 @@ def find_place(
     `priority` are freed, lowest priority first (a claim spanning several devices frees
     all of them). The order's own claims (`own_uid`) and its `held` devices are never
     offered and never reclaimed. None: no place, not even by reclaiming.
+
+    `usage` (from `usage_of(snapshot)`, for a caller placing many places in turn with no
+    `held` and no `priority`) is counted from instead of the snapshot, and takes the
+    place's units: one count for all of them rather than one each.
     """
-    usage = _usage(snapshot, own_uid, held, held_share)
+    if usage is None:
+        usage = _usage(snapshot, own_uid, held, held_share)
     by_node: dict[str, list[Device]] = {}
     for device in sorted({d.id: d for d in devices if d.id in usage}.values(), key=lambda d: d.id):
         by_node.setdefault(device.node, []).append(device)

@@ -17,7 +17,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from fsm.placement import cel
-from fsm.placement.capacity import FULL_SHARE, Allocation, Snapshot, find_place, usage_by_device
+from fsm.placement.capacity import (
+    FULL_SHARE,
+    Allocation,
+    Snapshot,
+    find_place,
+    take_units,
+    usage_by_device,
+    usage_of,
+)
 from fsm.placement.planner import plan_devices
 from fsm.values import Plan
 
@@ -40,32 +48,44 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
     """`snapshot` with each demand's room taken, as claim-shaped allocations.
 
     A demand that no free room can hold any more (the cluster shrank, or the scheduler
-    chose differently) keeps the devices its plan named, so it still counts."""
+    chose differently) keeps the devices its plan named, so it still counts.
+
+    The units in use are counted once and each demand's place taken from them in turn:
+    counted anew for each demand, a rollout of N orders with D plans not yet allocated
+    cost O(D x N) a plan. Demand never reclaims, so a place needs no claim lists."""
     allocations = list(snapshot.allocations)
+    usage = usage_of(snapshot)
+    by_id = {device.id: device for device in snapshot.devices}
     for demand in sorted(demands, key=lambda d: (d.namespace, d.name, d.holder)):
         if demand.replicas <= 0:
             continue
-        current = replace(snapshot, allocations=tuple(allocations))
-        group = plan_devices(current, demand.plan)
+        share = demand.plan.share_percent or FULL_SHARE
+        group = plan_devices(snapshot, demand.plan)
         place = None
         if group is not None:
+            trial = dict(usage)
             place = find_place(
-                current,
+                snapshot,
                 group,
                 count=demand.plan.accelerator_count,
-                share_percent=demand.plan.share_percent or FULL_SHARE,
+                share_percent=share,
                 replicas=demand.replicas,
                 priority=None,  # demand never reclaims: it only marks room as spoken for
                 own_uid=demand.holder,
+                usage=trial,
             )
+            if place is not None:
+                usage = trial  # it took the place's units
         replicas = place.replicas if place is not None else _named(demand)
+        if place is None:
+            take_units(usage, by_id, (d for devices in replicas for d in devices), share)
         for index, devices in enumerate(replicas):
             allocations.append(
                 Allocation(
                     namespace=demand.namespace,
                     name=f"{demand.name}-planned-{index}",
                     devices=devices,
-                    share_percent=demand.plan.share_percent or FULL_SHARE,
+                    share_percent=share,
                     holder=demand.holder,
                     priority=demand.priority,
                 )

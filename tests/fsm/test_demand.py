@@ -1,0 +1,100 @@
+"""Other orders' plans not yet allocated, counted as demand: the same room as counting
+the units in use anew for every demand (tests/support/reference_demand.py), on random
+clusters — whole and shareable devices on several nodes, claims already allocated, and
+plans of one or two devices, whole or shared, for one or more replicas."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fsm.placement import demand
+from fsm.placement.capacity import Snapshot
+from fsm.values import PlacementMode, Plan, SharingMode
+from tests.support import reference_demand
+from tests.support.planner_inputs import A100, GPU_CLASS, claim, device_class, gpu, snapshot
+from tests.support.planner_inputs import resource_slice as slice_of
+
+NODES = ("node-a", "node-b", "node-c")
+
+
+def _plan(count: int, share: int | None, named: tuple[str, ...]) -> Plan:
+    return Plan(
+        device_class="gpus",
+        accelerator_product_name=A100,
+        accelerator_memory_gib=80,
+        accelerator_count=count,
+        placement_mode=PlacementMode.WHOLE_DEVICE,
+        sharing_mode=SharingMode.DEDICATED if share is None else SharingMode.SHARED,
+        share_percent=share,
+        recipe="vllm-nvidia-bf16",
+        cpu="4",
+        memory="24Gi",
+        model_volume="40Gi",
+        devices=named,
+    )
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[Snapshot, list[demand.Demand]]:
+    per_node = draw(st.lists(st.integers(1, 4), min_size=1, max_size=len(NODES)))
+    shareable = draw(st.booleans())
+    slices, ids = [], []
+    for node, count in zip(NODES, per_node, strict=False):
+        names = [f"{node}-gpu-{i}" for i in range(count)]
+        slices.append(slice_of(node, *(gpu(n, A100, "80Gi", shareable=shareable) for n in names)))
+        ids += [(node, n) for n in names]
+    taken = draw(st.lists(st.sampled_from(ids), max_size=len(ids), unique=True))
+    shares = st.sampled_from([None, 50])
+    claims = [
+        claim(f"c-{i}", node, name, holder=f"held-{i}", mps_percent=draw(shares))
+        for i, (node, name) in enumerate(taken)
+    ]
+    snap = snapshot([device_class("gpus", GPU_CLASS)], slices, claims)
+    demands = []
+    for i in range(draw(st.integers(0, 8))):
+        node, name = draw(st.sampled_from(ids))
+        plan = _plan(
+            draw(st.integers(1, 2)),
+            draw(st.sampled_from([None, 25, 50])),
+            (f"gpu.nvidia.com/{node}/{name}",),
+        )
+        demands.append(
+            demand.Demand(
+                holder=f"order-{i}",
+                namespace="team",
+                name=f"order-{i}",
+                plan=plan,
+                replicas=draw(st.integers(0, 2)),
+                priority=draw(st.sampled_from([None, 100])),
+            )
+        )
+    return snap, demands
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters())
+def test_demand_takes_the_same_room_as_counting_anew_for_each(
+    cluster: tuple[Snapshot, list[demand.Demand]],
+) -> None:
+    snap, demands = cluster
+    assert demand.with_demand(snap, demands) == reference_demand.with_demand(snap, demands)
+
+
+def test_two_plans_for_the_last_device_are_not_both_given_it() -> None:
+    snap = snapshot(
+        [device_class("gpus", GPU_CLASS)],
+        [slice_of("node-a", gpu("gpu-0", A100, "80Gi"), gpu("gpu-1", A100, "80Gi"))],
+        [claim("c-0", "node-a", "gpu-0", holder="someone")],
+    )
+    named = ("gpu.nvidia.com/node-a/gpu-1",)
+    first, second = (
+        demand.Demand(holder=n, namespace="team", name=n, plan=_plan(1, None, named), replicas=1)
+        for n in ("first", "second")
+    )
+    after = demand.with_demand(snap, [first, second])
+    held = {a.holder: a.devices for a in after.allocations}
+    # The first takes the free device; the second, with no room left, keeps its plan's
+    # named device, so that device still counts once for each: nothing is left free.
+    assert held["first"] == named and held["second"] == named
+    assert demand.free_units(after, "gpus") == 0

@@ -1,0 +1,45 @@
+"""`fsm.placement.demand.with_demand` as first written: the units in use counted anew for
+every demand (O(demands x devices) a plan). Kept as the reference the faster one is
+property-tested against (tests/fsm/test_demand.py), as reference_fold.py is for the fold."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from fsm.placement.capacity import FULL_SHARE, Allocation, Snapshot, find_place
+from fsm.placement.demand import Demand, _named
+from fsm.placement.planner import plan_devices
+
+
+def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
+    allocations = list(snapshot.allocations)
+    for demand in sorted(demands, key=lambda d: (d.namespace, d.name, d.holder)):
+        if demand.replicas <= 0:
+            continue
+        current = replace(snapshot, allocations=tuple(allocations))
+        group = plan_devices(current, demand.plan)
+        place = None
+        if group is not None:
+            place = find_place(
+                current,
+                group,
+                count=demand.plan.accelerator_count,
+                share_percent=demand.plan.share_percent or FULL_SHARE,
+                replicas=demand.replicas,
+                priority=None,
+                own_uid=demand.holder,
+            )
+        replicas = place.replicas if place is not None else _named(demand)
+        for index, devices in enumerate(replicas):
+            allocations.append(
+                Allocation(
+                    namespace=demand.namespace,
+                    name=f"{demand.name}-planned-{index}",
+                    devices=devices,
+                    share_percent=demand.plan.share_percent or FULL_SHARE,
+                    holder=demand.holder,
+                    priority=demand.priority,
+                )
+            )
+    return replace(snapshot, allocations=tuple(sorted(allocations, key=lambda a: a.key)))
