@@ -24,6 +24,7 @@ Guarantees, and where they come from:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import time
@@ -415,27 +416,16 @@ class EventLog:
         document = dict(value)
         # Fail here, in the caller's terms, rather than deep inside the driver's bind step.
         json.dumps(document, allow_nan=False)
-        # The dialects' own INSERT (for ON CONFLICT), imported on this write path only: the
-        # PostgreSQL dialect package costs an audit command on SQLite a visible part of its
-        # start-up (the engine imports the dialect it uses anyway).
         dialect = "postgresql" if self._engine.dialect.name == "postgresql" else "sqlite"
-        dialect_insert = importlib.import_module(f"sqlalchemy.dialects.{dialect}").insert
-        stmt = dialect_insert(table).values(
-            {"stream_uid": uid, "version": version, column: document}
-        )
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[table.c.stream_uid],
-            set_={"version": stmt.excluded.version, column: stmt.excluded[column]},
-            where=table.c.version <= stmt.excluded.version,
-        )
+        stmt = _upsert_latest(dialect, table, column)
         with _translated(), self._writing() as conn:
             head = _head(conn, uid)
             if head == 0 and not _exists(conn, uid):
                 raise StreamNotFound(uid)
             if version > head:
                 raise ValueError(f"stream {uid} is at version {head}, not {version}")
-            # RETURNING rather than rowcount: drivers disagree on the count of an upsert.
-            return conn.execute(stmt.returning(table.c.version)).first() is not None
+            values = {"stream_uid": uid, "version": version, column: document}
+            return conn.execute(stmt, values).first() is not None
 
     def _latest(self, table: sa.Table, column: str, uid: str) -> tuple[int, dict[str, Any]] | None:
         query = sa.select(table.c.version, table.c[column]).where(table.c.stream_uid == uid)
@@ -461,18 +451,39 @@ def _check_instant(at: datetime) -> None:
         raise ValueError(f"naive datetime {at!r}: give the log timezone-aware instants")
 
 
+# The statements of every append, built once: building them per call (clauses, binds,
+# coercions) cost about as much CPU as running them on SQLite. Values travel as binds.
+_FENCE_ROW = schema.leader_fence.c.id == schema.FENCE_ROW
+_RAISE_FENCE = (
+    sa.update(schema.leader_fence)
+    .where(_FENCE_ROW, schema.leader_fence.c.epoch < sa.bindparam("new_epoch"))
+    .values(epoch=sa.bindparam("new_epoch"))
+)
+# FOR SHARE: a takeover's UPDATE now waits until this transaction ends.
+_SEEN_FENCE = sa.select(schema.leader_fence.c.epoch).where(_FENCE_ROW).with_for_update(read=True)
+_WRITABLE_HEAD = (
+    sa.select(schema.streams.c.deleted_at)
+    .join(
+        schema.events,
+        sa.and_(
+            schema.events.c.stream_uid == schema.streams.c.uid,
+            schema.events.c.version == sa.bindparam("expected"),
+        ),
+    )
+    .where(schema.streams.c.uid == sa.bindparam("uid"))
+    # FOR SHARE OF streams: a concurrent mark_deleted waits until this append ends.
+    .with_for_update(read=True, of=schema.streams)
+)
+_HEAD = sa.select(sa.func.coalesce(sa.func.max(schema.events.c.version), 0)).where(
+    schema.events.c.stream_uid == sa.bindparam("uid")
+)
+_EXISTS = sa.select(schema.streams.c.uid).where(schema.streams.c.uid == sa.bindparam("uid"))
+
+
 def _fence(conn: Connection, epoch: int) -> int:
     """Advance the fence to `epoch` if newer; refuse if it has seen a newer one."""
-    row = schema.leader_fence.c.id == schema.FENCE_ROW
-    conn.execute(
-        sa.update(schema.leader_fence)
-        .where(row, schema.leader_fence.c.epoch < epoch)
-        .values(epoch=epoch)
-    )
-    # FOR SHARE: a takeover's UPDATE now waits until this transaction ends.
-    seen = conn.execute(
-        sa.select(schema.leader_fence.c.epoch).where(row).with_for_update(read=True)
-    ).scalar_one()
+    conn.execute(_RAISE_FENCE, {"new_epoch": epoch})
+    seen = conn.execute(_SEEN_FENCE).scalar_one()
     if seen > epoch:
         raise StaleEpoch(epoch, int(seen))
     return epoch
@@ -480,19 +491,7 @@ def _fence(conn: Connection, epoch: int) -> int:
 
 def _check_writable_head(conn: Connection, uid: str, expected: int) -> None:
     """The version `expected` exists (no gap) and the stream takes events."""
-    found = conn.execute(
-        sa.select(schema.streams.c.deleted_at)
-        .join(
-            schema.events,
-            sa.and_(
-                schema.events.c.stream_uid == schema.streams.c.uid,
-                schema.events.c.version == expected,
-            ),
-        )
-        .where(schema.streams.c.uid == uid)
-        # FOR SHARE OF streams: a concurrent mark_deleted waits until this append ends.
-        .with_for_update(read=True, of=schema.streams)
-    ).first()
+    found = conn.execute(_WRITABLE_HEAD, {"uid": uid, "expected": expected}).first()
     if found is None:
         raise StreamConflict(uid, expected, _head(conn, uid))
     if found.deleted_at is not None:
@@ -500,17 +499,27 @@ def _check_writable_head(conn: Connection, uid: str, expected: int) -> None:
 
 
 def _head(conn: Connection, uid: str) -> int:
-    query = sa.select(sa.func.coalesce(sa.func.max(schema.events.c.version), 0)).where(
-        schema.events.c.stream_uid == uid
-    )
-    return int(conn.execute(query).scalar_one())
+    return int(conn.execute(_HEAD, {"uid": uid}).scalar_one())
 
 
 def _exists(conn: Connection, uid: str) -> bool:
-    return (
-        conn.execute(sa.select(schema.streams.c.uid).where(schema.streams.c.uid == uid)).first()
-        is not None
-    )
+    return conn.execute(_EXISTS, {"uid": uid}).first() is not None
+
+
+@functools.cache
+def _upsert_latest(dialect: str, table: sa.Table, column: str) -> Any:
+    """INSERT of a (stream_uid, version, column) row that replaces an older version's,
+    built once per table (the values travel as parameters)."""
+    # The dialects' own INSERT (for ON CONFLICT), imported on this write path only: the
+    # PostgreSQL dialect package costs an audit command on SQLite a visible part of its
+    # start-up (the engine imports the dialect it uses anyway).
+    stmt = importlib.import_module(f"sqlalchemy.dialects.{dialect}").insert(table)
+    return stmt.on_conflict_do_update(
+        index_elements=[table.c.stream_uid],
+        set_={"version": stmt.excluded.version, column: stmt.excluded[column]},
+        where=table.c.version <= stmt.excluded.version,
+        # RETURNING rather than rowcount: drivers disagree on the count of an upsert.
+    ).returning(table.c.version)
 
 
 # The columns of an event row in the order `_recorded` unpacks them.
