@@ -64,7 +64,12 @@ AttributeValue = str | int | bool | Version
 
 @dataclass(frozen=True, slots=True)
 class Device:
-    """One device of a ResourceSlice. Attribute and capacity names are fully qualified."""
+    """One device of a ResourceSlice. Attribute and capacity names are fully qualified.
+
+    What the planner asks of a device (its id, product, type, memory) is worked out once,
+    as it is made: a plan asks it of every device for each class and each other order's
+    demand, and building the strings and the attribute map each time was most of a plan.
+    """
 
     driver: str
     pool: str
@@ -73,28 +78,25 @@ class Device:
     attributes: tuple[tuple[str, AttributeValue], ...] = ()
     capacity: tuple[tuple[str, Fraction], ...] = ()
     allow_multiple_allocations: bool = False
+    id: str = field(init=False, compare=False, repr=False)
+    product_name: str = field(init=False, compare=False, repr=False)
+    device_type: str = field(init=False, compare=False, repr=False)
+    memory_bytes: Fraction | None = field(init=False, compare=False, repr=False)
 
-    @property
-    def id(self) -> str:
-        return f"{self.driver}/{self.pool}/{self.name}"
+    def __post_init__(self) -> None:
+        known = object.__setattr__
+        known(self, "id", f"{self.driver}/{self.pool}/{self.name}")
+        product, kind = self.attribute("productName"), self.attribute("type")
+        known(self, "product_name", product if isinstance(product, str) else "")
+        known(self, "device_type", kind if isinstance(kind, str) else "")
+        known(self, "memory_bytes", self._memory())
 
     def attribute(self, name: str) -> AttributeValue | None:
         """An attribute by its qualified name, or by a bare name in the driver's domain."""
         qualified = name if "/" in name else f"{self.driver}/{name}"
         return dict(self.attributes).get(qualified)
 
-    @property
-    def product_name(self) -> str:
-        value = self.attribute("productName")
-        return value if isinstance(value, str) else ""
-
-    @property
-    def device_type(self) -> str:
-        value = self.attribute("type")
-        return value if isinstance(value, str) else ""
-
-    @property
-    def memory_bytes(self) -> Fraction | None:
+    def _memory(self) -> Fraction | None:
         caps = dict(self.capacity)
         if f"{self.driver}/memory" in caps:
             return caps[f"{self.driver}/memory"]
@@ -534,6 +536,8 @@ def find_place(
             cost = (int(bool(freed)), max((a.priority or 0 for a in freed), default=0), len(freed))
             if best is None or (cost, node) < (best[0], best[1]):
                 best = (cost, node, after, chosen, freed)
+            if not freed:
+                break  # free room on the first node (by name) that has it: none beats it
         if best is None:
             return None
         usage.update(best[2])
@@ -555,6 +559,11 @@ def _take(
     own_uid: str | None,
 ) -> tuple[dict[str, _Use], list[str], list[Allocation]] | None:
     """Greedy on a copy of the usage: free devices first, then the cheapest reclaim."""
+    if priority is None and not any(
+        FULL_SHARE - usage[device.id].used >= _units(device, share_percent)
+        for device in node_devices
+    ):
+        return None  # nothing free and nothing to reclaim: a full node, seen without a copy
     trial = {device.id: usage[device.id].copy() for device in node_devices}
     chosen: list[str] = []
     freed: list[Allocation] = []

@@ -167,7 +167,7 @@ def plan(request: PlanRequest, snapshot: Snapshot, recipes: Sequence[Recipe]) ->
     return _failure(request, losses, names)
 
 
-def plan_devices(snapshot: Snapshot, current: Plan) -> list[Device] | None:
+def plan_devices(snapshot: Snapshot, current: Plan) -> tuple[Device, ...] | None:
     """The devices a plan's claims may land on: its device class's selection, of the
     plan's product and memory (what the scheduler picks among). None: undecidable."""
     info = snapshot.device_class(current.device_class)
@@ -177,13 +177,27 @@ def plan_devices(snapshot: Snapshot, current: Plan) -> list[Device] | None:
         devices = cel.selected_devices(info, snapshot.devices)
     except cel.SelectorError:
         return None
-    return [
+    key = (id(devices), current.accelerator_product_name, current.accelerator_memory_gib)
+    kept = _OF_PRODUCT.get(key)
+    if kept is not None and kept[0] is devices:  # the id is of this very tuple, still held
+        return kept[1]
+    found = tuple(
         d
         for d in devices
         if d.product_name == current.accelerator_product_name
         and d.memory_bytes is not None
         and gib_rounded(d.memory_bytes) == current.accelerator_memory_gib
-    ]
+    )
+    if len(_OF_PRODUCT) >= 256:
+        _OF_PRODUCT.clear()  # old snapshots' groups: the next plan refills
+    _OF_PRODUCT[key] = (devices, found)
+    return found
+
+
+# A plan's devices by the class's selection (a tuple shared by every snapshot made from
+# one parse, `cel.selected_devices`), product and memory: a plan asks for every other
+# order's demand, and filtering every device each time was O(demands x devices) a plan.
+_OF_PRODUCT: dict[tuple[int, str, int], tuple[tuple[Device, ...], tuple[Device, ...]]] = {}
 
 
 def room_for(
