@@ -518,15 +518,16 @@ def find_place(
     """
     if usage is None:
         usage = _usage(snapshot, own_uid, held, held_share)
-    by_node: dict[str, list[Device]] = {}
-    for device in sorted({d.id: d for d in devices if d.id in usage}.values(), key=lambda d: d.id):
-        by_node.setdefault(device.node, []).append(device)
+    nodes = _by_node(devices)
     placed: list[tuple[str, ...]] = []
     reclaimed: dict[str, Allocation] = {}
     for _ in range(replicas):
         best: tuple[tuple[int, int, int], str, dict[str, _Use], list[str], list[Allocation]] | None
         best = None
-        for node, node_devices in sorted(by_node.items()):
+        for node, on_node in nodes:
+            node_devices = [device for device in on_node if device.id in usage]
+            if not node_devices:
+                continue
             trial = _take(
                 usage, node_devices, count, share_percent, priority=priority, own_uid=own_uid
             )
@@ -547,6 +548,27 @@ def find_place(
         reclaimed.update((victim.key, victim) for victim in best[4])
     order = sorted(reclaimed.values(), key=lambda a: (a.priority or 0, a.key))
     return Place(replicas=tuple(placed), reclaims=tuple(a.key for a in order))
+
+
+def _by_node(devices: Sequence[Device]) -> tuple[tuple[str, tuple[Device, ...]], ...]:
+    """The devices, once each, by node (nodes and devices sorted); kept for a tuple of
+    devices (a plan's group, shared while the snapshot lasts): each other order's demand
+    asks for the same group, and grouping it every time was O(devices) a demand."""
+    kept = _NODES.get(id(devices)) if isinstance(devices, tuple) else None
+    if kept is not None and kept[0] is devices:  # the id is of this very tuple, still held
+        return kept[1]
+    by_node: dict[str, list[Device]] = {}
+    for device in sorted({d.id: d for d in devices}.values(), key=lambda d: d.id):
+        by_node.setdefault(device.node, []).append(device)
+    grouped = tuple((node, tuple(on_node)) for node, on_node in sorted(by_node.items()))
+    if isinstance(devices, tuple):
+        if len(_NODES) >= 256:
+            _NODES.clear()  # old snapshots' groups: the next plan refills
+        _NODES[id(devices)] = (devices, grouped)
+    return grouped
+
+
+_NODES: dict[int, tuple[tuple[Device, ...], tuple[tuple[str, tuple[Device, ...]], ...]]] = {}
 
 
 def _take(
