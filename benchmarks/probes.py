@@ -104,7 +104,7 @@ def direct(urls: list[str], rounds: int, timeout: float) -> dict[str, float]:
 
 
 def timer(
-    urls: list[str], every: float, seconds: float, timeout: float, grain: float
+    urls: list[str], every: float, seconds: float, timeout: float, grain: float, *, workers: int
 ) -> dict[str, float]:
     """Every stub on the background timer, first probes spread over `every` as after a
     restart; the window starts once the first round has run (connections made)."""
@@ -114,7 +114,7 @@ def timer(
     woken: list[str] = []
     # Code from before the grain had none: pass it only when asked for.
     extra: dict[str, Any] = {"grain": grain} if grain else {}
-    background = Background(woken.append, workers=8, **extra)
+    background = Background(woken.append, workers=workers, **extra)
     at = datetime.now(UTC)
 
     def news(result: ob.ProbeResult) -> bool:
@@ -164,6 +164,7 @@ def main() -> int:
         "--grain", type=float, default=1.0, help="timer: the background's (the controller's 1)"
     )
     parser.add_argument("--timeout", type=float, default=5.0, help="probe.timeoutSeconds")
+    parser.add_argument("--workers", type=int, default=8, help="timer: the background's threads")
     parser.add_argument("--orders", type=int, default=500, help="Ready orders to project to")
     parser.add_argument("--interval", type=float, default=30.0, help="their probe period, s")
     parser.add_argument("--profile", type=int, default=0, help="direct: print the top N")
@@ -179,7 +180,9 @@ def main() -> int:
             if mode == "direct":
                 figures = direct(urls, args.rounds, args.timeout)
             else:
-                figures = timer(urls, args.every, args.seconds, args.timeout, args.grain)
+                figures = timer(
+                    urls, args.every, args.seconds, args.timeout, args.grain, workers=args.workers
+                )
             if profiler is not None:
                 profiler.disable()
             probes = max(1, int(figures["probes"]))

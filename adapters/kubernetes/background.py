@@ -252,6 +252,8 @@ class Background:
 
 
 def _report(future: Future[None]) -> None:
+    if future.cancelled():
+        return  # stopped before it ran (the pool was shut down): nothing failed
     error = future.exception()
     if error is not None:  # the order is not woken: its requeue asks again
         log.error("a background call failed: %s", error)

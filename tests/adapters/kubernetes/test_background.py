@@ -166,3 +166,20 @@ def test_the_grain_rounds_a_due_time_to_its_nearest_tick() -> None:
     assert background._on_grain(100.6, 30.0) == 131.0  # a little late
     assert background._on_grain(100.4, 0.0) == 100.4  # at once is at once
     assert Background(lambda _uid: None, inline=True)._on_grain(100.4, 30.0) == 130.4
+
+
+def test_stopping_with_calls_still_queued_reports_no_failure(caplog) -> None:
+    """The pool is shut down with its queued calls cancelled: that is no failed call (the
+    done-callback asked a cancelled future for its exception and raised, a traceback for
+    each on the controller's way out)."""
+    background = Background(lambda _uid: None, workers=1)
+    release = threading.Event()
+    background.start(("slow", "uid-0"), release.wait)
+    for i in range(1, 4):
+        background.start(("queued", f"uid-{i}"), lambda: "never")  # behind the slow one
+    with caplog.at_level("ERROR"):
+        background.stop()
+        release.set()
+        time.sleep(0.1)
+    assert not [r for r in caplog.records if "exception calling callback" in r.getMessage()]
+    assert not [r for r in caplog.records if "background call failed" in r.getMessage()]
