@@ -658,11 +658,15 @@ class Benchmark:
         """Nothing changing for the window: what is written, what is spent."""
         window = self.options.idle_seconds
         before, cpu0 = request_counts(self.admin), self._cpu()
+        passes = self.order_passes()
         time.sleep(window)
         after, cpu1 = request_counts(self.admin), self._cpu()
+        passes = self.order_passes() - passes
         writes = writes_between(before, after)
         return {
             "window_s": window,
+            # The orders' resync (every 300 s) and what the probes' news woke.
+            "order_passes": passes,
             "writes": {k: v for k, v in writes.items() if not k.startswith("leases")},
             "lease_writes": sum(v for k, v in writes.items() if k.startswith("leases")),
             "core_fraction": {k: round((cpu1[k] - cpu0[k]) / window, 4) for k in cpu1},
