@@ -21,6 +21,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 __all__ = ["BUSY_TIMEOUT_MS", "WRITE", "create_engine", "normalise_url"]
 
 BUSY_TIMEOUT_MS = 10_000
+PAGE_CACHE_KIB = 512  # per SQLite connection
 
 # Execution option that marks a connection whose transactions will write.
 WRITE = "ai_inference_write"
@@ -80,6 +81,11 @@ def _configure_sqlite(engine: Engine, *, read_only: bool = False) -> None:
                 cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            # Each pooled connection keeps its own page cache (2 MB by default), and a
+            # controller's few connections filled theirs as the log grew: ~10 MB of its
+            # memory at 500 orders. The controller reads the log rarely (it keeps the
+            # folded states) and the operating system caches the file for everyone.
+            cursor.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
         finally:
             cursor.close()
 
