@@ -504,6 +504,7 @@ def find_place(
     held: Sequence[str] = (),
     held_share: int = FULL_SHARE,
     usage: Usage | None = None,
+    full: FullNodes | None = None,
 ) -> Place | None:
     """A place for `replicas` replicas of `count` distinct devices on one node each.
 
@@ -514,7 +515,9 @@ def find_place(
 
     `usage` (from `usage_of(snapshot)`, for a caller placing many places in turn with no
     `held` and no `priority`) is counted from instead of the snapshot, and takes the
-    place's units: one count for all of them rather than one each.
+    place's units: one count for all of them rather than one each. With it, `full` (kept
+    by that caller across its calls) remembers the nodes found without room, so the next
+    search starts after them.
     """
     if usage is None:
         usage = _usage(snapshot, own_uid, held, held_share)
@@ -524,8 +527,22 @@ def find_place(
     for _ in range(replicas):
         best: tuple[tuple[int, int, int], str, dict[str, _Use], list[str], list[Allocation]] | None
         best = None
-        for node, on_node in nodes:
+        # Only while `usage` is still the caller's: a later replica's search sees this
+        # call's own earlier replicas, which a failed call does not keep.
+        remember = full is not None and priority is None and not placed
+        start = full.first(nodes, share_percent) if full is not None else 0
+        for index in range(start, len(nodes)):
+            node, on_node = nodes[index]
             node_devices = [device for device in on_node if device.id in usage]
+            if (
+                full is not None
+                and remember
+                and index == start
+                and not any(_room(usage, device, share_percent) for device in node_devices)
+            ):
+                start += 1
+                full.passed(nodes, share_percent, start)
+                continue
             if not node_devices:
                 continue
             trial = _take(
@@ -548,6 +565,32 @@ def find_place(
         reclaimed.update((victim.key, victim) for victim in best[4])
     order = sorted(reclaimed.values(), key=lambda a: (a.priority or 0, a.key))
     return Place(replicas=tuple(placed), reclaims=tuple(a.key for a in order))
+
+
+class FullNodes:
+    """The nodes of a group found with no room for a share, for a caller whose usage only
+    grows (demand takes and never frees): they stay without room, so each search starts
+    after them. A rollout fills the nodes in order; without this, every other order's
+    demand walked every full node again, O(demands x nodes) a plan."""
+
+    def __init__(self) -> None:
+        self._first: dict[int, tuple[tuple[Any, ...], dict[int, int]]] = {}
+
+    def first(self, nodes: tuple[Any, ...], share_percent: int) -> int:
+        kept = self._first.get(id(nodes))
+        if kept is None or kept[0] is not nodes:  # the id is of this very tuple, still held
+            return 0
+        return kept[1].get(share_percent, 0)
+
+    def passed(self, nodes: tuple[Any, ...], share_percent: int, first: int) -> None:
+        kept = self._first.get(id(nodes))
+        if kept is None or kept[0] is not nodes:
+            kept = self._first[id(nodes)] = (nodes, {})
+        kept[1][share_percent] = first
+
+
+def _room(usage: Usage, device: Device, share_percent: int) -> bool:
+    return FULL_SHARE - usage[device.id].used >= _units(device, share_percent)
 
 
 def _by_node(devices: Sequence[Device]) -> tuple[tuple[str, tuple[Device, ...]], ...]:
@@ -581,10 +624,7 @@ def _take(
     own_uid: str | None,
 ) -> tuple[dict[str, _Use], list[str], list[Allocation]] | None:
     """Greedy on a copy of the usage: free devices first, then the cheapest reclaim."""
-    if priority is None and not any(
-        FULL_SHARE - usage[device.id].used >= _units(device, share_percent)
-        for device in node_devices
-    ):
+    if priority is None and not any(_room(usage, device, share_percent) for device in node_devices):
         return None  # nothing free and nothing to reclaim: a full node, seen without a copy
     trial = {device.id: usage[device.id].copy() for device in node_devices}
     chosen: list[str] = []

@@ -20,6 +20,7 @@ from fsm.placement import cel
 from fsm.placement.capacity import (
     FULL_SHARE,
     Allocation,
+    FullNodes,
     Snapshot,
     find_place,
     take_units,
@@ -56,6 +57,7 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
     allocations = list(snapshot.allocations)
     usage = usage_of(snapshot)
     by_id = {device.id: device for device in snapshot.devices}
+    full = FullNodes()  # usage only grows here: a node without room stays so
     for demand in sorted(demands, key=lambda d: (d.namespace, d.name, d.holder)):
         if demand.replicas <= 0:
             continue
@@ -73,6 +75,7 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
                 priority=None,  # demand never reclaims: it only marks room as spoken for
                 own_uid=demand.holder,
                 usage=trial,
+                full=full,
             )
             if place is not None:
                 usage = trial  # it took the place's units
