@@ -98,10 +98,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
-def peak_rss(pid: int) -> int:
-    """The process's peak resident set (VmHWM), bytes."""
+def peak_rss(pid: int, field: str = "VmHWM") -> int:
+    """The process's peak resident set (VmHWM; VmRSS: the current one), bytes."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
     return 0
 
@@ -213,6 +213,9 @@ class Process:
 
     def peak_rss(self) -> int:
         return peak_rss(self.pid)
+
+    def rss(self) -> int:
+        return peak_rss(self.pid, "VmRSS")
 
     def stop(self, timeout: float = 30) -> None:
         if self.alive:
@@ -598,6 +601,7 @@ class Benchmark:
             wall = time.monotonic() - started
             after, cpu1 = request_counts(self.admin), self._cpu()
             passes = self.order_passes() - passes0
+            ready_rss = controller.rss()
         finally:
             orders.stop()
         writes = writes_between(before, after)
@@ -627,6 +631,9 @@ class Benchmark:
             "controller_peak_rss_mb": round(controller.peak_rss() / 2**20, 1),
             "controller_base_rss_mb": round(base_rss / 2**20, 1),
             "controller_rss_kb_per_order": round((controller.peak_rss() - base_rss) / 1024 / n, 1),
+            # The same from the resident set once every order is Ready: what the orders
+            # keep, without the rollout's transient peaks.
+            "controller_ready_rss_kb_per_order": round((ready_rss - base_rss) / 1024 / n, 1),
         }
 
     def _distinct_statuses(self, prefix: str) -> int:
