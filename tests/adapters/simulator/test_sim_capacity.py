@@ -27,7 +27,7 @@ def test_default_capacity_has_the_seed_hardware(default: capacity.CapacitySpec) 
     products = {node.name: [g.product for g in node.gpus] for node in default.nodes}
     assert products == {
         "gpu-a": ["NVIDIA A100 80GB PCIe", "NVIDIA A100 80GB PCIe"],
-        "gpu-b": ["NVIDIA A100 80GB PCIe"],
+        "gpu-b": ["NVIDIA A100 80GB PCIe", "NVIDIA A100 80GB PCIe"],
         "gpu-t": ["Tesla T4", "Tesla T4"],
     }
     assert {c.name for c in default.device_classes} >= {
@@ -85,7 +85,7 @@ def test_the_planner_reads_what_the_simulator_publishes(default: capacity.Capaci
     classes = [capacity.render_device_class(c) for c in default.device_classes]
     snapshot = parse_snapshot(classes, slices)
     assert snapshot.problems == ()
-    assert len(snapshot.devices) == (1 + 5) + 1 + 2  # gpu-a (whole + MIG), gpu-b, gpu-t
+    assert len(snapshot.devices) == (1 + 5) + 2 + 2  # gpu-a (whole + MIG), gpu-b, gpu-t
     t4 = snapshot.device_class("nvidia-t4-mps-physical")
     assert t4 is not None
     assert (t4.placement, t4.sharing, t4.share_percent) == (
