@@ -8,6 +8,8 @@ API key) served by a child process, so the CPU counted (`time.process_time`, thi
 process only) is the prober's alone:
 
 - `direct`: `probe()` on every stub in turn, `--rounds` times (no timer, no threads);
+- `kept`: the memory each kept connection costs (a new prober probes every stub once;
+  `tracemalloc` and `VmRSS`, per origin);
 - `timer`: every stub probed on the background timer, as `acting.py` arms it
   (`Background.repeat` on the controller's 1 s grain, `--grain 0` for none; the answer
   turned into a `ProbeResult` and judged by `probe_is_news` against a Ready order's
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import json
 import pstats
@@ -34,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -89,6 +93,37 @@ def _call(url: str, timeout: float, at: datetime) -> ob.ProbeResult:
     with _inside_lock:
         _inside[0] += cpu
     return result
+
+
+def kept(urls: list[str], timeout: float) -> dict[str, float]:
+    """Memory a kept connection costs: a new Prober probes every stub once (each keeps
+    its connection); `tracemalloc` (the Python heap) and `VmRSS` per origin kept."""
+    prober = http.Prober()
+    prober.probe(urls[0], TOKEN, timeout=timeout)  # the code's first use: not counted
+    gc.collect()
+    tracemalloc.start()
+    heap, rss = tracemalloc.get_traced_memory()[0], _rss()
+    failed = sum(not prober.probe(url, TOKEN, timeout=timeout).ok for url in urls[1:])
+    gc.collect()
+    heap, rss = tracemalloc.get_traced_memory()[0] - heap, _rss() - rss
+    tracemalloc.stop()
+    prober.close()
+    origins = max(1, len(urls) - 1)
+    return {
+        "probes": origins,
+        "failed": failed,
+        "cpu_s": 0.0,
+        "wall_s": 0.0,
+        "heap_bytes_per_origin": heap / origins,
+        "rss_bytes_per_origin": rss / origins,
+    }
+
+
+def _rss() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def direct(urls: list[str], rounds: int, timeout: float) -> dict[str, float]:
@@ -156,7 +191,7 @@ def timer(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--stubs", type=int, default=100, help="stub runtimes (origins)")
-    parser.add_argument("--mode", choices=["direct", "timer", "both"], default="both")
+    parser.add_argument("--mode", choices=["direct", "timer", "both", "kept"], default="both")
     parser.add_argument("--rounds", type=int, default=5, help="direct: probes of each stub")
     parser.add_argument("--every", type=float, default=5.0, help="timer: seconds between probes")
     parser.add_argument("--seconds", type=float, default=30.0, help="timer: the window")
@@ -177,7 +212,9 @@ def main() -> int:
             profiler = cProfile.Profile() if args.profile and mode == "direct" else None
             if profiler is not None:
                 profiler.enable()
-            if mode == "direct":
+            if mode == "kept":
+                figures = kept(urls, args.timeout)
+            elif mode == "direct":
                 figures = direct(urls, args.rounds, args.timeout)
             else:
                 figures = timer(
