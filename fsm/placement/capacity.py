@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
+from fsm.placement.kept import KeptFor
 from fsm.quantity import QuantityError, parse_quantity
 from fsm.values import PlacementMode, SharingMode
 
@@ -594,24 +595,20 @@ def _room(usage: Usage, device: Device, share_percent: int) -> bool:
 
 
 def _by_node(devices: Sequence[Device]) -> tuple[tuple[str, tuple[Device, ...]], ...]:
-    """The devices, once each, by node (nodes and devices sorted); kept for a tuple of
-    devices (a plan's group, shared while the snapshot lasts): each other order's demand
-    asks for the same group, and grouping it every time was O(devices) a demand."""
-    kept = _NODES.get(id(devices)) if isinstance(devices, tuple) else None
-    if kept is not None and kept[0] is devices:  # the id is of this very tuple, still held
-        return kept[1]
+    """The devices, once each, by node (nodes and devices sorted); kept for a plan's
+    group (`kept.py`): each other order's demand asks for the same group, and grouping
+    it every time was O(devices) a demand."""
+    return _NODES.get(devices, None, lambda: _group_by_node(devices))
+
+
+def _group_by_node(devices: Sequence[Device]) -> tuple[tuple[str, tuple[Device, ...]], ...]:
     by_node: dict[str, list[Device]] = {}
     for device in sorted({d.id: d for d in devices}.values(), key=lambda d: d.id):
         by_node.setdefault(device.node, []).append(device)
-    grouped = tuple((node, tuple(on_node)) for node, on_node in sorted(by_node.items()))
-    if isinstance(devices, tuple):
-        if len(_NODES) >= 256:
-            _NODES.clear()  # old snapshots' groups: the next plan refills
-        _NODES[id(devices)] = (devices, grouped)
-    return grouped
+    return tuple((node, tuple(on_node)) for node, on_node in sorted(by_node.items()))
 
 
-_NODES: dict[int, tuple[tuple[Device, ...], tuple[tuple[str, tuple[Device, ...]], ...]]] = {}
+_NODES: KeptFor[tuple[tuple[str, tuple[Device, ...]], ...]] = KeptFor()
 
 
 def _take(

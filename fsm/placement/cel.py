@@ -28,6 +28,7 @@ import celpy
 from celpy import celtypes
 
 from fsm.placement.capacity import Device, DeviceClassInfo, Version
+from fsm.placement.kept import KeptFor
 from fsm.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -286,28 +287,22 @@ def selected_devices(
     """The devices a class offers; a SelectorError on any device fails the whole class,
     as the scheduler fails a claim whose class errs on a device.
 
-    Remembered for a tuple of devices (a snapshot's, shared by every snapshot made from
-    it): a plan asks once per class and once per other order's demand, and hashing each
-    device for `selects`' memo made that O(devices) every time."""
-    key = (device_class, id(devices))
-    hit = _SELECTIONS.get(key) if isinstance(devices, tuple) else None
-    if hit is not None and hit[0] is devices:  # the id is of this very tuple, still held
-        outcome = hit[1]
-    else:
-        try:
-            outcome = tuple(device for device in devices if selects(device_class, device))
-        except SelectorError as err:
-            outcome = err
-        if isinstance(devices, tuple):
-            if len(_SELECTIONS) >= _MAX_SELECTIONS:
-                _SELECTIONS.clear()  # old snapshots' selections: the next plan refills
-            _SELECTIONS[key] = (devices, outcome)
+    Kept for a snapshot's tuple of devices (`kept.py`): a plan asks once per class and
+    once per other order's demand, and hashing each device for `selects`' memo made that
+    O(devices) every time."""
+    outcome = _SELECTIONS.get(devices, device_class, lambda: _select(device_class, devices))
     if isinstance(outcome, SelectorError):
         raise outcome
     return outcome
 
 
-_MAX_SELECTIONS = 256
-_SELECTIONS: dict[
-    tuple[DeviceClassInfo, int], tuple[tuple[Device, ...], tuple[Device, ...] | SelectorError]
-] = {}
+def _select(
+    device_class: DeviceClassInfo, devices: Sequence[Device]
+) -> tuple[Device, ...] | SelectorError:
+    try:
+        return tuple(device for device in devices if selects(device_class, device))
+    except SelectorError as err:
+        return err
+
+
+_SELECTIONS: KeptFor[tuple[Device, ...] | SelectorError] = KeptFor()

@@ -38,6 +38,7 @@ from pydantic import Field
 from fsm import policy
 from fsm.placement import cel, sizing
 from fsm.placement.capacity import FULL_SHARE, Device, DeviceClassInfo, Place, Snapshot, find_place
+from fsm.placement.kept import KeptFor
 from fsm.placement.recipes import Recipe, choose_recipe
 from fsm.quantity import GIB, gib_rounded
 from fsm.reasons import Reason
@@ -177,27 +178,24 @@ def plan_devices(snapshot: Snapshot, current: Plan) -> tuple[Device, ...] | None
         devices = cel.selected_devices(info, snapshot.devices)
     except cel.SelectorError:
         return None
-    key = (id(devices), current.accelerator_product_name, current.accelerator_memory_gib)
-    kept = _OF_PRODUCT.get(key)
-    if kept is not None and kept[0] is devices:  # the id is of this very tuple, still held
-        return kept[1]
-    found = tuple(
-        d
-        for d in devices
-        if d.product_name == current.accelerator_product_name
-        and d.memory_bytes is not None
-        and gib_rounded(d.memory_bytes) == current.accelerator_memory_gib
+    product, memory = current.accelerator_product_name, current.accelerator_memory_gib
+    return _OF_PRODUCT.get(
+        devices,
+        (product, memory),
+        lambda: tuple(
+            d
+            for d in devices
+            if d.product_name == product
+            and d.memory_bytes is not None
+            and gib_rounded(d.memory_bytes) == memory
+        ),
     )
-    if len(_OF_PRODUCT) >= 256:
-        _OF_PRODUCT.clear()  # old snapshots' groups: the next plan refills
-    _OF_PRODUCT[key] = (devices, found)
-    return found
 
 
-# A plan's devices by the class's selection (a tuple shared by every snapshot made from
-# one parse, `cel.selected_devices`), product and memory: a plan asks for every other
-# order's demand, and filtering every device each time was O(demands x devices) a plan.
-_OF_PRODUCT: dict[tuple[int, str, int], tuple[tuple[Device, ...], tuple[Device, ...]]] = {}
+# A plan's devices by its class's selection, product and memory (`kept.py`): a plan asks
+# for every other order's demand, and filtering every device each time was
+# O(demands x devices) a plan.
+_OF_PRODUCT: KeptFor[tuple[Device, ...]] = KeptFor()
 
 
 def room_for(
