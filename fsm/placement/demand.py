@@ -77,10 +77,11 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
                 usage=trial,
                 full=full,
             )
-            if place is not None:
-                usage = trial  # it took the place's units
-        replicas = place.replicas if place is not None else _named(demand)
-        if place is None:
+        if place is not None:
+            usage = trial  # it took the place's units
+            replicas = place.replicas
+        else:
+            replicas = _named(demand)
             take_units(usage, by_id, (d for devices in replicas for d in devices), share)
         for index, devices in enumerate(replicas):
             allocations.append(

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from fsm.placement import demand
 from fsm.placement.capacity import Snapshot
-from fsm.values import PlacementMode, Plan, SharingMode
-from tests.support import reference_demand
+from fsm.values import Plan
+from tests.support import reference_demand, strategies
 from tests.support.planner_inputs import A100, GPU_CLASS, claim, device_class, gpu, snapshot
 from tests.support.planner_inputs import resource_slice as slice_of
 
@@ -19,20 +19,7 @@ NODES = ("node-a", "node-b", "node-c")
 
 
 def _plan(count: int, share: int | None, named: tuple[str, ...]) -> Plan:
-    return Plan(
-        device_class="gpus",
-        accelerator_product_name=A100,
-        accelerator_memory_gib=80,
-        accelerator_count=count,
-        placement_mode=PlacementMode.WHOLE_DEVICE,
-        sharing_mode=SharingMode.DEDICATED if share is None else SharingMode.SHARED,
-        share_percent=share,
-        recipe="vllm-nvidia-bf16",
-        cpu="4",
-        memory="24Gi",
-        model_volume="40Gi",
-        devices=named,
-    )
+    return strategies.plan("gpus", share=share, count=count, devices=named)
 
 
 @st.composite

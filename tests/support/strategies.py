@@ -122,13 +122,18 @@ def facts(name: str = "Qwen/Qwen2.5-7B-Instruct", *, parameters: int = 7_600_000
 
 
 def plan(
-    device_class: str = "nvidia-a100", *, share: int | None = None, tools: bool = True
+    device_class: str = "nvidia-a100",
+    *,
+    share: int | None = None,
+    tools: bool = True,
+    count: int = 1,
+    devices: tuple[str, ...] | None = None,
 ) -> Plan:
     return Plan(
         device_class=device_class,
         accelerator_product_name="NVIDIA A100 80GB PCIe",
         accelerator_memory_gib=80,
-        accelerator_count=1,
+        accelerator_count=count,
         placement_mode=PlacementMode.WHOLE_DEVICE,
         sharing_mode=SharingMode.DEDICATED if share is None else SharingMode.SHARED,
         share_percent=share,
@@ -137,7 +142,7 @@ def plan(
         memory="24Gi",
         model_volume="40Gi",
         tool_calling_supported=tools,
-        devices=(f"gpu.nvidia.com/node1/{device_class}-0",),
+        devices=(f"gpu.nvidia.com/node1/{device_class}-0",) if devices is None else devices,
     )
 
 
