@@ -98,8 +98,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
-def peak_rss(pid: int, field: str = "VmHWM") -> int:
-    """The process's peak resident set (VmHWM; VmRSS: the current one), bytes."""
+def status_bytes(pid: int, field: str) -> int:
+    """A memory figure of the process's /proc status (VmHWM: the peak resident set,
+    VmRSS: the current one), bytes."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
@@ -212,10 +213,10 @@ class Process:
         return cpu_seconds(self.pid)
 
     def peak_rss(self) -> int:
-        return peak_rss(self.pid)
+        return status_bytes(self.pid, "VmHWM")
 
     def rss(self) -> int:
-        return peak_rss(self.pid, "VmRSS")
+        return status_bytes(self.pid, "VmRSS")
 
     def stop(self, timeout: float = 30) -> None:
         if self.alive:

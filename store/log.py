@@ -215,10 +215,7 @@ class EventLog:
     def epoch(self) -> int:
         """The newest leader epoch the store has seen."""
         with _translated(), self._engine.connect() as conn:
-            query = sa.select(schema.leader_fence.c.epoch).where(
-                schema.leader_fence.c.id == schema.FENCE_ROW
-            )
-            return int(conn.execute(query).scalar_one())
+            return int(conn.execute(_FENCE_EPOCH).scalar_one())
 
     def mark_deleted(self, uid: str, at: datetime) -> None:
         """Mark the order gone; its history stays readable. The first deletion time is kept."""
@@ -459,8 +456,9 @@ _RAISE_FENCE = (
     .where(_FENCE_ROW, schema.leader_fence.c.epoch < sa.bindparam("new_epoch"))
     .values(epoch=sa.bindparam("new_epoch"))
 )
+_FENCE_EPOCH = sa.select(schema.leader_fence.c.epoch).where(_FENCE_ROW)
 # FOR SHARE: a takeover's UPDATE now waits until this transaction ends.
-_SEEN_FENCE = sa.select(schema.leader_fence.c.epoch).where(_FENCE_ROW).with_for_update(read=True)
+_SEEN_FENCE = _FENCE_EPOCH.with_for_update(read=True)
 _WRITABLE_HEAD = (
     sa.select(schema.streams.c.deleted_at)
     .join(
@@ -514,12 +512,13 @@ def _upsert_latest(dialect: str, table: sa.Table, column: str) -> Any:
     # PostgreSQL dialect package costs an audit command on SQLite a visible part of its
     # start-up (the engine imports the dialect it uses anyway).
     stmt = importlib.import_module(f"sqlalchemy.dialects.{dialect}").insert(table)
-    return stmt.on_conflict_do_update(
+    upsert = stmt.on_conflict_do_update(
         index_elements=[table.c.stream_uid],
         set_={"version": stmt.excluded.version, column: stmt.excluded[column]},
         where=table.c.version <= stmt.excluded.version,
-        # RETURNING rather than rowcount: drivers disagree on the count of an upsert.
-    ).returning(table.c.version)
+    )
+    # RETURNING rather than rowcount: drivers disagree on the count of an upsert.
+    return upsert.returning(table.c.version)
 
 
 # The columns of an event row in the order `_recorded` unpacks them.
