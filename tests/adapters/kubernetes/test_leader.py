@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,12 +34,14 @@ class Partitionable:
         self.api_client = api.api_client
         self.cut = threading.Event()
         self.calls = 0
+        self.by_method: Counter[str] = Counter()
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         method = getattr(self._api, name)
 
         def call(*args: Any, **kwargs: Any) -> Any:
             self.calls += 1
+            self.by_method[name] += 1
             if self.cut.is_set():
                 raise urllib3.exceptions.ProtocolError("connection reset (partition)")
             return method(*args, **kwargs)
@@ -156,6 +159,34 @@ def test_epoch_floor_keeps_the_epoch_growing_when_the_lease_is_new(candidates) -
     assert fresh.elector.epoch == 42
     assert fresh.elector.try_acquire_or_renew()  # a renewal keeps the term
     assert fresh.events() == [("started", 42)]
+
+
+def test_a_leader_renews_with_one_write_and_no_read(candidates) -> None:
+    # client-go's fast path: the leader writes the Lease it wrote last, unread.
+    only = candidates("only")
+    assert only.elector.try_acquire_or_renew()  # the Lease is created: one create
+    only.leases.by_method.clear()
+    for _ in range(5):
+        assert only.elector.try_acquire_or_renew()
+    assert only.leases.by_method == Counter(replace_namespaced_lease=5)
+    assert only.events() == [("started", 0)]  # renewals keep the term
+
+
+def test_a_leader_whose_lease_another_wrote_reads_it_and_steps_down(candidates, cluster) -> None:
+    holder = candidates("holder")
+    assert holder.elector.try_acquire_or_renew()
+    # Someone else takes the Lease (an operator, a candidate with a skewed view): the
+    # leader's unread renewal carries a stale resourceVersion and is refused.
+    api = client.CoordinationV1Api(cluster.api_client("admin"))
+    lease = api.read_namespaced_lease(holder.elector.name, NAMESPACE)
+    lease.spec.holder_identity = "usurper"
+    api.replace_namespaced_lease(holder.elector.name, NAMESPACE, lease)
+    holder.leases.by_method.clear()
+    assert not holder.elector.try_acquire_or_renew()
+    assert holder.leases.by_method == Counter(replace_namespaced_lease=1, read_namespaced_lease=1)
+    assert holder.events() == [("started", 0), ("stopped", None)]
+    after = api.read_namespaced_lease(holder.elector.name, NAMESPACE)
+    assert after.spec.holder_identity == "usurper"  # read, not overwritten
 
 
 def test_timing_must_leave_room_to_step_down() -> None:
