@@ -20,6 +20,8 @@ release and its loop keeps running after renewal fails. This one is small:
   (its resourceVersion) with a new renewTime, one request instead of a read and a write;
   if that fails for any reason (a 409 says someone else wrote it) the round falls back to
   reading the Lease and judging it afresh.
+- The Lease travels as plain JSON (the client's methods with `_preload_content=False`):
+  its generated model cost more CPU than the rest of a renewal, every two seconds.
 - The epoch is `spec.leaseTransitions`, raised on every new term (also when the same
   identity comes back), so it strictly grows across takeovers. If the Lease was deleted,
   its count restarts; pass `epoch_floor` (the newest epoch the log has seen) and a new
@@ -29,6 +31,7 @@ release and its loop keeps running after renewal fails. This one is small:
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -118,35 +121,32 @@ class Elector:
         if self.holds_lease() and self._written is not None and self._renew_written():
             return True
         try:
-            with errors.translating():
-                lease = self._leases.read_namespaced_lease(
-                    self.name, self.namespace, _request_timeout=self._request_timeout
-                )
+            lease = self._call("read_namespaced_lease", self.name, self.namespace)
         except errors.APINotFoundError:
             return self._create()
-        spec = lease.spec
-        holder = spec.holder_identity or ""
-        record = (holder, spec.renew_time, spec.lease_transitions)
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        transitions = spec.get("leaseTransitions")
+        record = (holder, spec.get("renewTime"), transitions)
         now = self._clock.now()
         if record != self._observed:
             self._observed, self._observed_at = record, now
-        duration = spec.lease_duration_seconds or self._duration
+        duration = spec.get("leaseDurationSeconds") or self._duration
         if holder and holder != self.identity and now < self._observed_at + duration:
             if self._leading:
                 log.warning("lease %s/%s is held by %s now", self.namespace, self.name, holder)
                 self._step_down()
             return False
         renewing = self._leading and holder == self.identity
-        epoch = spec.lease_transitions or 0
+        epoch = transitions or 0
         if not renewing:
-            epoch = self._next_epoch(spec.lease_transitions)
-        body = self._leases.api_client.sanitize_for_serialization(lease)
-        body["spec"].update(self._spec(epoch, renewing=renewing, acquired=spec.acquire_time))
+            epoch = self._next_epoch(transitions)
+        lease["spec"] = {
+            **spec,
+            **self._spec(epoch, renewing=renewing, acquired=spec.get("acquireTime")),
+        }
         try:
-            with errors.translating():
-                written = self._leases.replace_namespaced_lease(
-                    self.name, self.namespace, body, _request_timeout=self._request_timeout
-                )
+            written = self._call("replace_namespaced_lease", self.name, self.namespace, lease)
         except errors.APIConflictError:
             return False  # another candidate wrote first; read again next round
         self._won(epoch, written)
@@ -156,13 +156,9 @@ class Elector:
         """The fast path: renew the Lease we wrote last, unread. False (and forgotten)
         when that write fails: the round then reads the Lease as any candidate would."""
         lease, self._written = self._written, None
-        body = self._leases.api_client.sanitize_for_serialization(lease)
-        body["spec"]["renewTime"] = _micro_time(datetime.now(UTC))
+        lease["spec"]["renewTime"] = _micro_time(datetime.now(UTC))
         try:
-            with errors.translating():
-                written = self._leases.replace_namespaced_lease(
-                    self.name, self.namespace, body, _request_timeout=self._request_timeout
-                )
+            written = self._call("replace_namespaced_lease", self.name, self.namespace, lease)
         except errors.APIError as exc:
             log.debug(
                 "lease %s/%s: renewal unread failed (%s); reading it",
@@ -171,11 +167,21 @@ class Elector:
                 exc,
             )
             return False
-        spec = written.spec
-        self._observed = (spec.holder_identity or "", spec.renew_time, spec.lease_transitions)
+        spec = written.get("spec") or {}
+        transitions = spec.get("leaseTransitions")
+        self._observed = (spec.get("holderIdentity") or "", spec.get("renewTime"), transitions)
         self._observed_at = self._clock.now()
-        self._won(spec.lease_transitions or 0, written)
+        self._won(transitions or 0, written)
         return True
+
+    def _call(self, method: str, *args: Any) -> dict[str, Any]:
+        """A Lease method of the client, its answer as JSON (no generated model)."""
+        with errors.translating():
+            response = getattr(self._leases, method)(
+                *args, _request_timeout=self._request_timeout, _preload_content=False
+            )
+            answer: dict[str, Any] = json.loads(response.data)
+        return answer
 
     def _create(self) -> bool:
         epoch = self._next_epoch(None)
@@ -186,21 +192,18 @@ class Elector:
             "spec": self._spec(epoch, renewing=False, acquired=None),
         }
         try:
-            with errors.translating():
-                written = self._leases.create_namespaced_lease(
-                    self.namespace, body, _request_timeout=self._request_timeout
-                )
+            written = self._call("create_namespaced_lease", self.namespace, body)
         except errors.APIConflictError:
             return False  # created by another candidate a moment ago
         self._won(epoch, written)
         return True
 
-    def _spec(self, epoch: int, *, renewing: bool, acquired: datetime | None) -> dict[str, Any]:
+    def _spec(self, epoch: int, *, renewing: bool, acquired: str | None) -> dict[str, Any]:
         now = _micro_time(datetime.now(UTC))
         return {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": self._duration,
-            "acquireTime": _micro_time(acquired) if renewing and acquired else now,
+            "acquireTime": acquired if renewing and acquired else now,
             "renewTime": now,
             "leaseTransitions": epoch,
         }
@@ -283,23 +286,18 @@ class Elector:
     def release(self) -> bool:
         """Give the Lease up now: an empty holder that others may take at once."""
         try:
-            with errors.translating():
-                lease = self._leases.read_namespaced_lease(
-                    self.name, self.namespace, _request_timeout=self._request_timeout
-                )
-                if (lease.spec.holder_identity or "") != self.identity:
-                    return False
-                body = self._leases.api_client.sanitize_for_serialization(lease)
-                body["spec"].update(
-                    {
-                        "holderIdentity": None,
-                        "leaseDurationSeconds": 1,
-                        "renewTime": _micro_time(datetime.now(UTC)),
-                    }
-                )
-                self._leases.replace_namespaced_lease(
-                    self.name, self.namespace, body, _request_timeout=self._request_timeout
-                )
+            lease = self._call("read_namespaced_lease", self.name, self.namespace)
+            spec = lease.setdefault("spec", {})
+            if (spec.get("holderIdentity") or "") != self.identity:
+                return False
+            spec.update(
+                {
+                    "holderIdentity": None,
+                    "leaseDurationSeconds": 1,
+                    "renewTime": _micro_time(datetime.now(UTC)),
+                }
+            )
+            self._call("replace_namespaced_lease", self.name, self.namespace, lease)
         except errors.APIError as exc:
             log.warning("could not release lease %s/%s: %s", self.namespace, self.name, exc)
             return False
