@@ -228,7 +228,8 @@ def _uid_and_rv(obj: Any) -> tuple[str, str]:
 
 # How often a watchdog looks at its stream, at most: a silent stream is stopped within this
 # of its inactivity timeout. Each informer has one, all idle most of the time: at 1 s,
-# seventeen of them waking every second were a tenth of the idle controller's CPU.
+# seventeen of them waking every second were 0.14 % of a core, nearly a tenth of the idle
+# controller's CPU.
 WATCHDOG_TICK = 5.0
 
 
@@ -305,7 +306,7 @@ class _Index:
 
     Most values name one object (an order's UID indexes its one Deployment): a single
     UID is kept as itself, only two or more in a set. A set per value was ~200 bytes per
-    order and index, a tenth of the controller's memory per order."""
+    order and index: 1.7 KB of the 35 KB of cache a Ready order took."""
 
     key: Indexer
     values: dict[str, str | set[str]] = field(default_factory=dict)
