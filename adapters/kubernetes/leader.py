@@ -127,10 +127,7 @@ class Elector:
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         transitions = spec.get("leaseTransitions")
-        record = (holder, spec.get("renewTime"), transitions)
-        now = self._clock.now()
-        if record != self._observed:
-            self._observed, self._observed_at = record, now
+        now = self._observe(spec)
         duration = spec.get("leaseDurationSeconds") or self._duration
         if holder and holder != self.identity and now < self._observed_at + duration:
             if self._leading:
@@ -168,11 +165,22 @@ class Elector:
             )
             return False
         spec = written.get("spec") or {}
-        transitions = spec.get("leaseTransitions")
-        self._observed = (spec.get("holderIdentity") or "", spec.get("renewTime"), transitions)
-        self._observed_at = self._clock.now()
-        self._won(transitions or 0, written)
+        self._observe(spec)
+        self._won(spec.get("leaseTransitions") or 0, written)
         return True
+
+    def _observe(self, spec: dict[str, Any]) -> float:
+        """Note the Lease's record (holder, renewTime, transitions); its expiry counts
+        from when the record last changed, on the local clock. Returns now."""
+        record = (
+            spec.get("holderIdentity") or "",
+            spec.get("renewTime"),
+            spec.get("leaseTransitions"),
+        )
+        now = self._clock.now()
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        return now
 
     def _call(self, method: str, *args: Any) -> dict[str, Any]:
         """A Lease method of the client, its answer as JSON (no generated model)."""
