@@ -2,42 +2,47 @@
 
 Only a successful probe makes an order Ready, and persistent failures after Ready make it
 Failed (SPEC §3 steps 7-8), so the probe must give a clear answer in bounded time and
-bounded memory whatever the endpoint does: every httpx timeout is set (connect, read,
-write, pool) and the whole exchange has a deadline checked between chunks; the body is
-streamed and cut at `max_body`; redirects are followed only within the same scheme, host
-and port (a redirect elsewhere would carry the probe, and the token, to another party);
-the answer counts only if it is JSON with a `data` list (an OpenAI-style model list).
+bounded memory whatever the endpoint does: every socket operation (connect, send, each
+read) waits at most the timeout and the whole exchange has a deadline checked between
+chunks; the body is read in chunks and cut at `max_body`; redirects are followed only
+within the same scheme, host and port (a redirect elsewhere would carry the probe, and
+the token, to another party); the answer counts only if it is JSON with a `data` list
+(an OpenAI-style model list).
 
 The token is sent as `Authorization: Bearer` and never appears in an answer's error
 text, whatever the server or the library say. The controller turns a ProbeAnswer into a
 `ProbeResult` observation; `latency` is for metrics and logs, never for the fold. Every
 probe is counted and timed in `adapters.metrics`.
 
+The exchange is the standard library's `http.client`, not httpx: one GET on a kept
+connection is all a probe needs, and httpx's stack (client, httpcore's pool, h11) cost
+twice the CPU of the whole exchange on `http.client` (benchmarks/probes.py), with
+hundreds of Ready orders probed every 30 s the controller's largest idle cost. httpx
+still parses the endpoint's URL (once per endpoint) and builds the TLS context.
+
 The controller probes through a `Prober`, which keeps one idle connection per origin
-(scheme, host, port and TLS verification) between probes: with hundreds of Ready orders
-probed every 30 s, a new client and connection per probe was most of the controller's
-idle CPU. What a kept connection must not change, it does not: each request carries its
-own headers and timeout (a token is never a connection's, so never sent to another
-order's request on it), nothing is remembered between requests (no cookies), a redirect
-stays on the origin's connections, and at most `MAX_KEPT` origins are kept, each no
-longer than `KEEP_ALIVE_SECONDS` idle. A server may close an idle connection whenever it
-likes (vLLM's after 5 s): a connection found closed is replaced before the request, and
-a request that fails on a kept connection before any answer (the server closed it as the
-request went out) is sent once more on a new one, so a stale connection never becomes a
-failed probe. `probe()` probes once on a connection of its own, or through `transport`,
-the I/O seam for tests.
+(scheme, host, port and TLS verification) between probes. What a kept connection must
+not change, it does not: each request carries its own headers and timeout (a token is
+never a connection's, so never sent to another order's request on it), nothing is
+remembered between requests (no cookies), a redirect stays on the origin's connection,
+an answer not read to its end closes the connection, and at most `MAX_KEPT` origins are
+kept, each no longer than `KEEP_ALIVE_SECONDS` idle. A server may close an idle
+connection whenever it likes (vLLM's after 5 s): a request that fails on a kept
+connection before any answer (the server closed it before or as the request went out)
+is sent once more on a new one, so a stale connection never becomes a failed probe.
+`probe()` probes once on a connection of its own.
 """
 
 from __future__ import annotations
 
 import functools
+import http.client
 import json
 import ssl
 import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +71,11 @@ KEEP_ALIVE_SECONDS = 120.0
 # dropped first: beyond it probes still work, each on a connection of its own.
 MAX_KEPT = 1024
 _USER_AGENT = "ai-inference-probe"
-_CONNECTING = "connection.connect_tcp.started"  # httpcore's trace: a new connection
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+# What is read of an answer the probe does not use (a redirect's, an error's) so that
+# its connection can carry the next probe; a longer one closes the connection instead.
+_DISCARDED_MAX = 4096
+_CHUNK = 16 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,21 +90,11 @@ class ProbeAnswer:
 def _tls(verify: bool) -> ssl.SSLContext:
     """One TLS context per process, shared by every probe (contexts are thread-safe).
 
-    httpx builds a fresh one for each client, loading the whole CA bundle: 37 ms of CPU
-    per probe here, which with 500 Ready orders probed every 30 s was most of the
-    controller's idle cost. `trust_env=False`: no SSL_CERT_FILE.
+    Building one loads the whole CA bundle: 37 ms of CPU, which per probe was most of
+    the controller's idle cost with 500 Ready orders. httpx's helper gives the trust
+    httpx would (certifi's bundle), `trust_env=False`: no SSL_CERT_FILE.
     """
     return httpx.create_ssl_context(verify=verify, trust_env=False)
-
-
-def _transport(verify: bool, *, keep: bool) -> httpx.HTTPTransport:
-    # No proxy: a transport never reads the environment's (a client would, unless told).
-    limits = httpx.Limits(
-        max_connections=None,  # one per probe in flight: the caller's pool bounds them
-        max_keepalive_connections=1 if keep else 0,
-        keepalive_expiry=KEEP_ALIVE_SECONDS,
-    )
-    return httpx.HTTPTransport(verify=_tls(verify), trust_env=False, limits=limits)
 
 
 class _Failed(Exception):
@@ -108,31 +107,34 @@ class _Failed(Exception):
 _Origin = tuple[bool, str, str, int | None]  # (verify, scheme, host, port)
 
 
-@dataclass
+def _connection(origin: _Origin, timeout: float) -> http.client.HTTPConnection:
+    """Not connected yet: http.client connects at the first request, and again at the
+    next one after any close. No proxy: a probe goes to the endpoint itself."""
+    verify, scheme, host, port = origin
+    if scheme == "https":
+        return http.client.HTTPSConnection(host, port, timeout=timeout, context=_tls(verify))
+    return http.client.HTTPConnection(host, port, timeout=timeout)
+
+
+@dataclass(slots=True)
 class _Kept:
-    transport: httpx.HTTPTransport
+    connection: http.client.HTTPConnection
     used: float  # time.monotonic() of the last probe's end
-    busy: int = 0  # probes using it now: it is never closed under them
+    busy: bool = False  # a probe uses it now: it is never closed under it, nor shared
 
 
 class Prober:
     """Probes that keep one idle connection per origin between them; thread-safe.
 
-    `close()` (at shutdown) closes the kept connections; a probe still running closes
-    its own when it ends, and probes after it each use a connection of their own.
-    `transport` replaces every origin's connections (tests).
+    A connection carries one probe at a time: a probe of an origin whose connection is
+    busy uses one of its own. `close()` (at shutdown) closes the kept connections; a
+    probe still running closes its own when it ends, and probes after it each use a
+    connection of their own.
     """
 
-    def __init__(
-        self,
-        *,
-        max_kept: int = MAX_KEPT,
-        keep_alive: float = KEEP_ALIVE_SECONDS,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
+    def __init__(self, *, max_kept: int = MAX_KEPT, keep_alive: float = KEEP_ALIVE_SECONDS) -> None:
         self._max_kept = max_kept
         self._keep_alive = keep_alive
-        self._seam = transport
         self._lock = threading.Lock()
         self._kept: OrderedDict[_Origin, _Kept] = OrderedDict()  # least recently used first
         self._closed = False
@@ -154,17 +156,13 @@ class Prober:
             url = _models_url(base_url)
         except _Failed as failed:
             return _answered(_failure(failed, token, started))
-        if self._seam is not None:
-            return _answered(
-                _probe(self._seam, url, token, timeout=timeout, max_body=max_body, started=started)
-            )
         origin = (verify, url.scheme, url.host, url.port)
-        kept = self._take(origin, verify)
+        kept = self._take(origin, timeout)
         if kept is None:
             return probe(base_url, token, timeout=timeout, max_body=max_body, verify=verify)
         try:
             answer = _probe(
-                kept.transport, url, token, timeout=timeout, max_body=max_body, started=started
+                kept.connection, url, token, timeout=timeout, max_body=max_body, started=started
             )
         finally:
             self._give_back(origin, kept)
@@ -174,27 +172,30 @@ class Prober:
         with self._lock:
             self._closed = True
             idle = [o for o, k in self._kept.items() if not k.busy]
-            closing = [self._kept.pop(o).transport for o in idle]
-        for transport in closing:
-            transport.close()
+            closing = [self._kept.pop(o).connection for o in idle]
+        for connection in closing:
+            connection.close()
 
-    def _take(self, origin: _Origin, verify: bool) -> _Kept | None:
+    def _take(self, origin: _Origin, timeout: float) -> _Kept | None:
         now = time.monotonic()
         with self._lock:
             if self._closed:
                 return None
             kept = self._kept.get(origin)
             if kept is None:
-                kept = self._kept[origin] = _Kept(_transport(verify, keep=True), now)
+                kept = self._kept[origin] = _Kept(_connection(origin, timeout), now)
+            elif kept.busy:
+                return None
             else:
                 self._kept.move_to_end(origin)
-            kept.busy += 1
+            kept.busy = True
             closing = self._sweep(now)
-        for transport in closing:
-            transport.close()
+        for connection in closing:
+            connection.close()
+        _set_timeout(kept.connection, timeout)
         return kept
 
-    def _sweep(self, now: float) -> list[httpx.HTTPTransport]:
+    def _sweep(self, now: float) -> list[http.client.HTTPConnection]:
         """Drop the least recently used origins past the bound or idle too long (those
         in use are passed over); under the lock. Usually looks at the oldest alone."""
         doomed: list[_Origin] = []
@@ -204,24 +205,33 @@ class Prober:
                 break  # the rest were used more recently
             if not kept.busy:
                 doomed.append(origin)
-        return [self._kept.pop(origin).transport for origin in doomed]
+        return [self._kept.pop(origin).connection for origin in doomed]
 
     def _give_back(self, origin: _Origin, kept: _Kept) -> None:
         with self._lock:
-            kept.busy -= 1
+            kept.busy = False
             kept.used = time.monotonic()
-            if not self._closed or kept.busy:
+            if not self._closed:
                 return
-            del self._kept[origin]  # closed while this probe ran: the last one out closes
-        kept.transport.close()
+            del self._kept[origin]  # closed while this probe ran: it closes its own
+        kept.connection.close()
 
 
 def _close_all(kept: OrderedDict[_Origin, _Kept], lock: threading.Lock) -> None:
     with lock:
-        transports = [k.transport for k in kept.values()]
+        connections = [k.connection for k in kept.values()]
         kept.clear()
-    for transport in transports:
-        transport.close()
+    for connection in connections:
+        connection.close()
+
+
+def _set_timeout(connection: http.client.HTTPConnection, timeout: float) -> None:
+    """Every socket operation of the next exchange waits at most `timeout`; a kept
+    connection may have been opened by a probe with another."""
+    if connection.timeout != timeout:
+        connection.timeout = timeout
+        if connection.sock is not None:
+            connection.sock.settimeout(timeout)
 
 
 def probe(
@@ -231,28 +241,25 @@ def probe(
     timeout: float,
     max_body: int = DEFAULT_MAX_BODY,
     verify: bool = True,
-    transport: httpx.BaseTransport | None = None,
 ) -> ProbeAnswer:
     """Probe `base_url` once, on a connection of its own. Never raises for anything the
     endpoint or network does.
 
     The exchange ends within about twice `timeout` (one blocking read may start just
-    before the deadline); `transport` swaps the I/O seam in tests.
+    before the deadline).
     """
     started = time.monotonic()
     try:
         url = _models_url(base_url)
     except _Failed as failed:
         return _answered(_failure(failed, token, started))
-    own = transport is None
-    seam = _transport(verify, keep=False) if transport is None else transport
+    connection = _connection((verify, url.scheme, url.host, url.port), timeout)
     try:
         return _answered(
-            _probe(seam, url, token, timeout=timeout, max_body=max_body, started=started)
+            _probe(connection, url, token, timeout=timeout, max_body=max_body, started=started)
         )
     finally:
-        if own:
-            seam.close()
+        connection.close()
 
 
 def _answered(answer: ProbeAnswer) -> ProbeAnswer:
@@ -270,7 +277,7 @@ def _failure(failed: _Failed, token: str | None, started: float) -> ProbeAnswer:
 
 
 def _probe(
-    transport: httpx.BaseTransport,
+    connection: http.client.HTTPConnection,
     url: httpx.URL,
     token: str | None,
     *,
@@ -283,7 +290,7 @@ def _probe(
         headers["Authorization"] = f"Bearer {token}"
     try:
         status, body = _exchange(
-            transport, url, headers, max_body=max_body, deadline=started + timeout, timeout=timeout
+            connection, url, headers, max_body=max_body, deadline=started + timeout, timeout=timeout
         )
         _check_models(body, status)
     except _Failed as failed:
@@ -313,7 +320,7 @@ def _same_origin(a: httpx.URL, b: httpx.URL) -> bool:
 
 
 def _exchange(
-    transport: httpx.BaseTransport,
+    connection: http.client.HTTPConnection,
     url: httpx.URL,
     headers: dict[str, str],
     *,
@@ -321,65 +328,64 @@ def _exchange(
     deadline: float,
     timeout: float,
 ) -> tuple[int, bytes]:
-    timeouts = httpx.Timeout(timeout).as_dict()  # connect, read, write and pool alike
     for _ in range(MAX_REDIRECTS + 1):
         if time.monotonic() > deadline:
             raise _Failed(f"timed out after {timeout:g}s (following redirects)")
         try:
-            response = _send(transport, url, headers, timeouts, deadline)
+            response = _send(connection, url.raw_path.decode("ascii"), headers, deadline, timeout)
+            read_to_end = False
             try:
-                if response.is_redirect:
-                    target = url.join(response.headers["location"])
+                location = response.getheader("location")
+                if response.status in _REDIRECTS and location is not None:
+                    target = url.join(location)
                     if not _same_origin(url, target):
                         raise _Failed(
                             f"redirect to another origin not followed: {_shown(target)}",
-                            response.status_code,
+                            response.status,
                         )
+                    read_to_end = _discard(response, deadline, timeout)
                     url = target
                     continue
-                if not response.is_success:
-                    raise _Failed(_status_error(response.status_code), response.status_code)
-                return response.status_code, _read_capped(response, max_body, deadline, timeout)
+                if not 200 <= response.status < 300:
+                    read_to_end = _discard(response, deadline, timeout)
+                    raise _Failed(_status_error(response.status), response.status)
+                body = _read_capped(response, max_body, deadline, timeout)
+                read_to_end = True
+                return response.status, body
             finally:
+                if not read_to_end:
+                    connection.close()  # what is left of the answer would be the next's
                 response.close()
-        except httpx.TimeoutException as err:
-            raise _Failed(f"timed out after {timeout:g}s ({type(err).__name__})") from err
-        except httpx.HTTPError as err:
+        except (OSError, http.client.HTTPException) as err:
+            connection.close()
             raise _Failed(f"{type(err).__name__}: {err}") from err
     raise _Failed(f"more than {MAX_REDIRECTS} redirects")
 
 
 def _send(
-    transport: httpx.BaseTransport,
-    url: httpx.URL,
+    connection: http.client.HTTPConnection,
+    target: str,
     headers: dict[str, str],
-    timeouts: dict[str, float | None],
     deadline: float,
-) -> httpx.Response:
+    timeout: float,
+) -> http.client.HTTPResponse:
     """The response's head; once more on a new connection if a kept one failed before
     any answer (closed by the server as the request went out). A timeout is no such
     failure: it is the answer."""
     for attempt in (1, 2):
-        seen: list[str] = []  # httpcore's trace events; none from a test's transport
-        request = httpx.Request(
-            "GET",
-            url,
-            headers=headers,
-            extensions={"timeout": timeouts, "trace": _recorder(seen)},
-        )
+        reused = connection.sock is not None  # else this request opens the connection
         try:
-            return transport.handle_request(request)
-        except httpx.TimeoutException:
-            raise
-        except httpx.TransportError:
-            reused = bool(seen) and _CONNECTING not in seen
+            connection.request("GET", target, headers=headers)
+            return connection.getresponse()
+        except TimeoutError as err:
+            phase = "connecting" if connection.sock is None else "no answer"
+            connection.close()  # a late answer must not be taken for the next request's
+            raise _Failed(f"timed out after {timeout:g}s ({phase})") from err
+        except (OSError, http.client.HTTPException):
+            connection.close()
             if not reused or attempt == 2 or time.monotonic() > deadline:
                 raise
     raise AssertionError("unreachable: the second attempt returns or raises")
-
-
-def _recorder(seen: list[str]) -> Callable[[str, dict[str, Any]], None]:
-    return lambda name, _info: seen.append(name)
 
 
 def _status_error(code: int) -> str:
@@ -390,18 +396,38 @@ def _status_error(code: int) -> str:
     return f"HTTP {code}"
 
 
-def _read_capped(response: httpx.Response, max_body: int, deadline: float, timeout: float) -> bytes:
-    declared = response.headers.get("content-length", "")
+def _discard(response: http.client.HTTPResponse, deadline: float, timeout: float) -> bool:
+    """Whether the rest of an unused answer was read, so the connection can be kept."""
+    try:
+        _read_capped(response, _DISCARDED_MAX, deadline, timeout)
+    except _Failed:
+        return False
+    return True
+
+
+def _read_capped(
+    response: http.client.HTTPResponse, max_body: int, deadline: float, timeout: float
+) -> bytes:
+    """The whole body, or _Failed past `max_body` bytes or the deadline."""
+    declared = response.getheader("content-length", "")
     if declared.isdigit() and int(declared) > max_body:
-        raise _Failed(f"response of {declared} bytes exceeds {max_body}", response.status_code)
+        raise _Failed(f"response of {declared} bytes exceeds {max_body}", response.status)
     body = bytearray()
-    for chunk in response.iter_bytes():
+    while True:
+        try:
+            chunk = response.read1(_CHUNK)
+        except TimeoutError as err:
+            raise _Failed(f"timed out after {timeout:g}s (body)") from err
+        if not chunk:
+            break
         body += chunk
         if len(body) > max_body:
-            raise _Failed(f"response exceeds {max_body} bytes", response.status_code)
+            raise _Failed(f"response exceeds {max_body} bytes", response.status)
         if time.monotonic() > deadline:
             # A server that trickles bytes resets the read timeout with every one.
             raise _Failed(f"timed out after {timeout:g}s (body still arriving)")
+    if response.length:  # the server closed before the length it declared
+        raise _Failed(f"response cut short, {response.length} bytes missing", response.status)
     return bytes(body)
 
 

@@ -8,11 +8,13 @@ import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from adapters.probes.http import DEFAULT_MAX_BODY, probe
+from adapters.cluster.pki import make_pki
+from adapters.probes.http import DEFAULT_MAX_BODY, Prober, probe
 
 TOKEN = "s3cr3t-token-value-0123456789abcdef"
 MODELS = json.dumps({"object": "list", "data": [{"id": "qwen", "object": "model"}]}).encode()
@@ -107,6 +109,13 @@ class Handler(BaseHTTPRequestHandler):
             self._redirect("/ok/v1/models", 307)
         elif case == "loop":
             self._redirect("/loop/v1/models")
+        elif case == "cut-short":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(MODELS) + 100))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(MODELS)  # and the connection closes 100 bytes early
         elif case == "html":
             self._send(200, b"<html>nginx default page</html>", "text/html")
         elif case == "no-data":
@@ -149,6 +158,7 @@ def server(servers: tuple[Loopback, Loopback]) -> Loopback:
         ("no-data", None, False, 200, "without a `data` list"),
         ("huge-declared", None, False, 200, "exceeds"),
         ("huge-streamed", None, False, 200, "exceeds"),
+        ("cut-short", None, False, 200, "cut short"),
         ("moved", TOKEN, True, 200, ""),
         ("away-by-name", TOKEN, False, 302, "another origin"),
         ("loop", None, False, None, "redirects"),
@@ -165,6 +175,7 @@ def server(servers: tuple[Loopback, Loopback]) -> Loopback:
         "json-without-data",
         "huge-declared-body",
         "huge-streamed-body",
+        "body-shorter-than-declared",
         "same-origin-redirect-followed",
         "other-host-redirect-refused",
         "redirect-loop",
@@ -212,7 +223,7 @@ def test_a_closed_port_is_an_answer_not_an_exception() -> None:
     probe_server.server_close()  # nothing listens there any more
     answer = probe(base, TOKEN, timeout=TIMEOUT)
     assert not answer.ok and answer.status_code is None
-    assert "ConnectError" in answer.error and TOKEN not in answer.error
+    assert "Connection refused" in answer.error and TOKEN not in answer.error
 
 
 @pytest.mark.parametrize(
@@ -247,3 +258,34 @@ def test_probes_share_one_tls_context(server: Loopback, monkeypatch: pytest.Monk
     for _ in range(5):
         assert probe(f"{server.base}/ok", None, timeout=2.0).ok
     assert len(loads) <= 1
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[Loopback]:
+    """The OK endpoint over TLS, with a certificate for 127.0.0.1 from a local CA that
+    no trust store holds."""
+    pki = make_pki(tmp_path / "pki")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki.serving_cert, pki.serving_key)
+    server = Loopback()
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_tls_endpoint_is_verified_unless_verification_is_off(tls_server: Loopback) -> None:
+    base = tls_server.base.replace("http://", "https://") + "/ok"
+    refused = probe(base, TOKEN, timeout=2.0)
+    assert not refused.ok and refused.status_code is None
+    assert "CERTIFICATE_VERIFY_FAILED" in refused.error and TOKEN not in refused.error
+    assert probe(base, TOKEN, timeout=2.0, verify=False).ok
+    kept = Prober()
+    try:
+        for _ in range(2):
+            assert kept.probe(base, TOKEN, timeout=2.0, verify=False).ok
+    finally:
+        kept.close()
+    assert tls_server.seen == [("/ok/v1/models", f"Bearer {TOKEN}")] * 3

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import httpx
 import pytest
 
 from adapters.probes.http import Prober, probe
@@ -37,7 +36,9 @@ class Server(ThreadingHTTPServer):
     - "drop-second": closes a connection when its second request arrives, unanswered
       (the server's idle timer fired as the request went out);
     - "drop": closes every connection at its first request, unanswered;
-    - "slow-second": holds a connection's second request past the probe's timeout.
+    - "slow-second": holds a connection's second request past the probe's timeout;
+    - "hold-first": holds the server's first request until `release` is set;
+    - "small-error" / "large-error": answers 500 with a body of 20 bytes / 20 KB.
     """
 
     daemon_threads = True
@@ -94,6 +95,15 @@ class Handler(BaseHTTPRequestHandler):
             return
         if mode == "slow-second" and self.requests == 2:
             self.server.release.wait(3 * TIMEOUT)
+        if mode == "hold-first" and len(self.server.seen) == 1:
+            self.server.release.wait(10)
+        if mode.endswith("-error"):
+            body = b"e" * (20 if mode == "small-error" else 20 * 1024)
+            self.send_response(500)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(MODELS)))
@@ -193,7 +203,7 @@ def test_a_server_that_never_answers_fails_the_probe_without_a_retry(
     server = serve("drop")
     answer = prober.probe(server.base, TOKEN_A, timeout=TIMEOUT)
     assert not answer.ok and answer.status_code is None
-    assert "RemoteProtocolError" in answer.error and TOKEN_A not in answer.error
+    assert "RemoteDisconnected" in answer.error and TOKEN_A not in answer.error
     assert server.accepted == 1 and len(server.seen) == 1
 
 
@@ -268,23 +278,40 @@ def test_a_probe_running_when_the_prober_closes_closes_its_connection_at_its_end
     eventually(lambda: server.closed == 1, timeout=5, what="closed by the probe's end")
 
 
-def test_the_transport_seam_carries_every_request() -> None:
-    asked: list[httpx.Request] = []
+@pytest.mark.parametrize(
+    ("mode", "connections"),
+    [("small-error", 1), ("large-error", 3)],
+    ids=["short-error-read-and-kept", "long-error-unread-and-closed"],
+)
+def test_an_answer_not_read_to_its_end_closes_its_connection(
+    serve: Callable[..., Server], prober: Prober, mode: str, connections: int
+) -> None:
+    """Unread bytes of one answer would be taken for the next one's head: an error's
+    body is read when short (the connection is kept) and the connection closed when not."""
+    server = serve(mode)
+    for _ in range(3):
+        answer = prober.probe(server.base, None, timeout=TIMEOUT)
+        assert (answer.ok, answer.status_code) == (False, 500), answer.error
+    assert server.accepted == connections and len(server.seen) == 3
 
-    def answer(request: httpx.Request) -> httpx.Response:
-        asked.append(request)
-        if request.url.host == "broken.test":
-            raise httpx.ReadError("connection reset", request=request)
-        return httpx.Response(200, json={"data": []})
 
-    seam = httpx.MockTransport(answer)
-    assert probe("http://llm.test", TOKEN_A, timeout=TIMEOUT, transport=seam).ok
-    through = Prober(transport=seam)
-    assert through.probe("http://llm.test/", TOKEN_B, timeout=TIMEOUT).ok
-    failed = through.probe("http://broken.test", None, timeout=TIMEOUT)
-    assert not failed.ok and "ReadError" in failed.error
-    assert [(r.url.path, r.headers.get("Authorization")) for r in asked] == [
-        ("/v1/models", f"Bearer {TOKEN_A}"),
-        ("/v1/models", f"Bearer {TOKEN_B}"),
-        ("/v1/models", None),  # once: no kept connection to blame, so no retry
-    ]
+def test_probes_of_one_origin_at_once_do_not_share_a_connection(
+    serve: Callable[..., Server], prober: Prober
+) -> None:
+    """A connection carries one exchange at a time: a probe of an origin whose kept
+    connection is busy uses one of its own, closed after it."""
+    server = serve("hold-first")
+    held: list[bool] = []
+    first = threading.Thread(
+        target=lambda: held.append(prober.probe(server.base, TOKEN_A, timeout=5.0).ok)
+    )
+    first.start()
+    eventually(lambda: len(server.seen) == 1, timeout=5, what="the first request held")
+    assert prober.probe(server.base, TOKEN_B, timeout=TIMEOUT).ok
+    assert server.accepted == 2
+    eventually(lambda: server.closed == 1, timeout=5, what="the second's own connection closed")
+    server.release.set()
+    first.join(10)
+    assert held == [True]
+    assert prober.probe(server.base, None, timeout=TIMEOUT).ok  # on the kept one again
+    assert server.accepted == 2 and server.seen[1:] == [(f"Bearer {TOKEN_B}", None), (None, None)]
