@@ -13,6 +13,8 @@ PostgreSQL (production) through psycopg 3; `postgresql://` URLs are given that d
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from typing import Any
 
 import sqlalchemy as sa
@@ -73,14 +75,14 @@ def _configure_sqlite(engine: Engine, *, read_only: bool = False) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
+            cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             if read_only:
                 cursor.execute("PRAGMA query_only=ON")
             elif not memory:
-                cursor.execute("PRAGMA journal_mode=WAL")
+                _use_wal(cursor)
                 # Durable at every checkpoint, and safe against corruption, in WAL mode.
                 cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             # Each pooled connection keeps its own page cache (2 MB by default), and a
             # controller's few connections filled theirs as the log grew: ~10 MB of its
             # memory at 500 orders. The controller reads the log rarely (it keeps the
@@ -95,3 +97,24 @@ def _configure_sqlite(engine: Engine, *, read_only: bool = False) -> None:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
         else:
             conn.exec_driver_sql("BEGIN")
+
+
+def _use_wal(cursor: Any) -> None:
+    """Switch the file to WAL, once in its life (the mode is kept in the file).
+
+    The switch needs the file to itself, and SQLite refuses it at once, busy timeout or
+    not, while another connection holds the file: controllers starting together on a new
+    log did ("database is locked"). So only a file not in WAL yet is switched, and a
+    refused switch is tried again until the busy timeout has passed.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        try:
+            if cursor.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal":
+                return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+        if time.monotonic() > deadline:
+            raise sqlite3.OperationalError("database is locked: cannot switch it to WAL")
+        time.sleep(0.01)
