@@ -356,8 +356,7 @@ def _exchange(
                 if not read_to_end:
                     connection.close()  # what is left of the answer would be the next's
                 response.close()
-        except (OSError, http.client.HTTPException) as err:
-            connection.close()
+        except (OSError, http.client.HTTPException) as err:  # the connection is closed
             raise _Failed(f"{type(err).__name__}: {err}") from err
     raise _Failed(f"more than {MAX_REDIRECTS} redirects")
 
@@ -397,10 +396,13 @@ def _status_error(code: int) -> str:
 
 
 def _discard(response: http.client.HTTPResponse, deadline: float, timeout: float) -> bool:
-    """Whether the rest of an unused answer was read, so the connection can be kept."""
+    """Whether the rest of an unused answer was read, so the connection can be kept.
+
+    Whatever goes wrong reading it only closes the connection: the answer is its status.
+    """
     try:
         _read_capped(response, _DISCARDED_MAX, deadline, timeout)
-    except _Failed:
+    except (_Failed, OSError, http.client.HTTPException):
         return False
     return True
 

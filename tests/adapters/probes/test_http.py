@@ -116,6 +116,11 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(MODELS)  # and the connection closes 100 bytes early
+        elif case == "broken-bad-chunks":
+            self.send_response(500)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"zz\r\nnot a chunk size\r\n")
         elif case == "html":
             self._send(200, b"<html>nginx default page</html>", "text/html")
         elif case == "no-data":
@@ -154,6 +159,7 @@ def server(servers: tuple[Loopback, Loopback]) -> Loopback:
         ("auth", None, False, 401, "HTTP 401"),
         ("auth", "wrong-token", False, 401, "HTTP 401"),
         ("broken", TOKEN, False, 500, "HTTP 500"),
+        ("broken-bad-chunks", TOKEN, False, 500, "HTTP 500"),
         ("html", None, False, 200, "not JSON"),
         ("no-data", None, False, 200, "without a `data` list"),
         ("huge-declared", None, False, 200, "exceeds"),
@@ -171,6 +177,7 @@ def server(servers: tuple[Loopback, Loopback]) -> Loopback:
         "token-missing",
         "token-wrong",
         "server-error",
+        "server-error-with-an-unreadable-body",
         "not-json",
         "json-without-data",
         "huge-declared-body",
