@@ -15,19 +15,31 @@ ROOT = Path(__file__).resolve().parents[3]
 
 CHILD = textwrap.dedent(
     """
-    import signal, sys, threading
+    import signal, sys, threading, time
     from adapters.cli import waiting
 
     def stop(*_):
         raise SystemExit(0)
 
+    def main_is_waiting():
+        frame = sys._current_frames()[threading.main_thread().ident]
+        return frame.f_code.co_filename == threading.__file__ and frame.f_code.co_name == "wait"
+
     signal.signal(signal.SIGTERM, stop)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     def other():  # the thread the kernel hands the signal to
+        # The signal may land only once the main thread waits: were it still running
+        # Python code, it would run the handler at once, and the case would prove nothing.
+        # Its frame in a wait may still be a few instructions short of blocking; a pause
+        # that gives up the GIL lets it get there.
+        while not main_is_waiting():
+            time.sleep(0.01)
+        time.sleep(0.2)
+        still = main_is_waiting()
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        print("ready" if still else "the main thread stopped waiting", flush=True)
         threading.Event().wait()
     threading.Thread(target=other, daemon=True).start()
-    print("ready", flush=True)
     WAIT
     """
 )
