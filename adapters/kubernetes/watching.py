@@ -40,11 +40,9 @@ the object was deleted, or a LIST that began after the write completed.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import random
-import sys
 import threading
 import time
 from collections import OrderedDict
@@ -57,7 +55,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from adapters import metrics
-from adapters.kubernetes import errors, queueing
+from adapters.kubernetes import compacting, errors, queueing
 
 __all__ = [
     "CONFIG_MAPS",
@@ -75,7 +73,6 @@ __all__ = [
     "by_label",
     "by_owner_uid",
     "call",
-    "compact",
 ]
 
 log = logging.getLogger(__name__)
@@ -94,7 +91,6 @@ _GONE_MEMORY = 10_000  # deleted UIDs remembered for read-your-writes
 # Objects per LIST page. A page is parsed whole before its objects are trimmed: 500
 # Deployments were ~17 MB at once, and every informer lists at the same time at a start.
 _PAGE = 100
-_SHARED_TEXT = 128  # cached strings up to this length are shared (interned)
 
 
 @dataclass(frozen=True)
@@ -195,23 +191,6 @@ def by_label(key: str) -> Indexer:
         return [str(labels[key])] if key in labels else []
 
     return index
-
-
-def compact(value: Any) -> Any:
-    """`value` (parsed JSON) with every key and every short string interned.
-
-    Each watch event is parsed on its own, so each cached object had its own copy of
-    every key ("metadata", "name", ...) and of every repeated value (the order's UID in
-    each child's labels and owner reference, "True", timestamps, the image): sharing
-    them halves what the cache holds per order (benchmarks/memory.py). An interned
-    string is freed, as any other, once nothing refers to it."""
-    if isinstance(value, dict):
-        return {sys.intern(k) if type(k) is str else k: compact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [compact(item) for item in value]
-    if type(value) is str and len(value) <= _SHARED_TEXT:
-        return sys.intern(value)
-    return value
 
 
 def _uid_and_rv(obj: Any) -> tuple[str, str]:
@@ -413,13 +392,13 @@ class Informer:
     def get(self, uid: str, *, copy_: bool = True) -> Obj | None:
         with self._cond:
             obj = self._objects.get(uid)
-            return copy.deepcopy(obj) if obj is not None and copy_ else obj
+            return compacting.copied(obj) if obj is not None and copy_ else obj
 
     def get_by_name(self, namespace: str | None, name: str, *, copy_: bool = True) -> Obj | None:
         with self._cond:
             uid = self._by_name.get((namespace or "", name))
             obj = self._objects[uid] if uid is not None else None
-            return copy.deepcopy(obj) if obj is not None and copy_ else obj
+            return compacting.copied(obj) if obj is not None and copy_ else obj
 
     def objects(self, *, copy_: bool = True) -> list[Obj]:
         """Every cached object; `copy_=False` hands out the cached objects themselves (the
@@ -427,7 +406,7 @@ class Informer:
         with self._cond:
             if not copy_:
                 return list(self._objects.values())
-            return [copy.deepcopy(obj) for obj in self._objects.values()]
+            return [compacting.copied(obj) for obj in self._objects.values()]
 
     def names(self) -> list[str]:
         """The names of the cached objects (cluster-scoped kinds: their whole identity)."""
@@ -445,7 +424,7 @@ class Informer:
         with self._cond:
             uids = self._indexes[index].members(value)
             found = [self._objects[uid] for uid in sorted(uids)]
-            return [copy.deepcopy(obj) for obj in found] if copy_ else found
+            return [compacting.copied(obj) for obj in found] if copy_ else found
 
     def index_values(self, index: str) -> list[str]:
         """Every value some cached object has in `index`."""
@@ -731,7 +710,7 @@ class Informer:
     # -- the cache -----------------------------------------------------------------------
 
     def _prepare(self, obj: Obj) -> Obj:
-        """The object as the cache keeps it: typed, trimmed, its strings shared."""
+        """The object as the cache keeps it: typed, trimmed, its strings and parts shared."""
         # LIST items carry no apiVersion/kind; watch events do. Make them alike.
         obj.setdefault("apiVersion", self.resource.api_version)
         obj.setdefault("kind", self.resource.kind)
@@ -743,7 +722,7 @@ class Informer:
             meta.pop("managedFields", None)
         if self._trim is not None:
             self._trim(obj)
-        kept: Obj = compact(obj)
+        kept: Obj = compacting.compact(obj)
         return kept
 
     def _apply(self, event_type: str, obj: Obj) -> None:
@@ -799,6 +778,7 @@ class Informer:
         old = self._objects.pop(uid, None)
         if old is not None:
             self._unindex_locked(uid, old)
+            compacting.dropped()
         self._seen.pop(uid, None)
         self._gone[uid] = None
         while len(self._gone) > _GONE_MEMORY:
@@ -813,7 +793,7 @@ class Informer:
     def _emit(self, event_type: str, obj: Obj) -> None:
         for handler in self._handlers:
             try:
-                handler(event_type, copy.deepcopy(obj))
+                handler(event_type, compacting.copied(obj))
             except Exception:
                 # One bad handler must not stop the watch or starve the others.
                 log.exception("%s: handler failed on %s", self.name, event_type)
