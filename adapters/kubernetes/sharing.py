@@ -32,6 +32,10 @@ class Table:
         self._by_hash: dict[int, list[weakref.ref[Any]]] = {}
         self._lock = threading.Lock()
         self._inserted = 0
+        # Which fields were given, by value: a set per combination and model kind, not per
+        # model (each is a few hundred bytes to over a kilobyte; a state has a dozen
+        # fields given). Never freed: the combinations are few and fixed by the code.
+        self._fields_sets: dict[frozenset[str], set[str]] = {}
 
     def __len__(self) -> int:
         with self._lock:
@@ -54,6 +58,17 @@ class Table:
             if self._inserted % _SWEEP_EVERY == 0:
                 self._sweep()
         return value
+
+    def share_fields_set(self, model: BaseModel) -> None:
+        """Gives a frozen `model` an equal set of given fields another model holds.
+
+        Sound only for frozen models: pydantic changes a model's set in place only when an
+        attribute is set, which a frozen model refuses; `model_copy` copies it first."""
+        fields = model.__pydantic_fields_set__
+        with self._lock:
+            held = self._fields_sets.setdefault(frozenset(fields), fields)
+        if held is not fields:
+            object.__setattr__(model, "__pydantic_fields_set__", held)
 
     def _sweep(self) -> None:
         for key in list(self._by_hash):
@@ -90,6 +105,7 @@ def _part(value: Any, table: Table) -> Any:
             updates[name] = new
     if updates:
         value = value.model_copy(update=updates)
+    table.share_fields_set(value)
     return table.shared(value)
 
 
@@ -104,4 +120,7 @@ def shared_parts(state: T, table: Table | None = None) -> T:
         new = _part(value, table)
         if new is not value:
             updates[name] = new
-    return state.model_copy(update=updates) if updates else state
+    state = state.model_copy(update=updates) if updates else state
+    if state.model_config.get("frozen"):
+        table.share_fields_set(state)
+    return state

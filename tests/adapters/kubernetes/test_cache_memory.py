@@ -246,3 +246,15 @@ def test_a_part_given_otherwise_explicitly_is_not_shared() -> None:
     a = sharing.shared_parts(_Holder(policy=None, plan=explicit), table)
     b = sharing.shared_parts(_Holder(policy=None, plan=implicit), table)
     assert a.plan is not b.plan
+
+
+def test_which_fields_were_given_is_held_once_and_copies_change_their_own() -> None:
+    table = sharing.Table()
+    a = sharing.shared_parts(_Holder(policy=None, plan=PLAN.model_copy()), table)
+    b = sharing.shared_parts(_Holder(policy=None, plan=MULTI.model_copy()), table)
+    assert a.model_fields_set == b.model_fields_set == {"policy", "plan"}
+    assert a.model_fields_set is b.model_fields_set  # one set for both
+    # A copy has its own set before it changes it (as the fold's does): `b` is untouched.
+    c = a.model_copy(update={"plan": MULTI})
+    c.__pydantic_fields_set__.discard("policy")
+    assert b.model_fields_set == {"policy", "plan"} and a.model_fields_set == {"policy", "plan"}
