@@ -55,6 +55,7 @@ class Compactor:
         """`value` (parsed JSON) with keys and short strings interned and parts shared;
         the top-level dict or list itself is a new one, never shared."""
         with self._lock:
+            self._novel = False
             if type(value) is dict:
                 out: Any = {_intern(k): self._part(v) for k, v in value.items()}
             elif type(value) is list:
