@@ -86,7 +86,11 @@ Indexer = Callable[[Obj], Iterable[str]]
 Timeout = float | tuple[float, float]
 
 RESYNC = "RESYNC"  # the event type of a periodic resync: every cached object again
-_RECENT_RVS = 16  # RVs remembered per object for read-your-writes
+_RECENT_RVS = 16  # RVs an object passed through remembered for read-your-writes
+# For how long: a writer waits for its own write right after it returns (5 s at most),
+# so an object settled longer than this is known by the RV it has, and a cache of
+# thousands of settled objects keeps no RV memory at all.
+_RECENT_RV_SECONDS = 30.0
 _GONE_MEMORY = 10_000  # deleted UIDs remembered for read-your-writes
 # Objects per LIST page. A page is parsed whole before its objects are trimmed: 500
 # Deployments were ~17 MB at once, and every informer lists at the same time at a start.
@@ -365,7 +369,8 @@ class Informer:
         self._objects: dict[str, Obj] = {}
         self._by_name: dict[tuple[str, str], str] = {}
         self._indexes = {key: _Index(fn) for key, fn in (indexers or {}).items()}
-        self._seen: dict[str, tuple[str, ...]] = {}
+        # By UID, the last noted first: when, and the RVs passed through (recent ones).
+        self._seen: OrderedDict[str, tuple[float, tuple[str, ...]]] = OrderedDict()
         self._gone: OrderedDict[str, None] = OrderedDict()
         self._rv: str | None = None
         self._synced = False
@@ -439,7 +444,8 @@ class Informer:
             def caught_up() -> bool:
                 return (
                     uid in self._gone
-                    or resource_version in self._seen.get(uid, ())
+                    or self._rv_of_locked(uid) == resource_version
+                    or resource_version in self._seen.get(uid, (0.0, ()))[1]
                     or self._synced_list > mark
                 )
 
@@ -687,9 +693,10 @@ class Informer:
         period = min([WATCHDOG_TICK, *(t / 4 for t in (inactivity, self._resync_period) if t)])
         last_resync = time.monotonic()
         while not self._stopping.wait(period):
+            now = time.monotonic()
             with self._cond:
                 stream = self._stream
-            now = time.monotonic()
+                self._forget_rvs_locked(now)
             if stream is not None and inactivity and now - stream.last_activity > inactivity:
                 if not stream.stopped_by_watchdog:
                     stream.stopped_by_watchdog = True
@@ -786,9 +793,25 @@ class Informer:
 
     def _note_rv_locked(self, uid: str, rv: str) -> None:
         # A tuple, not a deque(maxlen=...): a deque's first block alone is ~600 bytes, and
-        # every cached object has its RVs here (most of them one or two).
+        # every object changed in the last seconds has its RVs here.
         if rv:
-            self._seen[uid] = (*self._seen.get(uid, ())[1 - _RECENT_RVS :], rv)
+            now = time.monotonic()
+            _, rvs = self._seen.pop(uid, (now, ()))
+            self._seen[uid] = (now, (*rvs[1 - _RECENT_RVS :], rv))
+            self._forget_rvs_locked(now)
+
+    def _forget_rvs_locked(self, now: float) -> None:
+        """Drop the RV memory of objects unchanged for `_RECENT_RV_SECONDS` (the oldest
+        noted are first: amortized constant time per change)."""
+        while self._seen:
+            uid, (noted, _) = next(iter(self._seen.items()))
+            if now - noted < _RECENT_RV_SECONDS:
+                return
+            del self._seen[uid]
+
+    def _rv_of_locked(self, uid: str) -> str | None:
+        obj = self._objects.get(uid)
+        return None if obj is None else (obj.get("metadata") or {}).get("resourceVersion")
 
     def _emit(self, event_type: str, obj: Obj) -> None:
         for handler in self._handlers:
