@@ -91,12 +91,17 @@ Shape = Mapping[str, "Shape | bool"]
 _TYPED: Shape = {"apiVersion": True, "kind": True, "metadata": True}
 
 # What the controller reads of a pod (observing.py, arbiter.py, probes/targets.py): its
-# metadata, where it runs and at what priority, and its conditions. The rest (containers,
-# volumes, container statuses) was most of a pod's size in the cache, one pod per replica.
+# metadata, where it runs and at what priority, and what its conditions say. The rest
+# (containers, volumes, container statuses) was most of a pod's size in the cache, one pod
+# per replica; and without their times, the conditions of every Ready pod are one list
+# the cache holds once (compacting.py).
 POD_SHAPE: Shape = {
     **_TYPED,
     "spec": {"nodeName": True, "priority": True},
-    "status": {"conditions": True, "phase": True},
+    "status": {
+        "conditions": dict.fromkeys(("type", "status", "reason", "message"), True),
+        "phase": True,
+    },
 }
 # A Deployment: every field rendering.py sets, which drift detection compares with what it
 # renders (converging.covers), the replicas and the record of replicas taken (arbiter.py),
