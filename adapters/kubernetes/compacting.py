@@ -78,19 +78,28 @@ class Compactor:
 
     def _part(self, value: Any) -> Any:
         kind = type(value)
+        if kind is str and 1 < len(value) <= _SHARED_TEXT:
+            held = sys.intern(value)
+            if held is value:
+                # No equal string lived in the process: a UID, a name, an RV met for the
+                # first time. What holds it is new too (empty and one-letter strings are
+                # the interpreter's own singletons: always `is`, never new).
+                self._novel = True
+            return held
         if kind is not dict and kind is not list:
-            return _intern(value)
+            return value
         outer, self._novel = self._novel, False
         if kind is dict:
             fresh: Any = {_intern(k): self._part(v) for k, v in value.items()}
         else:
             fresh = [self._part(item) for item in value]
         if self._novel:
-            # A part of it was new to the table, so it is too, and likely unique to its
-            # object (a name, a UID): not entered, lest the table hold an entry for every
-            # part of every object. Entered the next time it is seen, its parts by then
-            # held: an object's shared parts are shared from the second object on that has
-            # them (deeper ones from the third), not from the first.
+            # A part of it was new (to the table, or a string to the process), so it is
+            # too, and likely unique to its object (its metadata, with its UID and RV): not
+            # entered, lest the table hold an entry for every part of every object (a
+            # number and a slot each, ~90 bytes). Entered the next time it is seen, its
+            # parts by then held: an object's shared parts are shared from the second
+            # object on that has them (deeper ones from the third), not from the first.
             return fresh
         if kind is dict:
             key = hash((dict, *fresh, *map(_key_of, fresh.values())))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import json
+import uuid
 from typing import Any
 
 from hypothesis import given
@@ -119,3 +120,26 @@ def test_parts_are_freed_with_the_last_object_that_holds_them() -> None:
     gc.collect()
     _drop(table)
     assert len(table) == 0
+
+
+def test_a_part_with_a_string_new_to_the_process_is_entered_from_its_second_sighting() -> None:
+    table = Compactor()
+    known = [table.compact({"labels": {"app": "x"}}) for _ in range(2)]  # labels held
+    entered = len(table)
+    unique = uuid.uuid4().hex  # a UID no object of this process has had
+    text = json.dumps({"metadata": {"uid": unique, "labels": {"app": "x"}}})
+    first, second, third = (table.compact(json.loads(text)) for _ in range(3))
+    assert first["metadata"]["labels"] is known[1]["labels"]
+    # The first object's metadata held a string never seen: not entered, lest every
+    # object's metadata take a slot of the table; the second's was, the third shares it.
+    assert first["metadata"] is not second["metadata"]
+    assert third["metadata"] is second["metadata"] and len(table) == entered + 1
+    assert third["metadata"]["uid"] is first["metadata"]["uid"]  # the string is one
+
+
+def test_one_letter_and_empty_strings_are_not_new_however_often_met() -> None:
+    table = Compactor()
+    text = json.dumps({"spec": {"a": "x", "b": ""}})
+    kept = [table.compact(json.loads(text)) for _ in range(3)]
+    # The interpreter holds each as one object: telling them new would share nothing.
+    assert kept[2]["spec"] is kept[1]["spec"]
