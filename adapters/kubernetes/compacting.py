@@ -79,13 +79,13 @@ class Compactor:
     def _part(self, value: Any) -> Any:
         kind = type(value)
         if kind is str and 1 < len(value) <= _SHARED_TEXT:
-            held = sys.intern(value)
-            if held is value:
+            text = sys.intern(value)
+            if text is value:
                 # No equal string lived in the process: a UID, a name, an RV met for the
                 # first time. What holds it is new too (empty and one-letter strings are
                 # the interpreter's own singletons: always `is`, never new).
                 self._novel = True
-            return held
+            return text
         if kind is not dict and kind is not list:
             return value
         outer, self._novel = self._novel, False
