@@ -302,19 +302,13 @@ class Actor:
             return Acted(requeue=[after])
         url, token = target
         timeout = float(self._settings().probe.timeout_seconds)
-
-        def call() -> ob.ProbeResult:
-            answer = self._prober.probe(url, token, timeout=timeout)
-            return ob.ProbeResult(
-                at=now, ok=answer.ok, status_code=answer.status_code, error=answer.error
-            )
-
+        probe = _Probe(self._prober, url, token, timeout, state=state, at=now)
         self._background.repeat(
             key,
-            call,
+            probe.call,
             every=after,
             first_after=_first_probe_in(order.uid, state, after, now),
-            news=lambda result: probe_is_news(state, result),
+            news=probe.news,
             announced=state.probe_ok is None,  # a first answer is always news
         )
         done, result = self._background.take(key)  # at once when run inline (tests)
@@ -435,6 +429,29 @@ def _keep_priority_replicas(docs: list[dict[str, Any]], live: dict[converging.Ke
         annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
         if annotations.get(TAKEN_ANNOTATION):
             doc.get("spec", {}).pop("replicas", None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    """One order's repeated probe and how its answer is judged: what the background's
+    timer holds for each serving order between passes (one small object rather than two
+    closures over six cells: ~1 KB an order at a thousand Ready orders)."""
+
+    prober: Prober
+    url: str
+    token: str | None
+    timeout: float
+    state: OrderState  # the state the arming pass saw: news is judged against it
+    at: datetime  # that pass's time: an answer's, until a pass records it
+
+    def call(self) -> ob.ProbeResult:
+        answer = self.prober.probe(self.url, self.token, timeout=self.timeout)
+        return ob.ProbeResult(
+            at=self.at, ok=answer.ok, status_code=answer.status_code, error=answer.error
+        )
+
+    def news(self, result: ob.ProbeResult) -> bool:
+        return probe_is_news(self.state, result)
 
 
 def _first_probe_in(uid: str, state: OrderState, after: float, now: datetime) -> float:

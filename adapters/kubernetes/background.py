@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (what, order UID)
 
 
-@dataclass
+@dataclass(slots=True)  # one per serving order, between its passes
 class _Repeat:
     call: Callable[[], Any]
     every: float
