@@ -82,8 +82,9 @@ class Compactor:
             text = sys.intern(value)
             if text is value:
                 # No equal string lived in the process: a UID, a name, an RV met for the
-                # first time. What holds it is new too (empty and one-letter strings are
-                # the interpreter's own singletons: always `is`, never new).
+                # first time. What holds it is new too. (This tells strings fresh from a
+                # parse, as every watched object's are; empty and one-letter strings are
+                # the interpreter's own singletons, always `is`, so never told new.)
                 self._novel = True
             return text
         if kind is not dict and kind is not list:
