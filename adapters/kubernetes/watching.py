@@ -46,8 +46,8 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import watch
@@ -56,6 +56,7 @@ from kubernetes.client.exceptions import ApiException
 
 from adapters import metrics
 from adapters.kubernetes import compacting, errors, queueing
+from adapters.kubernetes.cache_index import Indexer, NameIndex, ValueIndex
 
 __all__ = [
     "CONFIG_MAPS",
@@ -82,7 +83,6 @@ _JITTER = random.Random()  # noqa: S311 - jitter, not secrets
 
 Obj = dict[str, Any]
 Handler = Callable[[str, Obj], None]
-Indexer = Callable[[Obj], Iterable[str]]
 Timeout = float | tuple[float, float]
 
 RESYNC = "RESYNC"  # the event type of a periodic resync: every cached object again
@@ -283,46 +283,6 @@ class _Stream:
     stopped_by_watchdog: bool = False
 
 
-@dataclass
-class _Index:
-    """The UIDs of the cached objects under each value of one indexer.
-
-    Most values name one object (an order's UID indexes its one Deployment): a single
-    UID is kept as itself, only two or more in a set. A set per value was ~200 bytes per
-    order and index: 1.7 KB of the 35 KB of cache a Ready order took."""
-
-    key: Indexer
-    values: dict[str, str | set[str]] = field(default_factory=dict)
-
-    def add(self, value: str, uid: str) -> None:
-        members = self.values.get(value)
-        if members is None:
-            self.values[value] = uid
-        elif isinstance(members, str):
-            if members != uid:
-                self.values[value] = {members, uid}
-        else:
-            members.add(uid)
-
-    def discard(self, value: str, uid: str) -> None:
-        members = self.values.get(value)
-        if members is None:
-            return
-        if isinstance(members, str):
-            if members == uid:
-                del self.values[value]
-            return
-        members.discard(uid)
-        if len(members) == 1:
-            self.values[value] = next(iter(members))
-        elif not members:
-            del self.values[value]
-
-    def members(self, value: str) -> Iterable[str]:
-        found = self.values.get(value, ())
-        return (found,) if isinstance(found, str) else found
-
-
 class Informer:
     """A cache of one kind (optionally one namespace, selectors) kept by list-then-watch."""
 
@@ -367,8 +327,8 @@ class Informer:
         self._handlers: list[Handler] = []
         self._cond = threading.Condition()
         self._objects: dict[str, Obj] = {}
-        self._by_name: dict[tuple[str, str], str] = {}
-        self._indexes = {key: _Index(fn) for key, fn in (indexers or {}).items()}
+        self._by_name = NameIndex(self._namespace_of_locked)
+        self._indexes = {key: ValueIndex(fn) for key, fn in (indexers or {}).items()}
         # By UID, the last noted first: when, and the RVs passed through (recent ones).
         self._seen: OrderedDict[str, tuple[float, tuple[str, ...]]] = OrderedDict()
         self._gone: OrderedDict[str, None] = OrderedDict()
@@ -401,7 +361,7 @@ class Informer:
 
     def get_by_name(self, namespace: str | None, name: str, *, copy_: bool = True) -> Obj | None:
         with self._cond:
-            uid = self._by_name.get((namespace or "", name))
+            uid = self._by_name.get(namespace or "", name)
             obj = self._objects[uid] if uid is not None else None
             return compacting.copied(obj) if obj is not None and copy_ else obj
 
@@ -766,17 +726,14 @@ class Informer:
         if old is not None:
             self._unindex_locked(uid, old)
         self._objects[uid] = obj
-        self._by_name[(meta.get("namespace") or "", meta["name"])] = uid
+        self._by_name.put(meta.get("namespace") or "", meta["name"], uid)
         for index in self._indexes.values():
             for value in index.key(obj):
                 index.add(value, uid)
 
     def _unindex_locked(self, uid: str, obj: Obj) -> None:
         meta = obj["metadata"]
-        key = (meta.get("namespace") or "", meta["name"])
-        # A newer object of the same name (another UID) keeps its entry.
-        if self._by_name.get(key) == uid:
-            del self._by_name[key]
+        self._by_name.drop(meta.get("namespace") or "", meta["name"], uid)
         for index in self._indexes.values():
             for value in index.key(obj):
                 index.discard(value, uid)
@@ -808,6 +765,9 @@ class Informer:
             if now - noted < _RECENT_RV_SECONDS:
                 return
             del self._seen[uid]
+
+    def _namespace_of_locked(self, uid: str) -> str:
+        return str(self._objects[uid]["metadata"].get("namespace") or "")
 
     def _rv_of_locked(self, uid: str) -> str | None:
         obj = self._objects.get(uid)
