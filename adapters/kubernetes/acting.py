@@ -435,7 +435,7 @@ def _keep_priority_replicas(docs: list[dict[str, Any]], live: dict[converging.Ke
 class _Probe:
     """One order's repeated probe and how its answer is judged: what the background's
     timer holds for each serving order between passes (one small object rather than two
-    closures over six cells: ~1 KB an order at a thousand Ready orders)."""
+    closures over six cells: with the timer's entry, 720 -> 390 bytes an order)."""
 
     prober: Prober
     url: str

@@ -1,4 +1,5 @@
-"""An informer's index: which cached objects have a value, as objects come, change, go."""
+"""An informer's lookups, by an indexer's value and by namespace and name: which cached
+objects they find as objects come, change, go."""
 
 from __future__ import annotations
 
