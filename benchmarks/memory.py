@@ -8,9 +8,10 @@ JSON anew, as the watch parses each event — kind by kind, and reports the byte
 cache holds per order once fed, and the transient peak of feeding it. The objects are one
 Ready order's, as the local API server, controller manager and simulator left them
 (tests/adapters/kubernetes/fixtures/live_order.json, `--capture` remakes it), each
-copied under a new name and new UIDs per order. Then what else is kept per order: the
-folded state as the reconciler keeps it (parts shared), the Writer's memory of the
-statuses it wrote; and the transient peak of a start's LIST of N Deployments.
+copied under a new name, new UIDs and RVs of its own per order. Then what else is kept
+per order: the folded state as the reconciler keeps it (parts shared), the Writer's
+memory of the statuses it wrote; and the transient peak of a start's LIST of N
+Deployments.
 
     PYTHONPATH=. .venv/bin/python benchmarks/memory.py -n 1000
     PYTHONPATH=. .venv/bin/python benchmarks/memory.py --capture /tmp/capture  # a cluster
