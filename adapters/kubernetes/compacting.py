@@ -78,13 +78,13 @@ class Compactor:
 
     def _part(self, value: Any) -> Any:
         kind = type(value)
-        if kind is str and 1 < len(value) <= _SHARED_TEXT:
-            text = sys.intern(value)
-            if text is value:
+        if kind is str:
+            text = _intern(value)
+            if text is value and 1 < len(value) <= _SHARED_TEXT:
                 # No equal string lived in the process: a UID, a name, an RV met for the
                 # first time. What holds it is new too. (This tells strings fresh from a
-                # parse, as every watched object's are; empty and one-letter strings are
-                # the interpreter's own singletons, always `is`, so never told new.)
+                # parse, as every watched object's are. Empty and one-letter strings are
+                # left out: most are the interpreter's own singletons, always `is`.)
                 self._novel = True
             return text
         if kind is not dict and kind is not list:
