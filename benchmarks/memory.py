@@ -57,7 +57,6 @@ _UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 _RV = re.compile(r'"resourceVersion": "[0-9]+"')
 
 Obj = dict[str, Any]
-TABLE_PARTS: list[float] = []  # parts the compacting table holds per order, once fed
 
 
 def load_fixture(path: Path = FIXTURE) -> dict[str, Any]:
@@ -119,8 +118,9 @@ def _heap() -> int:
     return tracemalloc.get_traced_memory()[0]
 
 
-def measure_caches(fixture: dict[str, Any], n: int) -> list[tuple[str, int, int]]:
-    """(kind, bytes held per order, transient peak above the held while feeding)."""
+def measure_caches(fixture: dict[str, Any], n: int) -> tuple[list[tuple[str, int, int]], float]:
+    """Rows of (kind, bytes held per order, transient peak above the held while feeding),
+    and the parts the compacting table holds per order once every kind is fed."""
     copies = Copies(fixture)
     world = cache()
     parts = len(compacting._SHARED)
@@ -134,11 +134,11 @@ def measure_caches(fixture: dict[str, Any], n: int) -> list[tuple[str, int, int]
         peak = tracemalloc.get_traced_memory()[1]
         held = _heap() - before
         rows.append((f"{obj['kind']} ({informer.name})", held // n, max(0, peak - before - held)))
-    TABLE_PARTS.append((len(compacting._SHARED) - parts) / n)
+    table_parts = (len(compacting._SHARED) - parts) / n
     world_size = _heap()
     del world
     rows.append(("(all caches freed)", -(world_size - _heap()) // n, 0))
-    return rows
+    return rows, table_parts
 
 
 def measure(label: str, n: int, make: Callable[[int], Any]) -> tuple[str, int, int]:
@@ -316,17 +316,17 @@ def main(argv: list[str] | None = None) -> int:
     fixture = load_fixture(args.fixture)
     n = args.orders
     tracemalloc.start(1)
-    rows = measure_caches(fixture, n)
+    rows, table_parts = measure_caches(fixture, n)
     rows.append(measure("folded state (Ready)", n, states()))
     rows.append(statuses(fixture, n))
     rows.append(list_all(fixture, n))
     if args.json:
         per_order = {label: {"held": held, "peak": peak // n} for label, held, peak in rows}
-        table = round(TABLE_PARTS[-1], 2)
+        table = round(table_parts, 2)
         _say(json.dumps({"orders": n, "per_order": per_order, "table_parts_per_order": table}))
     else:
         report(rows, n)
-        _say(f"parts in the compacting table per order: {TABLE_PARTS[-1]:.2f}")
+        _say(f"parts in the compacting table per order: {table_parts:.2f}")
     return 0
 
 
