@@ -526,37 +526,21 @@ def find_place(
     placed: list[tuple[str, ...]] = []
     reclaimed: dict[str, Allocation] = {}
     for _ in range(replicas):
-        best: tuple[tuple[int, int, int], str, dict[str, _Use], list[str], list[Allocation]] | None
-        best = None
         # Only while `usage` is still the caller's: a later replica's search sees this
         # call's own earlier replicas, which a failed call does not keep.
         remember = full is not None and priority is None and not placed
-        start = full.first(nodes, share_percent) if full is not None else 0
-        for index in range(start, len(nodes)):
-            node, on_node = nodes[index]
-            node_devices = [device for device in on_node if device.id in usage]
-            if (
-                full is not None
-                and remember
-                and index == start
-                and not any(_room(usage, device, share_percent) for device in node_devices)
-            ):
-                start += 1
-                full.passed(nodes, share_percent, start)
-                continue
-            if not node_devices:
-                continue
-            trial = _take(
-                usage, node_devices, count, share_percent, priority=priority, own_uid=own_uid
-            )
-            if trial is None:
-                continue
-            after, chosen, freed = trial
-            cost = (int(bool(freed)), max((a.priority or 0 for a in freed), default=0), len(freed))
-            if best is None or (cost, node) < (best[0], best[1]):
-                best = (cost, node, after, chosen, freed)
-            if not freed:
-                break  # free room on the first node (by name) that has it: none beats it
+        # Free room on the first node (by name) that has it beats any reclaim, so free
+        # room is looked for first, with no reclaim options weighed: weighing them on
+        # every full node before it was O(devices x claims) a plan in a filling cluster.
+        best = _search(
+            usage, nodes, count, share_percent,
+            priority=None, own_uid=own_uid, full=full, remember=remember,
+        )  # fmt: skip
+        if best is None and priority is not None:
+            best = _search(
+                usage, nodes, count, share_percent,
+                priority=priority, own_uid=own_uid, full=full, remember=False,
+            )  # fmt: skip
         if best is None:
             return None
         usage.update(best[2])
@@ -566,6 +550,49 @@ def find_place(
         reclaimed.update((victim.key, victim) for victim in best[4])
     order = sorted(reclaimed.values(), key=lambda a: (a.priority or 0, a.key))
     return Place(replicas=tuple(placed), reclaims=tuple(a.key for a in order))
+
+
+_Found = tuple[tuple[int, int, int], str, dict[str, _Use], list[str], list[Allocation]]
+
+
+def _search(
+    usage: Usage,
+    nodes: tuple[tuple[str, tuple[Device, ...]], ...],
+    count: int,
+    share_percent: int,
+    *,
+    priority: int | None,
+    own_uid: str | None,
+    full: FullNodes | None,
+    remember: bool,
+) -> _Found | None:
+    """The cheapest node for one replica: (cost, node, its usage after, devices, freed)."""
+    best: _Found | None = None
+    start = full.first(nodes, share_percent) if full is not None else 0
+    for index in range(start, len(nodes)):
+        node, on_node = nodes[index]
+        node_devices = [device for device in on_node if device.id in usage]
+        if (
+            full is not None
+            and remember
+            and index == start
+            and not any(_room(usage, device, share_percent) for device in node_devices)
+        ):
+            start += 1
+            full.passed(nodes, share_percent, start)
+            continue
+        if not node_devices:
+            continue
+        trial = _take(usage, node_devices, count, share_percent, priority=priority, own_uid=own_uid)
+        if trial is None:
+            continue
+        after, chosen, freed = trial
+        cost = (int(bool(freed)), max((a.priority or 0 for a in freed), default=0), len(freed))
+        if best is None or (cost, node) < (best[0], best[1]):
+            best = (cost, node, after, chosen, freed)
+        if not freed:
+            break  # free room on the first node (by name) that has it: none beats it
+    return best
 
 
 class FullNodes:
@@ -620,10 +647,21 @@ def _take(
     priority: int | None,
     own_uid: str | None,
 ) -> tuple[dict[str, _Use], list[str], list[Allocation]] | None:
-    """Greedy on a copy of the usage: free devices first, then the cheapest reclaim."""
+    """Greedy over the usage, free devices first, then the cheapest reclaim; the trial
+    holds copies of only the devices it changes (copying the whole node each call was
+    O(devices on the node) per demand: 45,000 calls copied 15 million entries for 300
+    orders planned at once on one 330-device node)."""
     if priority is None and not any(_room(usage, device, share_percent) for device in node_devices):
         return None  # nothing free and nothing to reclaim: a full node, seen without a copy
-    trial = {device.id: usage[device.id].copy() for device in node_devices}
+    trial: dict[str, _Use] = {}
+
+    def own(device_id: str) -> _Use:
+        use = trial.get(device_id)
+        if use is None:
+            use = trial[device_id] = usage[device_id].copy()
+        return use
+
+    on_node = {device.id for device in node_devices}
     chosen: list[str] = []
     freed: list[Allocation] = []
     for _ in range(count):
@@ -632,7 +670,7 @@ def _take(
             if device.id in chosen:
                 continue
             need = _units(device, share_percent)
-            use = trial[device.id]
+            use = trial[device.id] if device.id in trial else usage[device.id]
             free = FULL_SHARE - use.used
             if free >= need:
                 options.append(((0, 0, 0), device.id, []))
@@ -662,9 +700,12 @@ def _take(
             return None
         _, device_id, picked = min(options, key=lambda o: (o[0], o[1]))
         for victim in picked:
+            for held_id in victim.devices:
+                if held_id in on_node:
+                    own(held_id)
             _release(trial, victim)
             freed.append(victim)
         device = next(d for d in node_devices if d.id == device_id)
-        trial[device_id].used += _units(device, share_percent)
+        own(device_id).used += _units(device, share_percent)
         chosen.append(device_id)
     return trial, chosen, freed

@@ -27,6 +27,7 @@ LaunchPlanInForce belong to the fold, not here.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -363,7 +364,7 @@ def _consider(
             f"{float(sizing.GPU_MEMORY_UTILIZATION):.0%} use",
             product_name=product,
         )  # fmt: skip
-    per_node = max(sum(1 for d in group if d.node == node) for node in {d.node for d in group})
+    per_node = max(Counter(d.node for d in group).values())
     if count > per_node:
         return _lose(
             _PROGRESS[too_small], too_small, info.name, mode,
