@@ -411,15 +411,20 @@ def _claim_share(obj: Mapping[str, Any], labels: Mapping[str, str]) -> int:
 # --- accounting -------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class _Use:
-    """Share units in use on one device, and the claims (with their units) using them."""
+    """Share units in use on one device, and the claims (with their units) using them.
+
+    Never changed in place: a usage map is copied with `dict(usage)` and its entries
+    replaced, so maps share their entries, and every free device shares `_FREE` (one
+    object per device for each count of the usage was most of a plan's CPU while a
+    rollout's claims kept changing the snapshot)."""
 
     used: int = 0
-    claims: list[tuple[Allocation, int]] = field(default_factory=list)
+    claims: tuple[tuple[Allocation, int], ...] = ()
 
-    def copy(self) -> _Use:
-        return _Use(self.used, list(self.claims))
+
+_FREE = _Use()
 
 
 def usage_by_device(
@@ -450,7 +455,7 @@ def take_units(
         use = usage.get(device_id)
         if use is not None:
             units = _units(by_id[device_id], share_percent)
-            usage[device_id] = _Use(use.used + units, list(use.claims))
+            usage[device_id] = _Use(use.used + units, use.claims)
 
 
 def _units(device: Device, share_percent: int) -> int:
@@ -461,36 +466,40 @@ def _usage(
     snapshot: Snapshot, own_uid: str | None, held: Sequence[str], held_share: int
 ) -> dict[str, _Use]:
     by_id = {device.id: device for device in snapshot.devices}
-    usage = {device_id: _Use() for device_id in by_id}
+    usage = dict.fromkeys(by_id, _FREE)
+    claims: dict[str, list[tuple[Allocation, int]]] = {}
     own_devices: set[str] = set()
     for alloc in snapshot.allocations:
         for device_id in alloc.devices:
             if device_id not in usage:
                 continue
-            units = _units(by_id[device_id], alloc.share_percent)
-            usage[device_id].used += units
-            usage[device_id].claims.append((alloc, units))
+            claims.setdefault(device_id, []).append(
+                (alloc, _units(by_id[device_id], alloc.share_percent))
+            )
             if own_uid is not None and alloc.holder == own_uid:
                 own_devices.add(device_id)
+    for device_id, on_device in claims.items():
+        usage[device_id] = _Use(sum(units for _, units in on_device), tuple(on_device))
     # The held place counts as taken even before its claims show up in the snapshot —
     # only for what its allocated claims do not cover yet: the scheduler may have given
     # the order other devices than the plan named, and those it holds are its place.
     uncovered = max(0, len(held) - len(own_devices))
     for device_id in [d for d in held if d not in own_devices][:uncovered]:
         if device_id in usage:
-            usage[device_id].used += _units(by_id[device_id], held_share)
+            use = usage[device_id]
+            usage[device_id] = _Use(use.used + _units(by_id[device_id], held_share), use.claims)
     return usage
 
 
 def _release(usage: dict[str, _Use], victim: Allocation) -> None:
-    """Free a claim everywhere it holds devices."""
+    """Free a claim everywhere it holds devices (of those `usage` maps)."""
     for device_id in victim.devices:
         use = usage.get(device_id)
         if use is None:
             continue
-        for entry in [e for e in use.claims if e[0] is victim]:
-            use.claims.remove(entry)
-            use.used -= entry[1]
+        kept = tuple(entry for entry in use.claims if entry[0] is not victim)
+        freed = sum(units for alloc, units in use.claims if alloc is victim)
+        usage[device_id] = _Use(use.used - freed, kept)
 
 
 def find_place(
@@ -648,19 +657,12 @@ def _take(
     own_uid: str | None,
 ) -> tuple[dict[str, _Use], list[str], list[Allocation]] | None:
     """Greedy over the usage, free devices first, then the cheapest reclaim; the trial
-    holds copies of only the devices it changes (copying the whole node each call was
-    O(devices on the node) per demand: 45,000 calls copied 15 million entries for 300
-    orders planned at once on one 330-device node)."""
+    holds only the devices it changes (copying the whole node each call was O(devices on
+    the node) per demand: 45,000 calls copied 15 million entries for 300 orders planned
+    at once on one 330-device node)."""
     if priority is None and not any(_room(usage, device, share_percent) for device in node_devices):
         return None  # nothing free and nothing to reclaim: a full node, seen without a copy
     trial: dict[str, _Use] = {}
-
-    def own(device_id: str) -> _Use:
-        use = trial.get(device_id)
-        if use is None:
-            use = trial[device_id] = usage[device_id].copy()
-        return use
-
     on_node = {device.id for device in node_devices}
     chosen: list[str] = []
     freed: list[Allocation] = []
@@ -701,11 +703,12 @@ def _take(
         _, device_id, picked = min(options, key=lambda o: (o[0], o[1]))
         for victim in picked:
             for held_id in victim.devices:
-                if held_id in on_node:
-                    own(held_id)
+                if held_id in on_node and held_id not in trial:
+                    trial[held_id] = usage[held_id]  # _release replaces it in the trial
             _release(trial, victim)
             freed.append(victim)
         device = next(d for d in node_devices if d.id == device_id)
-        own(device_id).used += _units(device, share_percent)
+        use = trial[device_id] if device_id in trial else usage[device_id]
+        trial[device_id] = _Use(use.used + _units(device, share_percent), use.claims)
         chosen.append(device_id)
     return trial, chosen, freed
