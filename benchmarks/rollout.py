@@ -13,6 +13,11 @@ of a core while idle); `--profile quiet` profiles those instead.
 
     PYTHONPATH=. .venv/bin/python benchmarks/rollout.py -n 100 -n 400 [--profile [quiet]]
 
+`--lag K` lands each order's allocation K orders late, as a real rollout does: its
+scheduler and kubelets trail the plans, so each plan sees up to K other plans waiting
+for their claims (demand) and the capacity snapshot changes between plans. `--per-node M`
+spreads the devices over nodes of M (the bench's nodes hold 16) instead of one node.
+
 Per-order CPU that grows with N is work that scales with the cluster, not the order.
 """
 
@@ -30,27 +35,63 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.adapters.kubernetes.test_capacity_routing import _serving
+from tests.adapters.kubernetes.test_capacity_routing import _pod
 from tests.adapters.kubernetes.test_pass import Bed
+from tests.support import fakes
+from tests.support.planner_inputs import A100, claim, gpu, resource_slice
 
-PER_NODE = 16
+
+def _devices(bed: Bed, count: int, per_node: int) -> list[tuple[str, str]]:
+    """`count` A100s on nodes of `per_node` (0: all on one node), as (node, device)."""
+    per_node = per_node or count
+    placed = [(f"node-{i // per_node:03d}", f"gpu-{i}") for i in range(count)]
+    for node in dict.fromkeys(n for n, _ in placed):
+        devices = [gpu(name, A100, "80Gi") for n, name in placed if n == node]
+        fakes.put(bed.world, resource_slice(node, *devices))
+    return placed
 
 
-def rollout(n: int, profile: cProfile.Profile | None, *, quiet: bool) -> dict[str, float]:
+def _serving(bed: Bed, uid: str, name: str, node: str, device: str) -> None:
+    """The order's Deployment rolled out, its one pod on `node`, its claim allocated."""
+    deployment = bed.child("Deployment", name)
+    assert deployment is not None
+    deployment["status"] = {
+        "replicas": 1,
+        "readyReplicas": 1,
+        "availableReplicas": 1,
+        "updatedReplicas": 1,
+        "observedGeneration": deployment["metadata"]["generation"],
+    }
+    fakes.put(bed.world, deployment)
+    fakes.put(bed.world, _pod(uid, name, node=node))
+    fakes.put(bed.world, claim(f"{name}-gpu", node, device, holder=uid, namespace="support"))
+
+
+def rollout(
+    n: int, profile: cProfile.Profile | None, *, quiet: bool, lag: int = 0, per_node: int = 0
+) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        bed = Bed(Path(tmp), a100s=n + n // 10)
+        bed = Bed(Path(tmp), a100s=0)
+        places = _devices(bed, n + n // 10, per_node)
         uids = [bed.order(f"llm-{i}") for i in range(n)]
         first = later = 0.0
+
+        def serve(i: int) -> float:
+            _serving(bed, uids[i], f"llm-{i}", *places[i])
+            started = time.process_time()
+            bed.settle(uids[i])
+            return time.process_time() - started
+
         if profile is not None and not quiet:
             profile.enable()
         for i, uid in enumerate(uids):
             started = time.process_time()
             bed.settle(uid)
             first += time.process_time() - started
-            _serving(bed, uid, f"llm-{i}", f"gpu-{i}")
-            started = time.process_time()
-            bed.settle(uid)
-            later += time.process_time() - started
+            if i >= lag:
+                later += serve(i - lag)
+        for i in range(max(n - lag, 0), n):
+            later += serve(i)
         if profile is not None:
             profile.disable()
         if profile is not None and quiet:
@@ -64,6 +105,8 @@ def rollout(n: int, profile: cProfile.Profile | None, *, quiet: bool) -> dict[st
         bed.log.close()
     return {
         "orders": n,
+        "lag": lag,
+        "per_node": per_node,
         "cpu_ms_per_order": round((first + later) * 1000 / n, 2),
         "first_passes_ms": round(first * 1000 / n, 2),
         "later_passes_ms": round(later * 1000 / n, 2),
@@ -81,11 +124,15 @@ def main() -> None:
         choices=["rollout", "quiet"],
         help="cProfile of the largest run's rollout (or of its quiet passes)",
     )
+    parser.add_argument("--lag", type=int, default=0, help="allocations trail plans by K orders")
+    parser.add_argument("--per-node", type=int, default=0, help="devices a node (0: one node)")
     args = parser.parse_args()
     sizes = sorted(args.n or [100, 400])
     for n in sizes:
         profile = cProfile.Profile() if args.profile and n == sizes[-1] else None
-        result = rollout(n, profile, quiet=args.profile == "quiet")
+        result = rollout(
+            n, profile, quiet=args.profile == "quiet", lag=args.lag, per_node=args.per_node
+        )
         sys.stdout.write(json.dumps(result) + "\n")
         sys.stdout.flush()
         if profile is not None:
