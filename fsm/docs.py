@@ -16,6 +16,7 @@ from fsm.reasons import (
     CATALOGUE,
     CLASS_CONDITION_CATALOGUE,
     ORDER_CONDITIONS,
+    ROLLOUT_STEPS,
     Reason,
     ReasonInfo,
 )
@@ -51,6 +52,11 @@ def reasons_markdown() -> str:
         "",
         "*Who acts* says who can move the order on: `user` (the order's author), `admin`",
         "(the cluster administrator), `wait` (it resolves by itself) or `nobody` (all is well).",
+        "",
+        "Each judged change of a condition is also a Kubernetes Event on the order (`Warning`",
+        "when False), except the steps every healthy rollout passes through: "
+        + ", ".join(f"`{r}`" for r in sorted(ROLLOUT_STEPS))
+        + ".",
         "",
     ]
     for type_ in ORDER_CONDITIONS:

@@ -15,6 +15,7 @@ __all__ = [
     "CLASS_CONDITION_CATALOGUE",
     "ORDER_CONDITIONS",
     "READINESS_CONDITIONS",
+    "ROLLOUT_STEPS",
     "ClassReason",
     "ConditionStatus",
     "ConditionType",
@@ -411,6 +412,15 @@ class ClassReason(StrEnum):
     DEVICE_CLASS_NOT_FOUND = "DeviceClassNotFound"
     ISSUER_MISSING = "IssuerMissing"
     INVALID_SPEC = "InvalidSpec"
+
+
+# Steps every healthy rollout passes through. The conditions show them; no Kubernetes
+# Event tells them: as Warnings (they are False) they would say something is wrong on
+# every order's way to Ready, and platform teams alert on Warning Events. A rollout that
+# stalls says why with a reason of its own (DevicesNotAllocated, PodsUnschedulable, ...).
+ROLLOUT_STEPS: frozenset[Reason] = frozenset(
+    {Reason.ROLLOUT_IN_PROGRESS, Reason.AWAITING_FIRST_PROBE}
+)
 
 
 CLASS_CONDITION_CATALOGUE: dict[ClassReason, tuple[ConditionStatus, str]] = {

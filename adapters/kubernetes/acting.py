@@ -40,7 +40,7 @@ from fsm.decide import STALE_FACTS_NOTE, probe_is_news
 from fsm.identity import OrderRef, auth_secret_name, tls_secret_name
 from fsm.placement.arbitration import TAKEN_ANNOTATION, Taking
 from fsm.placement.recipes import Recipe
-from fsm.reasons import ConditionStatus, Reason
+from fsm.reasons import ROLLOUT_STEPS, ConditionStatus, Reason
 from fsm.state import OrderState
 from fsm.values import Authentication
 
@@ -379,7 +379,8 @@ class Actor:
 
     def tell(self, order: OrderRef, previous: OrderState, state: OrderState) -> None:
         """A Kubernetes Event per judged condition change, so `kubectl describe` tells
-        the story; the log, not these Events, is the record (they expire)."""
+        the story; the log, not these Events, is the record (they expire). The steps
+        every rollout passes (`ROLLOUT_STEPS`) are left to the conditions."""
         old = {c.type: (c.status, c.reason, c.message) for c in previous.conditions}
         involved = {
             "apiVersion": "ai.deckhouse.io/v1alpha1",
@@ -388,11 +389,9 @@ class Actor:
         }
         for cond in state.conditions:
             before = old.get(cond.type)
-            if cond.status is ConditionStatus.UNKNOWN or before == (
-                cond.status,
-                cond.reason,
-                cond.message,
-            ):
+            if cond.status is ConditionStatus.UNKNOWN or cond.reason in ROLLOUT_STEPS:
+                continue
+            if before == (cond.status, cond.reason, cond.message):
                 continue
             if (
                 before is not None

@@ -68,7 +68,8 @@ def test_status_writes_and_events_per_order_stay_bounded(result: dict[str, Any])
     # At most one write per distinct status the order passed (replayed from its stream):
     # a flapping status, or a write of an unchanged one, would write more.
     assert 1.0 <= project["status_writes_per_order"] <= project["distinct_statuses_per_order"]
-    assert 1.0 <= project["events_per_order"] <= 12.0
+    # Six verdicts on the way to Ready; the rollout's own steps are not told (8 were).
+    assert 1.0 <= project["events_per_order"] <= 7.0
 
 
 def test_nothing_is_written_while_idle_or_by_a_restart(result: dict[str, Any]) -> None:

@@ -97,6 +97,9 @@ def test_minimal_order_reaches_ready_and_serves_with_its_token(platform, alice) 
     )
     told = {e.reason for e in events.items}
     assert {"ClassAdmitted", "ModelResolved", "PlanComputed", "EndpointServing"} <= told
+    # A healthy rollout's steps are in the conditions only: no Warning on its way to Ready.
+    assert not told & {"RolloutInProgress", "AwaitingFirstProbe"}
+    assert [e.reason for e in events.items if e.type == "Warning"] == []
 
     # Steady state costs no status writes: nothing changes, nothing is appended.
     before = platform.log.stream(obj["metadata"]["uid"]).version
