@@ -1,0 +1,166 @@
+"""What one request of each kind the controller makes costs the API server and etcd.
+
+`ai-inference bench` showed the bed bound by its CPU, the API server's the largest share,
+and the project's extra API work against the floor to be its Events, its status writes
+and server-side apply. This prices each: on a fresh local control plane (nothing else
+writing, no watchers), N requests of a kind one after another, and the CPU the API server
+and etcd used for them, per request. Times are noisy on a shared machine: compare the
+kinds within one run.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/api_costs.py [-n 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from adapters.benchmark import MODEL, ORDERS, cpu_seconds
+from adapters.cluster import bootstrap, local
+from adapters.kubernetes.watching import CONFIG_MAPS, EVENTS, call
+
+NAMESPACE = "costs"
+APPLY = "application/apply-patch+yaml"
+MERGE = "application/merge-patch+json"
+
+
+def _event(index: int) -> dict[str, Any]:
+    """An Event as the controller's writer records one (writing.py)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"order-{index}.{time.time_ns():x}", "namespace": NAMESPACE},
+        "involvedObject": {
+            "apiVersion": ORDERS.api_version,
+            "kind": ORDERS.kind,
+            "name": f"order-{index}",
+            "namespace": NAMESPACE,
+            "uid": f"uid-{index}",
+        },
+        "reason": "PlanComputed",
+        "message": "Planned=True: gpu.nvidia.com (NVIDIA A100 80GB PCIe) x1, WholeDevice "
+        "Dedicated, recipe vllm-nvidia",
+        "type": "Normal",
+        "source": {"component": "ai-inference"},
+        "firstTimestamp": "2026-12-04T12:00:00Z",
+        "lastTimestamp": "2026-12-04T12:00:00Z",
+        "count": 1,
+    }
+
+
+def _order(index: int) -> dict[str, Any]:
+    return {
+        "apiVersion": ORDERS.api_version,
+        "kind": ORDERS.kind,
+        "metadata": {"name": f"order-{index}", "namespace": NAMESPACE},
+        "spec": {
+            "inferenceServiceClassName": "default-llm",
+            "model": {"src": "HuggingFace", "ref": {"name": MODEL}},
+        },
+    }
+
+
+def _status(phase: str) -> dict[str, Any]:
+    """A status the size of an order's: six conditions."""
+    conditions = [
+        {
+            "type": kind,
+            "status": "True",
+            "reason": "Fine",
+            "message": "m" * 60,
+            "lastTransitionTime": "2026-12-04T12:00:00Z",
+            "observedGeneration": 1,
+        }
+        for kind in ("ClassResolved", "ModelResolved", "Planned", "WorkloadReady", "Ready")
+    ]
+    return {"status": {"phase": phase, "observedGeneration": 1, "conditions": conditions}}
+
+
+def _config_map(name: str) -> dict[str, Any]:
+    data = {f"key{i}": "x" * 40 for i in range(20)}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "data": data,
+    }
+
+
+def measure(folder: Path, n: int) -> dict[str, float]:
+    state = local.up(folder / "cluster")
+    try:
+        bootstrap.bootstrap(state.kubeconfig("admin"))
+        api = bootstrap.api_client(state.kubeconfig("admin"))
+        pids = [pid for name, pid in state.pids.items() if name in ("kube-apiserver", "etcd")]
+        call(api, "POST", "/api/v1/namespaces", body={"metadata": {"name": NAMESPACE}})
+
+        def priced(send: Callable[[int], object]) -> float:
+            time.sleep(1.0)  # the previous kind's tail (etcd's compaction, GC) settles
+            before = sum(cpu_seconds(p) for p in pids)
+            for index in range(n):
+                send(index)
+            time.sleep(0.5)
+            return round((sum(cpu_seconds(p) for p in pids) - before) * 1000 / n, 2)
+
+        maps, orders = CONFIG_MAPS, ORDERS
+        return {
+            "configmap_create_ms": priced(
+                lambda i: call(
+                    api, "POST", maps.collection_path(NAMESPACE), body=_config_map(f"c-{i}")
+                )
+            ),
+            "configmap_apply_create_ms": priced(
+                lambda i: call(
+                    api, "PATCH", maps.object_path(NAMESPACE, f"a-{i}"),
+                    query=[("fieldManager", "costs"), ("force", True)],
+                    body=_config_map(f"a-{i}"), content_type=APPLY,
+                )
+            ),
+            "configmap_merge_patch_ms": priced(
+                lambda i: call(
+                    api, "PATCH", maps.object_path(NAMESPACE, f"c-{i}"),
+                    body={"data": {"key0": f"y{i}"}}, content_type=MERGE,
+                )
+            ),
+            "event_create_ms": priced(
+                lambda i: call(api, "POST", EVENTS.collection_path(NAMESPACE), body=_event(i))
+            ),
+            "order_create_ms": priced(
+                lambda i: call(api, "POST", orders.collection_path(NAMESPACE), body=_order(i))
+            ),
+            "order_status_first_ms": priced(
+                lambda i: call(
+                    api, "PATCH", orders.object_path(NAMESPACE, f"order-{i}", "status"),
+                    body=_status("Pending"), content_type=MERGE,
+                )
+            ),
+            "order_status_next_ms": priced(
+                lambda i: call(
+                    api, "PATCH", orders.object_path(NAMESPACE, f"order-{i}", "status"),
+                    body=_status("Ready"), content_type=MERGE,
+                )
+            ),
+        }  # fmt: skip
+    finally:
+        local.down(folder / "cluster")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=400, help="requests of each kind")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="api-costs-") as tmp:
+        result = {"requests_each": args.n, "server_cpu_per_request": measure(Path(tmp), args.n)}
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
