@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from fsm.placement import capacity
 from fsm.placement.capacity import FULL_SHARE, find_place, usage_by_device
 from fsm.values import PlacementMode, SharingMode
 from tests.support.planner_inputs import (
@@ -277,3 +280,55 @@ def test_a_held_share_leaves_the_rest_of_a_shared_device() -> None:
     assert find_place(snap, snap.devices, count=1, held=held, held_share=50) is None
     assert find_place(snap, snap.devices, count=1, share_percent=50, held=held) is None
     assert FULL_SHARE == 100
+
+
+# --- what a search costs (counts, not times) ------------------------------------------
+
+
+def test_free_room_is_found_without_weighing_a_reclaim(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Free room always beats a reclaim, so a search with a priority walks the full nodes
+    before the free one without pricing their claims (it did, on every full node, for
+    every plan in a filling cluster)."""
+    slices = [
+        resource_slice(node, *(gpu(f"gpu-{i}", T4, "16Gi") for i in range(4)))
+        for node in ("node1", "node2", "node3")
+    ]
+    claims = [
+        claim(f"{node}-{i}", node, f"gpu-{i}", holder="low")
+        for node in ("node1", "node2")
+        for i in range(4)
+    ]
+    snap = snapshot(slices=slices, claims=claims, priorities={"low": 100})
+    weighed: list[int | None] = []
+    take = capacity._take
+
+    def counted(*args: object, **kwargs: Any) -> object:
+        weighed.append(kwargs["priority"])
+        return take(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(capacity, "_take", counted)
+    place = find_place(snap, snap.devices, count=2, priority=1000)
+    assert place is not None and not place.reclaims
+    assert set(place.devices) <= set(_ids("gpu-0", "gpu-1", "gpu-2", "gpu-3", node="node3"))
+    assert weighed and all(p is None for p in weighed)
+    # With no free room left, the reclaim is weighed and taken.
+    weighed.clear()
+    full = snapshot(slices=slices[:2], claims=claims, priorities={"low": 100})
+    reclaiming = find_place(full, full.devices, count=1, priority=1000)
+    assert reclaiming is not None and reclaiming.reclaims == ("team/node1-0",)
+    assert 1000 in weighed
+
+
+def test_a_search_copies_only_the_devices_it_takes() -> None:
+    """A trial on a node holds the devices it changes, not a copy of every device there
+    (for 300 plans waiting at once on a 330-device node: 15 million copies before)."""
+    snap = snapshot(
+        slices=[resource_slice("node1", *(gpu(f"gpu-{i}", T4, "16Gi") for i in range(64)))]
+    )
+    usage = capacity.usage_of(snap)
+    devices = [d for d in snap.devices if d.node == "node1"]
+    trial = capacity._take(usage, devices, 2, FULL_SHARE, priority=None, own_uid=None)
+    assert trial is not None
+    after, chosen, freed = trial
+    assert sorted(after) == sorted(chosen) and len(chosen) == 2 and not freed
+    assert all(usage[d].used == 0 for d in chosen)  # the caller's usage is not touched
