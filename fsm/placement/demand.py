@@ -20,6 +20,7 @@ from fsm.placement import cel
 from fsm.placement.capacity import (
     FULL_SHARE,
     Allocation,
+    Device,
     FullNodes,
     Snapshot,
     find_place,
@@ -58,14 +59,22 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
     usage = usage_of(snapshot)
     by_id = {device.id: device for device in snapshot.devices}
     full = FullNodes()  # usage only grows here: a node without room stays so
+    # Plans of one shape select the same devices: looked up once a call, not per demand.
+    groups: dict[tuple[str, str, int], tuple[Device, ...] | None] = {}
     for demand in sorted(demands, key=lambda d: (d.namespace, d.name, d.holder)):
         if demand.replicas <= 0:
             continue
         share = demand.plan.share_percent or FULL_SHARE
-        group = plan_devices(snapshot, demand.plan)
+        plan = demand.plan
+        shape = (plan.device_class, plan.accelerator_product_name, plan.accelerator_memory_gib)
+        if shape not in groups:
+            groups[shape] = plan_devices(snapshot, plan)
+        group = groups[shape]
         place = None
         if group is not None:
-            trial = dict(usage)
+            # A search for one replica changes the usage only when it finds a place, so
+            # it needs no copy; one for several may fail after taking the first ones.
+            trial = usage if demand.replicas == 1 else dict(usage)
             place = find_place(
                 snapshot,
                 group,
