@@ -267,10 +267,7 @@ def _judge_class(
         return _lose(0, undecidable, name, None, str(err))
     placement = info.placement
     if placement is None:
-        kinds = {
-            PlacementMode.PARTITION if d.device_type == "mig" else PlacementMode.WHOLE_DEVICE
-            for d in devices
-        }
+        kinds = set(_KINDS.get(devices, None, lambda: _placements(devices)))
         if len(kinds) > 1:
             return _lose(
                 0,
@@ -290,12 +287,33 @@ def _judge_class(
     return info, mode, devices
 
 
-def _groups(devices: Sequence[Device]) -> list[tuple[Device, ...]]:
+def _placements(devices: Sequence[Device]) -> frozenset[PlacementMode]:
+    return frozenset(
+        PlacementMode.PARTITION if d.device_type == "mig" else PlacementMode.WHOLE_DEVICE
+        for d in devices
+    )
+
+
+# What a class's selection holds, kept for it (`kept.py`): every plan asks.
+_KINDS: KeptFor[frozenset[PlacementMode]] = KeptFor()
+
+
+def _groups(devices: Sequence[Device]) -> tuple[tuple[Device, ...], ...]:
+    """The devices by (product, memory); kept for the class's selection (`kept.py`): it
+    was O(devices) a plan, and a group kept the same tuple lets the search find its
+    nodes kept too."""
+    return _GROUPS.get(devices, None, lambda: _grouped(devices))
+
+
+def _grouped(devices: Sequence[Device]) -> tuple[tuple[Device, ...], ...]:
     by_kind: dict[tuple[str, Fraction], list[Device]] = {}
     for device in devices:
         memory = device.memory_bytes if device.memory_bytes is not None else Fraction(0)
         by_kind.setdefault((device.product_name, memory), []).append(device)
-    return [tuple(by_kind[key]) for key in sorted(by_kind)]
+    return tuple(tuple(by_kind[key]) for key in sorted(by_kind))
+
+
+_GROUPS: KeptFor[tuple[tuple[Device, ...], ...]] = KeptFor()
 
 
 # --- rule 2: one (class, product, memory) group ----------------------------------------
