@@ -34,6 +34,16 @@ def capacity_spec(kube: Kube) -> Iterator[capacity.CapacitySpec]:
 def bed(cluster: Any, kube: Kube, capacity_spec: capacity.CapacitySpec) -> Iterator[Bed]:
     namespace = f"sim-{uuid.uuid4().hex[:8]}"
     kube.create(path("v1", "namespaces"), {"metadata": {"name": namespace}})
+    # The tests create pods themselves, and a 1.20 server refuses a pod until the token
+    # controller has given the namespace's default ServiceAccount its token ("No API
+    # token found for service account ..."): a loaded machine lost that race.
+    admin = Kube(cluster.api_client("admin"))
+    eventually(
+        lambda: ((admin.get(path("v1", "serviceaccounts", "default", namespace=namespace)) or {})
+                 .get("secrets")),
+        timeout=60,
+        what=f"the default ServiceAccount of {namespace} with its token",
+    )  # fmt: skip
     sim = Simulator(
         cluster.api_client("simulator"),
         capacity_spec,
