@@ -35,10 +35,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.adapters.kubernetes.test_capacity_routing import _pod
+from tests.adapters.kubernetes.test_capacity_routing import _serving
 from tests.adapters.kubernetes.test_pass import Bed
 from tests.support import fakes
-from tests.support.planner_inputs import A100, claim, gpu, resource_slice
+from tests.support.planner_inputs import A100, gpu, resource_slice
 
 
 def _devices(bed: Bed, count: int, per_node: int) -> list[tuple[str, str]]:
@@ -51,22 +51,6 @@ def _devices(bed: Bed, count: int, per_node: int) -> list[tuple[str, str]]:
     return placed
 
 
-def _serving(bed: Bed, uid: str, name: str, node: str, device: str) -> None:
-    """The order's Deployment rolled out, its one pod on `node`, its claim allocated."""
-    deployment = bed.child("Deployment", name)
-    assert deployment is not None
-    deployment["status"] = {
-        "replicas": 1,
-        "readyReplicas": 1,
-        "availableReplicas": 1,
-        "updatedReplicas": 1,
-        "observedGeneration": deployment["metadata"]["generation"],
-    }
-    fakes.put(bed.world, deployment)
-    fakes.put(bed.world, _pod(uid, name, node=node))
-    fakes.put(bed.world, claim(f"{name}-gpu", node, device, holder=uid, namespace="support"))
-
-
 def rollout(
     n: int, profile: cProfile.Profile | None, *, quiet: bool, lag: int = 0, per_node: int = 0
 ) -> dict[str, float]:
@@ -77,7 +61,8 @@ def rollout(
         first = later = 0.0
 
         def serve(i: int) -> float:
-            _serving(bed, uids[i], f"llm-{i}", *places[i])
+            node, device = places[i]
+            _serving(bed, uids[i], f"llm-{i}", device, node=node)
             started = time.process_time()
             bed.settle(uids[i])
             return time.process_time() - started

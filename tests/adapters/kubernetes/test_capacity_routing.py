@@ -21,8 +21,8 @@ from tests.support.planner_inputs import A100, claim, gpu, resource_slice
 SERVING = 5
 
 
-def _serving(bed: Bed, uid: str, name: str, device: str) -> None:
-    """The order's Deployment rolled out, its one pod on a node, its claim allocated."""
+def _serving(bed: Bed, uid: str, name: str, device: str, node: str = "node-a") -> None:
+    """The order's Deployment rolled out, its one pod on `node`, its claim allocated."""
     deployment = bed.child("Deployment", name)
     assert deployment is not None
     deployment["status"] = {
@@ -33,8 +33,8 @@ def _serving(bed: Bed, uid: str, name: str, device: str) -> None:
         "observedGeneration": deployment["metadata"]["generation"],
     }
     fakes.put(bed.world, deployment)
-    fakes.put(bed.world, _pod(uid, name, node="node-a"))
-    fakes.put(bed.world, claim(f"{name}-gpu", "node-a", device, holder=uid, namespace="support"))
+    fakes.put(bed.world, _pod(uid, name, node=node))
+    fakes.put(bed.world, claim(f"{name}-gpu", node, device, holder=uid, namespace="support"))
 
 
 def _pod(uid: str, name: str, node: str | None) -> dict[str, Any]:
