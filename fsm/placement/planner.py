@@ -267,7 +267,7 @@ def _judge_class(
         return _lose(0, undecidable, name, None, str(err))
     placement = info.placement
     if placement is None:
-        kinds = set(_KINDS.get(devices, None, lambda: _placements(devices)))
+        kinds = _KINDS.get(devices, None, lambda: _placements(devices))
         if len(kinds) > 1:
             return _lose(
                 0,
@@ -276,7 +276,7 @@ def _judge_class(
                 None,
                 "selects whole devices and partitions alike; label it ai.deckhouse.io/placement",
             )
-        placement = kinds.pop() if kinds else PlacementMode.WHOLE_DEVICE
+        placement = next(iter(kinds), PlacementMode.WHOLE_DEVICE)
     mode = _Mode(placement, info.sharing, info.share_percent or FULL_SHARE)
     if placement not in policy.allowed_placement_types:
         allowed = ", ".join(policy.allowed_placement_types) or "none"
