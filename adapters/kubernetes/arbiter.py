@@ -53,11 +53,13 @@ class Arbiter:
         world: ClusterCache,
         *,
         snapshot: Callable[[str], Snapshot],
+        reclaimable: Callable[[str, str | None], bool],
         states: Callable[[], Mapping[str, OrderState]],
     ) -> None:
         self._writer = writer  # for live reads only
         self._world = world
         self._snapshot = snapshot  # the capacity as the planner sees it, for an order UID
+        self._reclaimable = reclaimable  # may an order at that priority free anything?
         self._states = states
 
     def ruling(self, order: OrderRef, state: OrderState, now: datetime) -> Ruling | None:
@@ -83,8 +85,17 @@ class Arbiter:
         waiting = any(_unbound(p) for p in pods)
         if taking is None and not waiting:
             return Ruling(arbitration.Verdict(Reason.SCALING_WITHIN_BOUNDS))
-        snapshot = self._snapshot(order.uid)
         bounds = policy.constraints
+        if (
+            taking is None
+            and workload.available_replicas < 1
+            and not self._reclaimable(order.uid, bounds.priority_class_name)
+        ):
+            # What `arbitration.rule` would say, without its snapshot: with no replica
+            # available growth is not judged, and with nothing of lower priority to free
+            # the room it looks for could name no reclaim.
+            return Ruling(None)
+        snapshot = self._snapshot(order.uid)
         view = OrderView(
             uid=order.uid,
             plan=plan,

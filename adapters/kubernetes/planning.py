@@ -40,6 +40,7 @@ class Planning:
         self._parsed_at: tuple[tuple[Any, ...], capacity.Snapshot] | None = None
         self._free: tuple[capacity.Snapshot | None, dict[str, int]] = (None, {})
         self.parses = 0  # kinds of capacity parsed anew (for tests: per change, not per pass)
+        self.snapshots = 0  # demand snapshots built (for tests: none where none can matter)
 
     def recipes(self) -> tuple[recipes.Recipe, ...]:
         """The launch recipes, parsed once per change of any of them (not every pass)."""
@@ -102,9 +103,31 @@ class Planning:
             known[1][device_class] = demand.free_units(parsed, device_class)
         return known[1][device_class]
 
+    def reclaimable(self, uid: str, priority_class_name: str | None) -> bool:
+        """Could a place for order `uid`, at that priority, free anything? Only claims and
+        demand of other orders of a lower priority value are ever freed
+        (`capacity.find_place`), so with no such order no search can name a reclaim. In a
+        rollout at one priority this spares the arbiter a demand snapshot (every waiting
+        plan placed again) in each pass of an order whose pod waits: O(orders), not
+        O(waiting plans x devices)."""
+        parsed = self._parsed()
+        own = parsed.priority_value(priority_class_name)
+        if own is None:
+            return False
+        values = dict(parsed.priority_classes)
+        for other, state in self._states().items():
+            if other == uid or state.policy is None:
+                continue
+            name = state.policy.constraints.priority_class_name
+            value = parsed.default_priority if name is None else values.get(name)
+            if value is not None and value < own:
+                return True
+        return False
+
     def snapshot(self, uid: str) -> capacity.Snapshot:
         """The capacity as order `uid` sees it: allocated claims, the demand of other
         orders' plans not yet allocated, and each holder's priority."""
+        self.snapshots += 1
         states = self._states()
         parsed = self._parsed()
         priorities = {

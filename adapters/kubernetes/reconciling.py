@@ -104,7 +104,11 @@ class Reconciler:
         self._transient_failures: dict[str, int] = {}
         self.planning = Planning(world, self.states)
         self._arbiter = arbiter.Arbiter(
-            writer, world, snapshot=self.planning.snapshot, states=self.states
+            writer,
+            world,
+            snapshot=self.planning.snapshot,
+            reclaimable=self.planning.reclaimable,
+            states=self.states,
         )
         # Probes and hub lookups run off the workers; without a pool (the pass's unit
         # tests) they run at once.

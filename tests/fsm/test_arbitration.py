@@ -220,6 +220,19 @@ def test_a_waiting_minimum_takes_the_lowest_priority_first() -> None:
     assert ruling.verdict is None  # growth is judged only while the order serves
 
 
+@pytest.mark.parametrize(
+    "holders",
+    [(("u-mid", 1000), ("u-top", 2000)), (("u-mid", 1000),), (("u-high", 1000),), ()],
+    ids=["equal-and-higher", "equal", "own", "none"],
+)
+def test_a_waiting_order_with_nothing_lower_to_free_is_not_judged(
+    holders: tuple[tuple[str, int], ...],
+) -> None:
+    """What the controller's arbiter answers without a snapshot (adapters/kubernetes/
+    arbiter.py) when no other order has a lower priority and no replica is available."""
+    assert rule(view(), two_l4s(*holders), {}) == Ruling(None)
+
+
 def test_nothing_waits_nothing_is_taken() -> None:
     ruling = rule(view(waiting=False), two_l4s(("u-low", 100), ("u-mid", 500)), {})
     assert ruling == Ruling(Verdict(Reason.SCALING_WITHIN_BOUNDS))

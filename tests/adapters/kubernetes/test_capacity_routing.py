@@ -16,7 +16,7 @@ from fsm import events as ev
 from fsm.placement import capacity
 from tests.adapters.kubernetes.test_pass import Bed
 from tests.support import fakes
-from tests.support.planner_inputs import A100, claim, gpu, resource_slice
+from tests.support.planner_inputs import A100, claim, gpu, priority_class, resource_slice
 
 SERVING = 5
 
@@ -117,6 +117,28 @@ def test_capacity_is_parsed_once_per_change_not_once_per_pass(tmp_path: Path) ->
     assert planning.parses == before + 1  # one claim changed: parsed once, shared by five
     free = planning.free_units("gpu.nvidia.com")
     assert free == (SERVING - 1) * 100  # and it is the new capacity that they read
+    bed.log.close()
+
+
+def test_pods_waiting_at_one_priority_build_no_demand_snapshot(tmp_path: Path) -> None:
+    """The arbiter judged every pass of an order whose pod waits from a demand snapshot
+    (every other waiting plan placed again: 9 % of the controller's CPU in a rollout of
+    500). With nothing of lower priority to free and no replica available, it needs none."""
+    bed = Bed(tmp_path, a100s=SERVING)
+    fakes.put(bed.world, priority_class("inference-high", 1000))
+    uids = [bed.order(f"llm-{i}") for i in range(SERVING)]
+    for i, uid in enumerate(uids):
+        bed.settle(uid)
+        fakes.put(bed.world, _pod(uid, f"llm-{i}", node=None))
+    planning = bed.reconciler.planning
+    before = planning.snapshots
+    for uid in uids * 3:
+        bed.reconciler.reconcile(uid)
+    assert planning.snapshots == before  # fifteen passes of waiting pods: no snapshot
+    # The question it asks instead: would an order of a higher priority free anything?
+    assert not planning.reclaimable(uids[0], None)  # all five at the default priority
+    assert planning.reclaimable(uids[0], "inference-high")  # the other four are lower
+    assert not planning.reclaimable(uids[0], "no-such-class")  # unknown: reclaims nothing
     bed.log.close()
 
 
