@@ -110,16 +110,18 @@ class Planning:
         rollout at one priority this spares the arbiter a demand snapshot (every waiting
         plan placed again) in each pass of an order whose pod waits: O(orders), not
         O(waiting plans x devices)."""
-        parsed = self._parsed()
-        own = parsed.priority_value(priority_class_name)
+        # The priority classes alone: the whole parse would read every claim again
+        # after each allocation of a rollout, which is what this question spares.
+        names, default = self._part(self._world.priority_classes, capacity.parse_priority_classes)
+        values = dict(names)
+        own = default if priority_class_name is None else values.get(priority_class_name)
         if own is None:
             return False
-        values = dict(parsed.priority_classes)
         for other, state in self._states().items():
             if other == uid or state.policy is None:
                 continue
             name = state.policy.constraints.priority_class_name
-            value = parsed.default_priority if name is None else values.get(name)
+            value = default if name is None else values.get(name)
             if value is not None and value < own:
                 return True
         return False

@@ -114,9 +114,9 @@ def test_capacity_is_parsed_once_per_change_not_once_per_pass(tmp_path: Path) ->
     fakes.put(bed.world, claim("llm-0-gpu", "node-a", "gpu-0", holder=uids[0], namespace="support"))
     for uid in uids:
         bed.reconciler.reconcile(uid)
-    assert planning.parses == before + 1  # one claim changed: parsed once, shared by five
     free = planning.free_units("gpu.nvidia.com")
-    assert free == (SERVING - 1) * 100  # and it is the new capacity that they read
+    assert free == (SERVING - 1) * 100  # the new capacity is what is read
+    assert planning.parses == before + 1  # one claim changed: parsed once, shared by all
     bed.log.close()
 
 
