@@ -191,8 +191,11 @@ def report(
     for uid in deleted:
         info = log.stream(uid)
         marked = info.deleted_at if info is not None else "no stream"
-        pods = [pod.metadata.name for pod in plane.pods_of(uid)]
+        pods = [_pod_line(plane, pod) for pod in plane.pods_of(uid)]
         lines.append(f"deleted {uid}: marked deleted at {marked}; pods left {pods}")
+        if pods:  # who should have removed them: the garbage collector, or the kubelet
+            sim = plane.simulator
+            lines.append(f"  simulator: {sim.stats}, last error {sim.last_error!r}")
     for name in names:
         obj = plane.get(name)
         if obj is None:
@@ -208,6 +211,24 @@ def report(
             f"replay {'equals' if replay == status else 'differs: ' + repr(replay)[:400]}"
         )
     return "\n".join(lines)
+
+
+def _pod_line(plane: Plane, pod: Any) -> str:
+    """A pod left behind, and whether its owners are still there: a pod whose owners are
+    gone waits for the kubelet (a deletionTimestamp) or for the garbage collector."""
+    apps = client.AppsV1Api(plane.api("admin"))
+    chain = []
+    for ref in pod.metadata.owner_references or ():
+        owner = "gone"
+        with contextlib.suppress(ApiException):
+            meta = apps.read_namespaced_replica_set(ref.name, NS).metadata
+            owners = [(r.kind, r.name) for r in meta.owner_references or ()]
+            owner = f"there (deleting since {meta.deletion_timestamp}; owners {owners})"
+        chain.append(f"{ref.kind} {ref.name} {owner}")
+    return (
+        f"{pod.metadata.name} (node {pod.spec.node_name}, phase {pod.status.phase}, "
+        f"deleting since {pod.metadata.deletion_timestamp}, owners: {chain})"
+    )
 
 
 def converged(
