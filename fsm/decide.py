@@ -26,6 +26,7 @@ __all__ = [
     "excluded_device_classes",
     "held_devices",
     "needs_plan",
+    "pods_wait_for_devices",
     "probe_is_news",
     "waits_for_capacity",
 ]
@@ -65,16 +66,26 @@ def waits_for_capacity(state: OrderState) -> bool:
     """Can a change of capacity (a device freed or taken) change this order's decisions?
 
     Yes while it needs a plan (a failed verdict is retried when capacity appears), has
-    tried device classes (their free units are watched), has pods waiting for devices,
-    or cannot grow or was scaled down for a higher priority. A deleted order, one not yet
-    resolved, and one serving on its plan with every pod allocated do not: capacity
-    events need not wake them (their own claims' events still do).
+    tried device classes (their free units are watched), or cannot grow or was scaled
+    down for a higher priority. A deleted order, one not yet resolved, and one serving on
+    its plan with every pod allocated do not: capacity events need not wake them (their
+    own claims' events still do). One whose pods wait for devices (`pods_wait_for_devices`)
+    may: that is the arbiter's to say, which knows the other orders' priorities.
     """
     if state.deleted:
         return False
-    if needs_plan(state) or state.tried_device_classes or state.scaling is not None:
-        return True
-    return state.workload is not None and state.workload.unallocated_since is not None
+    return needs_plan(state) or bool(state.tried_device_classes) or state.scaling is not None
+
+
+def pods_wait_for_devices(state: OrderState) -> bool:
+    """Do pods of the order wait for their claims to be allocated? Its own decisions do
+    not change with capacity then (the grace for the device class runs on the clock);
+    only the arbiter's may, by growth or by a reclaim (adapters/kubernetes/arbiter.py)."""
+    return (
+        not state.deleted
+        and state.workload is not None
+        and state.workload.unallocated_since is not None
+    )
 
 
 def excluded_device_classes(state: OrderState) -> tuple[str, ...]:

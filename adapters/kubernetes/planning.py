@@ -110,21 +110,25 @@ class Planning:
         rollout at one priority this spares the arbiter a demand snapshot (every waiting
         plan placed again) in each pass of an order whose pod waits: O(orders), not
         O(waiting plans x devices)."""
-        # The priority classes alone: the whole parse would read every claim again
-        # after each allocation of a rollout, which is what this question spares.
-        names, default = self._part(self._world.priority_classes, capacity.parse_priority_classes)
-        values = dict(names)
-        own = default if priority_class_name is None else values.get(priority_class_name)
+        value = self.priority_values()
+        own = value(priority_class_name)
         if own is None:
             return False
         for other, state in self._states().items():
             if other == uid or state.policy is None:
                 continue
-            name = state.policy.constraints.priority_class_name
-            value = default if name is None else values.get(name)
-            if value is not None and value < own:
+            theirs = value(state.policy.constraints.priority_class_name)
+            if theirs is not None and theirs < own:
                 return True
         return False
+
+    def priority_values(self) -> Callable[[str | None], int | None]:
+        """A PriorityClass's value by name (the cluster default for None; None: no such
+        class), as `Snapshot.priority_value` says it. The priority classes alone: the
+        whole parse would read every claim again after each allocation of a rollout."""
+        names, default = self._part(self._world.priority_classes, capacity.parse_priority_classes)
+        values = dict(names)
+        return lambda name: default if name is None else values.get(name)
 
     def snapshot(self, uid: str) -> capacity.Snapshot:
         """The capacity as order `uid` sees it: allocated claims, the demand of other

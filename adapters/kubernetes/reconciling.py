@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -100,6 +100,9 @@ class Reconciler:
         # The orders whose decisions a capacity change can alter, kept with their states
         # so a capacity event costs a set copy, not a look at every state.
         self._waiting: set[str] = set()
+        # Those whose pods wait for devices: a capacity change is news to them only when
+        # the arbiter may act on it (`waiting_for_capacity`).
+        self._pods_waiting: set[str] = set()
         self._states_lock = threading.Lock()
         self._transient_failures: dict[str, int] = {}
         self.planning = Planning(world, self.states)
@@ -269,19 +272,50 @@ class Reconciler:
         state = sharing.shared_parts(state)
         with self._states_lock:
             self._states[uid] = state
-            if decide.waits_for_capacity(state):
-                self._waiting.add(uid)
-            else:
-                self._waiting.discard(uid)
+            for waits, members in (
+                (decide.waits_for_capacity(state), self._waiting),
+                (decide.pods_wait_for_devices(state), self._pods_waiting),
+            ):
+                if waits:
+                    members.add(uid)
+                else:
+                    members.discard(uid)
         return state
 
-    def waiting_for_capacity(self) -> set[str]:
+    def waiting_for_capacity(self, unbound: Iterable[str] = ()) -> set[str]:
         """Orders a capacity change can affect, by their states; an order this process has
-        not folded yet counts (its first pass has not run)."""
+        not folded yet counts (its first pass has not run).
+
+        Of those whose pods wait for devices, or that have a pod not on a node
+        (`unbound`), only the ones the arbiter may rule on anew: one with a replica
+        available (it judges growth), or one of a higher priority than some other order
+        (it may reclaim). Woken by every claim event, the waiting orders of a rollout at
+        one priority took a pass each per allocation anywhere, and they are most of them.
+        """
         uids = self._world.orders.uids()
         with self._states_lock:
             waiting = set(self._waiting)
             waiting.update(uid for uid in uids if uid not in self._states)
+            pods = (self._pods_waiting | set(unbound)) - waiting
+            if not pods:
+                return waiting
+            judged = {uid: self._states.get(uid) for uid in pods}
+            names = {
+                s.policy.constraints.priority_class_name
+                for s in self._states.values()
+                if s.policy is not None
+            }
+        value = self.planning.priority_values()
+        lowest = min((v for name in names if (v := value(name)) is not None), default=None)
+        for uid, state in judged.items():
+            if state is None or state.policy is None or state.workload is None:
+                waiting.add(uid)  # not judged yet: its pass will say
+                continue
+            own = value(state.policy.constraints.priority_class_name)
+            if state.workload.available_replicas >= 1 or (
+                own is not None and lowest is not None and own > lowest
+            ):
+                waiting.add(uid)
         return waiting
 
     def states(self) -> dict[str, OrderState]:
@@ -310,6 +344,7 @@ class Reconciler:
         with self._states_lock:
             self._states.pop(uid, None)
             self._waiting.discard(uid)
+            self._pods_waiting.discard(uid)
         self._transient_failures.pop(uid, None)
         self.background.forget(uid)
 

@@ -348,19 +348,19 @@ class ClusterCache:
 
     # -- what a change affects -----------------------------------------------------------
 
-    def capacity_watchers(self, waiting: Callable[[], Iterable[str]]) -> set[str]:
-        """The orders a capacity change can affect: those `waiting` names (their state
-        says they wait for capacity), those with a pod the scheduler has not placed, and
-        those whose replicas a higher priority took."""
-        found = set(waiting())
-        found.update(self.pods.index_values(BY_UNBOUND))
+    def capacity_watchers(self, waiting: Callable[[Iterable[str]], Iterable[str]]) -> set[str]:
+        """The orders a capacity change can affect: those `waiting` names, told which
+        orders have a pod the scheduler has not placed (their states say whether a
+        capacity change is news to them), and those whose replicas a higher priority
+        took."""
+        found = set(waiting(self.pods.index_values(BY_UNBOUND)))
         found.update(self.deployments.index_values(BY_TAKEN))
         return found
 
     def watch_changes(
         self,
         enqueue: Callable[[Iterable[str]], None],
-        waiting_for_capacity: Callable[[], Iterable[str]] | None = None,
+        waiting_for_capacity: Callable[[Iterable[str]], Iterable[str]] | None = None,
     ) -> None:
         """Route every change of every kind to the orders it can affect.
 

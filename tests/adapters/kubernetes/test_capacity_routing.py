@@ -14,7 +14,7 @@ from typing import Any
 from adapters.kubernetes.rendering import UID_LABEL
 from fsm import events as ev
 from fsm.placement import capacity
-from tests.adapters.kubernetes.test_pass import Bed
+from tests.adapters.kubernetes.test_pass import Bed, external_token_class
 from tests.support import fakes
 from tests.support.planner_inputs import A100, claim, gpu, priority_class, resource_slice
 
@@ -81,8 +81,18 @@ def test_a_capacity_event_wakes_only_the_orders_it_can_affect(tmp_path: Path) ->
     bed.log.close()
 
 
-def test_an_order_with_a_pod_not_on_a_node_is_woken_by_capacity(tmp_path: Path) -> None:
-    bed = Bed(tmp_path, a100s=2)
+def test_a_pod_not_on_a_node_is_woken_by_capacity_only_where_the_arbiter_may_act(
+    tmp_path: Path,
+) -> None:
+    """An order whose pod waits for the scheduler decides nothing new on a capacity
+    change, unless the arbiter may: to reclaim (a lower priority exists) or to grow (a
+    replica serves). Woken by every claim event, a rollout's waiting orders took a pass
+    each per allocation anywhere in the cluster."""
+    bed = Bed(tmp_path, a100s=3)
+    fakes.put(bed.world, priority_class("inference-high", 1000))
+    urgent = external_token_class("urgent")
+    urgent["spec"]["constraints"] = {"priorityClassName": "inference-high"}
+    fakes.put(bed.world, urgent)
     woken: list[str] = []
     bed.world.watch_changes(woken.extend, bed.reconciler.waiting_for_capacity)
     placed, pending = bed.order("llm-0"), bed.order("llm-1")
@@ -96,7 +106,25 @@ def test_an_order_with_a_pod_not_on_a_node_is_woken_by_capacity(tmp_path: Path) 
 
     woken.clear()
     fakes.put(bed.world, claim("other", "node-a", "gpu-1", namespace="x"))
-    assert woken == [pending]  # its pod may be waiting for that device
+    assert woken == []  # one priority and nothing serving: no ruling can change
+
+    high = bed.order("llm-2", klass="urgent")
+    bed.settle(high)
+    fakes.put(bed.world, _pod(high, "llm-2", node=None))
+    bed.settle(high)
+    woken.clear()
+    fakes.put(bed.world, claim("other", "node-a", "gpu-2", namespace="x"))
+    assert woken == [high]  # it may take from the two below it
+
+    deployment = bed.child("Deployment", "llm-1")
+    assert deployment is not None
+    deployment["spec"]["replicas"] = 2
+    deployment["status"] = {"replicas": 2, "readyReplicas": 1, "availableReplicas": 1}
+    fakes.put(bed.world, deployment)
+    bed.settle(pending)
+    woken.clear()
+    fakes.put(bed.world, claim("other", "node-a", "gpu-1", namespace="x"))
+    assert sorted(woken) == sorted([pending, high])  # one serves and wants more: growth
     bed.log.close()
 
 
