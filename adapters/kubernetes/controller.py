@@ -302,7 +302,11 @@ class Controller:
         self._epoch = self._log.claim_epoch(epoch)
         # Settings first: the orders a settings change enqueues must find them in force.
         self.cache.module_configs.add_handler(self._settings_changed)
-        self.cache.watch_changes(self._enqueue, self.reconciler.waiting_for_capacity)
+        self.cache.watch_changes(
+            self._enqueue,
+            self.reconciler.waiting_for_capacity,
+            status_echo=self.writer.is_status_echo,
+        )
         # A class's own Ready condition depends on it and on the priority/device classes.
         self.cache.classes.add_handler(lambda _e, obj: self._enqueue_class(obj))
         for informer in (self.cache.priority_classes, self.cache.device_classes):

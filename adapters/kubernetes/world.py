@@ -361,8 +361,16 @@ class ClusterCache:
         self,
         enqueue: Callable[[Iterable[str]], None],
         waiting_for_capacity: Callable[[Iterable[str]], Iterable[str]] | None = None,
+        *,
+        status_echo: Callable[[Obj], bool] | None = None,
     ) -> None:
         """Route every change of every kind to the orders it can affect.
+
+        `status_echo`: is this order event only our own status write coming back? Such
+        an event wakes nothing: the pass that wrote it knew all it says, so the pass it
+        woke found nothing to do. (controller-runtime's GenerationChangedPredicate
+        spares those too, but also label, annotation and someone else's status
+        changes; those come as other versions, and still wake the order.)
 
         `waiting_for_capacity`: the UIDs of the orders whose decisions a capacity change
         can alter (the reconciler knows them from their states). A ResourceSlice or
@@ -388,7 +396,11 @@ class ClusterCache:
 
             return handler
 
-        self.orders.add_handler(route(lambda o: [str(_meta(o).get("uid"))]))
+        def order_changed(event: str, obj: Obj) -> None:
+            if event == "DELETED" or status_echo is None or not status_echo(obj):
+                enqueue([str(_meta(obj).get("uid"))])
+
+        self.orders.add_handler(order_changed)
         self.classes.add_handler(route(lambda o: orders_where(BY_CLASS, str(_meta(o).get("name")))))
 
         def secret_readers(obj: Obj) -> list[str]:

@@ -103,6 +103,9 @@ class Writer:
         self._kinds: dict[str, dict[str, Resource]] = {}
         self._statuses: OrderedDict[tuple[str, str, str], bytes] = OrderedDict()
         self._events: OrderedDict[tuple[str, str, str, str], _Recorded] = OrderedDict()
+        # The resourceVersion each status write of ours returned, by object UID: the
+        # watch event that brings exactly that version back is our own echo.
+        self._echoes: OrderedDict[str, str] = OrderedDict()
         self.writes = 0  # requests that changed (or tried to change) something
         # Told of each write that returned, by boundary ("apply-Deployment", "status", ...):
         # the crash tests' hook (adapters/faults.py); None in production.
@@ -260,12 +263,29 @@ class Writer:
             content_type="application/json-patch+json",
         )
         self._wrote("status")
+        meta = written.get("metadata") or {}
         with self._lock:
             self._statuses[key] = _digest(_normal(written.get("status") or {}))
             self._statuses.move_to_end(key)
             while len(self._statuses) > _MEMORY:
                 self._statuses.popitem(last=False)
+            self._echoes[str(meta.get("uid"))] = str(meta.get("resourceVersion"))
+            self._echoes.move_to_end(str(meta.get("uid")))
+            while len(self._echoes) > _MEMORY:
+                self._echoes.popitem(last=False)
         return written
+
+    def is_status_echo(self, obj: Mapping[str, Any]) -> bool:
+        """Is `obj` (a watch event's object) the very version our last status write of it
+        returned? Nothing in it is news to whoever wrote it; any other change to the
+        object since is a newer version, so it is never taken for one."""
+        meta = obj.get("metadata") or {}
+        uid, rv = str(meta.get("uid")), meta.get("resourceVersion")
+        with self._lock:
+            if rv is None or self._echoes.get(uid) != str(rv):
+                return False
+            del self._echoes[uid]
+            return True
 
     def event(
         self,

@@ -60,3 +60,33 @@ def test_a_certificate_source_is_read_by_name_and_its_change_wakes_every_order()
     cache.secrets.read = lambda _ns, _name: None
     cache.secrets.refresh_once()
     assert cache.secrets.cached_keys() == [("d8-ai-inference", "wild")]
+
+
+def test_an_order_event_that_only_brings_back_our_status_write_wakes_nothing() -> None:
+    """Our own status write coming back through the watch is no news to anyone; any
+    other version of the order is, and so is its deletion."""
+    cache = fakes.world()
+    woken: list[str] = []
+    written: set[tuple[str, str]] = set()
+
+    def echo(obj: dict[str, Any]) -> bool:
+        meta = obj["metadata"]
+        return (meta["uid"], meta["resourceVersion"]) in written
+
+    cache.watch_changes(woken.extend, status_echo=echo)
+    order = fakes.put(cache, _order("a"))
+    uid = order["metadata"]["uid"]
+    assert woken == [uid]
+    ours = {**order, "status": {"phase": "Pending"}}
+    ours["metadata"] = {**order["metadata"], "resourceVersion": "ours"}
+    written.add((uid, "ours"))
+    woken.clear()
+    cache.orders._apply("MODIFIED", ours)
+    assert woken == []
+    theirs = {**ours, "metadata": {**ours["metadata"], "resourceVersion": "theirs"}}
+    cache.orders._apply("MODIFIED", {**theirs, "status": {"phase": "Ready"}})
+    assert woken == [uid]  # someone else's write: a pass puts the status back
+    woken.clear()
+    cache.orders._apply("DELETED", {**ours, "metadata": {**ours["metadata"]}})
+    assert woken == [uid]
+

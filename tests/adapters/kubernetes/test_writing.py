@@ -172,6 +172,22 @@ def test_status_is_written_only_when_it_changes(admin, writer, namespace, gadget
 
 
 @pytest.mark.cluster
+def test_the_version_a_status_write_returned_is_known_as_its_echo_once(
+    admin, writer, namespace, gadgets
+) -> None:
+    obj = writer.apply(gadget(namespace, "echo", size=1))
+    assert not writer.is_status_echo(obj)  # an apply is not a status write
+    written = writer.write_status(gadgets, namespace, "echo", {"phase": "Pending"})
+    assert written is not None
+    stored = call(admin, "GET", gadgets.object_path(namespace, "echo"))
+    assert writer.is_status_echo(stored)  # what the watch brings back is that version
+    assert not writer.is_status_echo(stored)  # once: a second look is not an echo
+    writer.write_status(gadgets, namespace, "echo", {"phase": "Ready"})
+    moved = writer.apply(gadget(namespace, "echo", size=2))  # someone moved it on
+    assert not writer.is_status_echo(moved)
+
+
+@pytest.mark.cluster
 def test_a_status_from_a_stale_read_conflicts(admin, writer, namespace, gadgets) -> None:
     stale = writer.apply(gadget(namespace, "racy", size=1))["metadata"]["resourceVersion"]
     writer.apply(gadget(namespace, "racy", size=2))  # the object moved on
