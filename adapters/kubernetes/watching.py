@@ -235,6 +235,7 @@ class InformerStats:
     opened: int = 0  # watch streams whose response headers came back
     watches: int = 0  # watch streams that ended
     events: int = 0
+    unread: int = 0  # events that changed only what the cache does not keep: not told
     bookmarks: int = 0
     gone: int = 0
     synthetic_deletions: int = 0
@@ -242,6 +243,29 @@ class InformerStats:
     errors: int = 0
     throttled: int = 0
     resyncs: int = 0
+
+
+def _same_but_version(old: Obj, new: Obj) -> bool:
+    """Equal in all the cache keeps of them (both trimmed), the resourceVersion apart.
+
+    Such an event changed only what no reader of the cache reads (a Deployment's
+    conditions, a claim's reservations): telling the handlers would wake passes that
+    find nothing new, as controller-runtime's predicates spare a controller."""
+    if old.keys() != new.keys():
+        return False
+    for key, value in new.items():
+        if key != "metadata":
+            if old[key] != value:
+                return False
+            continue
+        before = old[key]
+        if not isinstance(value, dict) or not isinstance(before, dict):
+            return False
+        if before.keys() != value.keys():
+            return False
+        if any(before[k] != v for k, v in value.items() if k != "resourceVersion"):
+            return False
+    return True
 
 
 class CacheBehind(TimeoutError):
@@ -709,15 +733,20 @@ class Informer:
         obj = self._prepare(obj)
         with self._cond:
             self.stats.events += 1
+            news = True
             if event_type == "DELETED":
                 self._remove_locked(uid)
             else:
+                old = self._objects.get(uid)
+                news = old is None or not _same_but_version(old, obj)
                 self._store_locked(obj)
                 self._note_rv_locked(uid, rv)
             if rv:
                 self._rv = rv
+            self.stats.unread += not news
             self._cond.notify_all()
-        self._emit(event_type, obj)
+        if news:
+            self._emit(event_type, obj)
 
     def _store_locked(self, obj: Obj) -> None:
         meta = obj["metadata"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from adapters.kubernetes.rendering import UID_LABEL
 from adapters.kubernetes.world import ClusterCache
 from tests.support import fakes
 
@@ -90,3 +91,30 @@ def test_an_order_event_that_only_brings_back_our_status_write_wakes_nothing() -
     cache.orders._apply("DELETED", {**ours, "metadata": {**ours["metadata"]}})
     assert woken == [uid]
 
+
+def test_a_change_to_what_the_cache_does_not_keep_wakes_nothing() -> None:
+    """A Deployment's conditions are trimmed from the cache (nothing reads them): a
+    status update that changed only them told the handlers nothing they could use."""
+    cache, woken, uids = _cache()
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "a", "namespace": "support", "uid": "d-1", "resourceVersion": "1"},
+        "spec": {"replicas": 1},
+        "status": {"observedGeneration": 1, "replicas": 1, "availableReplicas": 0},
+    }
+    deployment["metadata"]["labels"] = {UID_LABEL: uids[0]}
+    cache.deployments._apply("ADDED", deployment)
+    assert woken == [uids[0]]
+
+    def event(rv: str, **status: Any) -> None:
+        woken.clear()
+        meta = {**deployment["metadata"], "resourceVersion": rv}
+        changed = {**deployment["status"], **status}
+        cache.deployments._apply("MODIFIED", {**deployment, "metadata": meta, "status": changed})
+
+    event("2", conditions=[{"type": "Progressing", "status": "True"}])
+    assert woken == [] and cache.deployments.stats.unread == 1
+    event("3", availableReplicas=1)  # what the pass reads
+    assert woken == [uids[0]]
+    assert cache.deployments.get("d-1", copy_=False)["metadata"]["resourceVersion"] == "3"
