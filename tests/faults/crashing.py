@@ -330,11 +330,33 @@ class Run(Restarting):
         for mix in self.mixes:
             for kind in KINDS:
                 name = mix.name(kind)
-                self.until(
-                    lambda k=kind, n=name: _settled(k, self.bed.get(n)), what=f"{name} settled"
-                )
+                try:
+                    self.until(
+                        lambda k=kind, n=name: _settled(k, self.bed.get(n)),
+                        what=f"{name} settled",
+                    )
+                except AssertionError as exc:
+                    raise AssertionError(f"{exc}\n{self._where(name)}") from None
         self.quiet()
         return {mix.prefix: snapshot(self.bed, mix) for mix in self.mixes}
+
+    def _where(self, name: str) -> str:
+        """Where an order that did not settle stands, for the failure message."""
+        obj = self.bed.get(name) or {}
+        meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+        conditions = [
+            (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+            for c in status.get("conditions") or []
+        ]
+        children = sorted(
+            f"{c['kind']}/{c['metadata']['name']}" for c in self.bed.children(str(meta.get("uid")))
+        )
+        return (
+            f"{name}: generation {meta.get('generation')}, observed "
+            f"{status.get('observedGeneration')}, phase {status.get('phase')}\n"
+            f"conditions {conditions}\nchildren {children}\n"
+            f"crashes {self.crashes}; the controller's log:\n{self.proc.stderr[-4000:]}"
+        )
 
     def at_the_crash(self) -> None:
         for mix in self.mixes:
