@@ -163,7 +163,16 @@ class Reconciler:
         self._record(p, self._observer.endpoint(p.order, p.state, now))
         self._arbitrate(p)  # priority and growth: takes on both streams, then scaled
         # Act: the core's commands until the state stops moving.
+        before_acting = p.state.version
         self._act(p)
+        if p.state.version != before_acting:
+            # What acting recorded (a plan applied, a token issued) changes what this
+            # pass observed before it (a workload is observed only under a plan in
+            # force): look again at once. The event that would wake the order may never
+            # come: an apply that changed nothing live (the restart after a crash between
+            # the apply and its record) makes none, and our status write's echo wakes
+            # nothing (Writer.is_status_echo).
+            p.requeue.append(0.0)
         return self._outcome(p)
 
     def _arbitrate(self, p: _Pass) -> None:

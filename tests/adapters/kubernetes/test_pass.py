@@ -143,6 +143,21 @@ def test_a_new_order_gets_each_child_once_and_a_quiet_pass_writes_nothing(bed: B
     assert bed.writer.writes == before
 
 
+def test_a_pass_that_applied_the_workload_looks_again_at_once(bed: Bed) -> None:
+    """It observed before the plan was in force, so it saw no workload. The apply's own
+    watch event may never come (after a crash between the apply and its record, the
+    objects are live already and the apply changes nothing), and our status write's echo
+    wakes nothing: the pass itself asks to run again."""
+    uid = bed.order("llm")
+    outcomes = [bed.reconciler.reconcile(uid)]
+    while not bed.events(uid, ev.WorkloadApplied):
+        outcomes.append(bed.reconciler.reconcile(uid))
+        assert len(outcomes) < 5, outcomes
+    assert outcomes[-1] == queueing.RequeueAfter(0.0)
+    bed.settle(uid)
+    assert bed.events(uid, ev.WorkloadObserved)  # seen by the pass after it
+
+
 def test_no_child_is_made_for_an_order_the_server_has_deleted(bed: Bed) -> None:
     """The cache still holds an order the API server no longer has (a watch reconnecting):
     a child made now would have a dangling owner that the garbage collector, not having
