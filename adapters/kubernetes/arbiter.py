@@ -53,13 +53,13 @@ class Arbiter:
         world: ClusterCache,
         *,
         snapshot: Callable[[str], Snapshot],
-        reclaimable: Callable[[str, str | None], bool],
+        could_reclaim: Callable[[], Callable[[str | None], bool]],
         states: Callable[[], Mapping[str, OrderState]],
     ) -> None:
         self._writer = writer  # for live reads only
         self._world = world
         self._snapshot = snapshot  # the capacity as the planner sees it, for an order UID
-        self._reclaimable = reclaimable  # may an order at that priority free anything?
+        self._could_reclaim = could_reclaim  # may an order at that priority free anything?
         self._states = states
 
     def ruling(self, order: OrderRef, state: OrderState, now: datetime) -> Ruling | None:
@@ -86,15 +86,8 @@ class Arbiter:
         if taking is None and not waiting:
             return Ruling(arbitration.Verdict(Reason.SCALING_WITHIN_BOUNDS))
         bounds = policy.constraints
-        if (
-            taking is None
-            and workload.available_replicas < 1
-            and not self._reclaimable(order.uid, bounds.priority_class_name)
-        ):
-            # What `arbitration.rule` would say, without its snapshot: with no replica
-            # available growth is not judged, and with nothing of lower priority to free
-            # the room it looks for could name no reclaim.
-            return Ruling(None)
+        if taking is None and not self.capacity_may_matter(state, self._could_reclaim()):
+            return Ruling(None)  # what `arbitration.rule` would say, without its snapshot
         snapshot = self._snapshot(order.uid)
         view = OrderView(
             uid=order.uid,
@@ -126,6 +119,20 @@ class Arbiter:
             if s.policy is not None
         }
         return arbitration.rule(view, snapshot, minimums)
+
+    @staticmethod
+    def capacity_may_matter(state: OrderState, could_reclaim: Callable[[str | None], bool]) -> bool:
+        """May the capacity change the ruling of an order whose pods wait (nothing taken
+        from it)? Only by growth, judged while a replica is available, or by a reclaim,
+        which needs something of a lower priority to free: otherwise `arbitration.rule`
+        rules nothing, whatever the capacity. (The reconciler asks it too: a capacity
+        event wakes such an order only then.)"""
+        workload, policy = state.workload, state.policy
+        if workload is None or policy is None:
+            return True  # not judged yet: its pass will say
+        return workload.available_replicas >= 1 or could_reclaim(
+            policy.constraints.priority_class_name
+        )
 
     def takes(self, taker: OrderRef, state: OrderState, reclaims: Sequence[str]) -> list[Take]:
         """What freeing `reclaims` takes from each holder: one replica per claim, counted

@@ -103,32 +103,33 @@ class Planning:
             known[1][device_class] = demand.free_units(parsed, device_class)
         return known[1][device_class]
 
-    def reclaimable(self, uid: str, priority_class_name: str | None) -> bool:
-        """Could a place for order `uid`, at that priority, free anything? Only claims and
-        demand of other orders of a lower priority value are ever freed
-        (`capacity.find_place`), so with no such order no search can name a reclaim. In a
-        rollout at one priority this spares the arbiter a demand snapshot (every waiting
-        plan placed again) in each pass of an order whose pod waits: O(orders), not
-        O(waiting plans x devices)."""
-        value = self.priority_values()
-        own = value(priority_class_name)
-        if own is None:
-            return False
-        for other, state in self._states().items():
-            if other == uid or state.policy is None:
-                continue
-            theirs = value(state.policy.constraints.priority_class_name)
-            if theirs is not None and theirs < own:
-                return True
-        return False
-
-    def priority_values(self) -> Callable[[str | None], int | None]:
-        """A PriorityClass's value by name (the cluster default for None; None: no such
-        class), as `Snapshot.priority_value` says it. The priority classes alone: the
-        whole parse would read every claim again after each allocation of a rollout."""
+    def could_reclaim(self) -> Callable[[str | None], bool]:
+        """Could an order at a priority (a PriorityClass's name; None: the cluster
+        default) free anything? Only claims and demand of other orders of a lower
+        priority value are ever freed (`capacity.find_place`), so with none below it in
+        use no search can name a reclaim. Asked of many orders at once, so the lowest
+        value in use is found once: O(orders), where the arbiter's demand snapshot (every
+        waiting plan placed again) was O(waiting plans x devices) in each pass of an
+        order whose pod waits. The priority classes alone are read: the whole parse would
+        read every claim again after each allocation of a rollout."""
         names, default = self._part(self._world.priority_classes, capacity.parse_priority_classes)
         values = dict(names)
-        return lambda name: default if name is None else values.get(name)
+
+        def value(name: str | None) -> int | None:
+            return default if name is None else values.get(name)
+
+        in_use = {
+            value(state.policy.constraints.priority_class_name)
+            for state in self._states().values()
+            if state.policy is not None
+        }
+        lowest = min((v for v in in_use if v is not None), default=None)
+
+        def could(name: str | None) -> bool:
+            own = value(name)
+            return own is not None and lowest is not None and own > lowest
+
+        return could
 
     def snapshot(self, uid: str) -> capacity.Snapshot:
         """The capacity as order `uid` sees it: allocated claims, the demand of other

@@ -110,7 +110,7 @@ class Reconciler:
             writer,
             world,
             snapshot=self.planning.snapshot,
-            reclaimable=self.planning.reclaimable,
+            could_reclaim=self.planning.could_reclaim,
             states=self.states,
         )
         # Probes and hub lookups run off the workers; without a pool (the pass's unit
@@ -309,22 +309,12 @@ class Reconciler:
             if not pods:
                 return waiting
             judged = {uid: self._states.get(uid) for uid in pods}
-            names = {
-                s.policy.constraints.priority_class_name
-                for s in self._states.values()
-                if s.policy is not None
-            }
-        value = self.planning.priority_values()
-        lowest = min((v for name in names if (v := value(name)) is not None), default=None)
-        for uid, state in judged.items():
-            if state is None or state.policy is None or state.workload is None:
-                waiting.add(uid)  # not judged yet: its pass will say
-                continue
-            own = value(state.policy.constraints.priority_class_name)
-            if state.workload.available_replicas >= 1 or (
-                own is not None and lowest is not None and own > lowest
-            ):
-                waiting.add(uid)
+        could_reclaim = self.planning.could_reclaim()
+        waiting.update(
+            uid
+            for uid, state in judged.items()
+            if state is None or arbiter.Arbiter.capacity_may_matter(state, could_reclaim)
+        )
         return waiting
 
     def states(self) -> dict[str, OrderState]:

@@ -164,9 +164,10 @@ def test_pods_waiting_at_one_priority_build_no_demand_snapshot(tmp_path: Path) -
         bed.reconciler.reconcile(uid)
     assert planning.snapshots == before  # fifteen passes of waiting pods: no snapshot
     # The question it asks instead: would an order of a higher priority free anything?
-    assert not planning.reclaimable(uids[0], None)  # all five at the default priority
-    assert planning.reclaimable(uids[0], "inference-high")  # the other four are lower
-    assert not planning.reclaimable(uids[0], "no-such-class")  # unknown: reclaims nothing
+    could_reclaim = planning.could_reclaim()
+    assert not could_reclaim(None)  # all five at the default priority
+    assert could_reclaim("inference-high")  # the five are lower
+    assert not could_reclaim("no-such-class")  # unknown: reclaims nothing
     bed.log.close()
 
 
