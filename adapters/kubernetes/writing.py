@@ -37,7 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from kubernetes.client import ApiClient
 
@@ -82,6 +82,18 @@ class _Recorded:
     namespace: str
     name: str
     count: int
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _remember(memory: OrderedDict[_K, _V], key: _K, value: _V) -> None:
+    """Keep `value` as the newest entry; the least recently kept go past `_MEMORY`."""
+    memory[key] = value
+    memory.move_to_end(key)
+    while len(memory) > _MEMORY:
+        memory.popitem(last=False)
 
 
 class Writer:
@@ -265,14 +277,8 @@ class Writer:
         self._wrote("status")
         meta = written.get("metadata") or {}
         with self._lock:
-            self._statuses[key] = _digest(_normal(written.get("status") or {}))
-            self._statuses.move_to_end(key)
-            while len(self._statuses) > _MEMORY:
-                self._statuses.popitem(last=False)
-            self._echoes[str(meta.get("uid"))] = str(meta.get("resourceVersion"))
-            self._echoes.move_to_end(str(meta.get("uid")))
-            while len(self._echoes) > _MEMORY:
-                self._echoes.popitem(last=False)
+            _remember(self._statuses, key, _digest(_normal(written.get("status") or {})))
+            _remember(self._echoes, str(meta.get("uid")), str(meta.get("resourceVersion")))
         return written
 
     def is_status_echo(self, obj: Mapping[str, Any]) -> bool:
@@ -345,7 +351,5 @@ class Writer:
         created = call(self._api, "POST", EVENTS.collection_path(namespace), body=body)
         self._wrote("event")
         with self._lock:
-            self._events[key] = _Recorded(namespace, created["metadata"]["name"], 1)
-            while len(self._events) > _MEMORY:
-                self._events.popitem(last=False)
+            _remember(self._events, key, _Recorded(namespace, created["metadata"]["name"], 1))
         return created
