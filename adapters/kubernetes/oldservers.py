@@ -11,7 +11,6 @@ version, whether to rewrite (`rewrite_for`); on a modern server nothing changes.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -27,25 +26,38 @@ CLAIMS_ANNOTATION = "simulator.ai-inference.deckhouse.io/resource-claims"
 
 
 def for_old_server(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a Pod or pod-template owner without the DRA pod fields, carrying them in
-    the annotation instead. Nothing changes for a manifest without claims."""
-    result = copy.deepcopy(dict(manifest))
-    spec = result.get("spec") or {}
-    holder = spec.get("template") if "template" in spec else result
-    if not isinstance(holder, dict):
-        return result
-    pod_spec = holder.get("spec") or {}
+    """A Pod or pod-template owner without the DRA pod fields, carrying them in the
+    annotation instead. `manifest` is not changed: what the rewrite changes (the pod
+    spec, its containers' resources, the template's metadata) is copied, the rest is
+    shared with it. A deep copy of every manifest the controller renders was 4 % of its
+    CPU in the benchmark, where the local 1.20 server rewrites all of them."""
+    spec = manifest.get("spec")
+    templated = isinstance(spec, Mapping) and "template" in spec
+    holder = spec.get("template") if templated and isinstance(spec, Mapping) else manifest
+    pod_spec = holder.get("spec") if isinstance(holder, Mapping) else None
+    if not isinstance(holder, Mapping) or not isinstance(pod_spec, Mapping):
+        return dict(manifest)
+    pod_spec = dict(pod_spec)
     claims = pod_spec.pop("resourceClaims", None)
     for group in ("containers", "initContainers"):
-        for container in pod_spec.get(group) or ():
-            resources = container.get("resources")
-            if isinstance(resources, dict):
-                resources.pop("claims", None)
+        if group in pod_spec:
+            pod_spec[group] = [_without_claims(c) for c in pod_spec[group] or ()]
+    new_holder = {**holder, "spec": pod_spec}
     if claims:
-        metadata = holder.setdefault("metadata", {})
-        annotations = metadata.setdefault("annotations", {})
+        metadata = dict(holder.get("metadata") or {})
+        annotations = dict(metadata.get("annotations") or {})
         annotations[CLAIMS_ANNOTATION] = json.dumps(claims, separators=(",", ":"), sort_keys=True)
-    return result
+        new_holder["metadata"] = {**metadata, "annotations": annotations}
+    if templated and isinstance(spec, Mapping):
+        return {**manifest, "spec": {**spec, "template": new_holder}}
+    return new_holder
+
+
+def _without_claims(container: Any) -> Any:
+    resources = container.get("resources") if isinstance(container, Mapping) else None
+    if not isinstance(resources, Mapping) or "claims" not in resources:
+        return container
+    return {**container, "resources": {k: v for k, v in resources.items() if k != "claims"}}
 
 
 def rewrite_for(api: client.ApiClient) -> Callable[[dict[str, Any]], dict[str, Any]] | None:

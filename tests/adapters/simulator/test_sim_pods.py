@@ -157,8 +157,11 @@ def test_an_old_server_carries_the_claims_in_an_annotation() -> None:
     # The pods the template makes read the same claims back.
     pod = {"metadata": template["metadata"], "spec": template["spec"]}
     assert podclaims.pod_claims(pod) == (podclaims.PodClaim("gpu", template="support-llm"),)
-    # And the original is untouched.
-    assert deployment["spec"]["template"]["spec"]["resourceClaims"] == CLAIMS
+    # And the original is untouched: the rewrite copies what it changes.
+    original = deployment["spec"]["template"]
+    assert original["spec"]["resourceClaims"] == CLAIMS
+    assert original["spec"]["containers"][0]["resources"]["claims"] == [{"name": "gpu"}]
+    assert original["metadata"] == {"labels": {"app": "x"}}
 
 
 def test_a_manifest_without_claims_is_unchanged() -> None:
