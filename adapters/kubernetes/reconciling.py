@@ -278,7 +278,9 @@ class Reconciler:
         """Keep the order's state between passes, and return it as kept: its parts
         shared with other orders' equal ones (the class's policy, the model's facts,
         ...), most of what a state holds and equal across orders."""
-        state = sharing.shared_parts(state)
+        with self._states_lock:
+            kept = self._states.get(uid)
+        state = sharing.shared_parts(state, kept=kept)
         with self._states_lock:
             self._states[uid] = state
             for waits, members in (

@@ -284,3 +284,31 @@ def test_which_fields_were_given_is_held_once_and_copies_change_their_own() -> N
     c = a.model_copy(update={"plan": MULTI})
     c.__pydantic_fields_set__.discard("policy")
     assert b.model_fields_set == {"policy", "plan"} and a.model_fields_set == {"policy", "plan"}
+
+
+class _SeenTable(sharing.Table):
+    """A table that remembers which values it was asked to share."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[Any] = []
+
+    def shared(self, value: Any) -> Any:
+        self.asked.append(value)
+        return super().shared(value)
+
+
+def test_a_state_folded_from_a_kept_one_shares_only_the_parts_that_changed() -> None:
+    table = _SeenTable()
+    kept = sharing.shared_parts(_Holder(policy=policy(max_replicas=3), plan=PLAN), table)
+    elsewhere = sharing.shared_parts(_Holder(policy=None, plan=MULTI.model_copy()), table)
+    folded = kept.model_copy(update={"plan": MULTI.model_copy()})  # a fold moved the plan
+    table.asked.clear()
+    again = sharing.shared_parts(folded, table, kept=kept)
+    assert again.policy is kept.policy
+    assert again.plan is elsewhere.plan  # what changed is shared as before
+    assert table.asked and not any(value is kept.policy for value in table.asked)
+    # Without `kept`, every part is walked again (the answer is the same).
+    table.asked.clear()
+    assert sharing.shared_parts(folded, table).policy is kept.policy
+    assert any(value is kept.policy for value in table.asked)
