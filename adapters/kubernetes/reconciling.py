@@ -348,6 +348,7 @@ class Reconciler:
             self._pods_waiting.discard(uid)
         self._transient_failures.pop(uid, None)
         self.background.forget(uid)
+        self.actor.converged.forget(uid)
 
     def _close(self, uid: str, now: datetime) -> None:
         state = self.state_of(uid)

@@ -1,14 +1,17 @@
 """The drift rules (converging.py) as a table: what the server or others add is not
-drift, what we set and differs is, lists of named items match by name."""
+drift, what we set and differs is, lists of named items match by name. And what a
+converged verdict rests on (converged.py): it holds while the parts it read are the same."""
 
 from __future__ import annotations
 
+import copy
 from types import MappingProxyType
 from typing import Any
 
 import pytest
 
-from adapters.kubernetes.converging import covers, drifted, strays
+from adapters.kubernetes.converged import Converged
+from adapters.kubernetes.converging import Key, covers, drifted, strays
 
 UID = "uid-1"
 
@@ -111,3 +114,90 @@ def test_strays_are_ours_unrendered_and_not_being_deleted() -> None:
         child("going", deleting=True),
     ]
     assert [s["metadata"]["name"] for s in strays(rendered, children, UID)] == ["old"]
+
+
+# --- Converged: what a converged verdict rests on ---------------------------------------
+
+RENDERED = [
+    {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "llm", "labels": {"app": "llm"}},
+        "spec": {"ports": [{"name": "http", "port": 80}]},
+    }
+]
+
+
+def _found_live() -> tuple[Converged, dict[Key, dict[str, Any]]]:
+    service = {
+        "kind": "Service",
+        "metadata": {"name": "llm", "labels": {"app": "llm"}, "resourceVersion": "1"},
+        "spec": {"ports": [{"name": "http", "port": 80}], "clusterIP": "10.0.0.1"},
+    }
+    token = {"kind": "Secret", "metadata": {"name": "llm-auth", "ownerReferences": [{"uid": "u"}]}}
+    live: dict[Key, dict[str, Any]] = {("Service", "llm"): service, ("Secret", "llm-auth"): token}
+    converged = Converged()
+    converged.found("u", ("inputs",), RENDERED, live)
+    return converged, live
+
+
+def _with(live: dict[Key, dict[str, Any]], key: Key, **fields: Any) -> dict[Key, dict[str, Any]]:
+    return {**live, key: {**live[key], **fields}}
+
+
+SERVICE: Key = ("Service", "llm")
+TOKEN: Key = ("Secret", "llm-auth")
+
+
+def test_a_converged_verdict_holds_while_what_it_read_is_the_same() -> None:
+    converged, live = _found_live()
+    assert converged.holds("u", ("inputs",), live)
+    # A new version whose managed parts are the very objects (the cache shares them), or
+    # equal ones: the verdict holds.
+    moved = _with(live, SERVICE, status={"loadBalancer": {}})
+    moved[SERVICE]["metadata"] = {**live[SERVICE]["metadata"], "resourceVersion": "2"}
+    assert converged.holds("u", ("inputs",), moved)
+    assert converged.holds(
+        "u", ("inputs",), _with(live, SERVICE, spec=copy.deepcopy(live[SERVICE]["spec"]))
+    )
+    assert converged.hits == 3
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda live: _with(live, SERVICE, spec={"ports": []}), id="a-managed-part"),
+        pytest.param(
+            lambda live: _with(live, SERVICE, metadata={"name": "llm", "labels": {}}),
+            id="a-label",
+        ),
+        pytest.param(
+            lambda live: _with(live, TOKEN, metadata={"name": "llm-auth", "ownerReferences": []}),
+            id="an-owner-reference",
+        ),
+        pytest.param(lambda live: {SERVICE: live[SERVICE]}, id="a-child-gone"),
+        pytest.param(lambda live: {**live, ("Service", "other"): live[SERVICE]}, id="a-child-more"),
+        pytest.param(
+            lambda live: {("Service", "llm2"): live[SERVICE], TOKEN: live[TOKEN]},
+            id="another-child-of-the-same-count",
+        ),
+    ],
+)
+def test_a_converged_verdict_fails_when_what_it_read_changed(change: Any) -> None:
+    converged, live = _found_live()
+    assert not converged.holds("u", ("inputs",), change(live))
+    assert converged.hits == 0
+
+
+def test_a_converged_verdict_is_per_order_and_per_inputs() -> None:
+    converged, live = _found_live()
+    assert not converged.holds("u", ("other inputs",), live)
+    assert not converged.holds("v", ("inputs",), live)
+    converged.forget("u")
+    assert not converged.holds("u", ("inputs",), live)
+
+
+def test_a_rendered_object_not_live_is_not_converged() -> None:
+    converged = Converged()
+    converged.found("u", ("inputs",), RENDERED, {})
+    assert not converged.holds("u", ("inputs",), {})

@@ -230,6 +230,30 @@ def test_edits_are_reverted_but_fields_others_add_are_left(bed: Bed) -> None:
     assert bed.writer.calls[("apply", "Deployment")] == 2
 
 
+def test_a_repair_pass_over_what_it_found_converged_renders_nothing(bed: Bed) -> None:
+    uid = bed.order("llm")
+    bed.settle(uid)
+    converged = bed.reconciler.actor.converged
+    hits, writes = converged.hits, bed.writer.writes
+    bed.reconciler.reconcile(uid)
+    assert converged.hits == hits + 1  # nothing moved: rendered and compared nothing
+    # The Deployment's status moves (as in every rollout): what we manage is the same.
+    deployment = bed.child("Deployment", "llm")
+    assert deployment is not None
+    fakes.put(bed.world, {**deployment, "status": {"observedGeneration": 1, "replicas": 1}})
+    bed.reconciler.reconcile(uid)
+    assert converged.hits == hits + 2
+    assert bed.writer.writes == writes
+    # An edit of a field we set is seen at once, and reverted.
+    deployment["spec"]["replicas"] = 5
+    fakes.put(bed.world, deployment)
+    bed.reconciler.reconcile(uid)
+    assert converged.hits == hits + 2
+    assert bed.writer.calls[("apply", "Deployment")] == 2
+    live = bed.child("Deployment", "llm")
+    assert live is not None and live["spec"]["replicas"] == 1
+
+
 def test_replicas_outside_the_bounds_are_put_back(bed: Bed) -> None:
     uid = bed.order("llm")
     bed.settle(uid)
