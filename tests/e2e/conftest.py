@@ -90,7 +90,9 @@ def conditions(obj: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [(c["type"], c["status"], c["reason"]) for c in obj["status"]["conditions"]]
 
 
-@pytest.fixture(scope="session")
+# The package's: it stops when the last e2e test is done, so a controller of its own does
+# not run on into the tests after it (the benchmark's smoke run starts its own).
+@pytest.fixture(scope="package")
 def platform(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPlatform]:
     folder = tmp_path_factory.mktemp("platform")
     local = LocalPlatform(cluster.state, f"sqlite:///{folder / 'log.sqlite'}")
