@@ -365,8 +365,10 @@ class Benchmark:
             ),
             self.workdir / "controller.log",
         ).start()
-        process.wait_line("controller leading", 120)
+        # Held before it leads: a controller that never does is stopped with the rest, not
+        # left running after the bench (it once waited behind another's Lease).
         self.controller = process
+        process.wait_line("controller leading", 120)
         return process
 
     def stop(self) -> None:
