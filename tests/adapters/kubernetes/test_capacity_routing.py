@@ -19,6 +19,12 @@ from tests.support import fakes
 from tests.support.planner_inputs import A100, claim, gpu, priority_class, resource_slice
 
 SERVING = 5
+# A class's scaling policy whose orders run at the seed's high priority.
+HIGH_PRIORITY = {
+    "minReplicas": 1,
+    "maxReplicas": 1,
+    "allowedPriorityClassNames": ["inference-high"],
+}
 
 
 def _serving(bed: Bed, uid: str, name: str, device: str, node: str = "node-a") -> None:
@@ -91,7 +97,7 @@ def test_a_pod_not_on_a_node_is_woken_by_capacity_only_where_the_arbiter_may_act
     bed = Bed(tmp_path, a100s=3)
     fakes.put(bed.world, priority_class("inference-high", 1000))
     urgent = external_token_class("urgent")
-    urgent["spec"]["constraints"] = {"priorityClassName": "inference-high"}
+    urgent["spec"]["scalingPolicy"] = HIGH_PRIORITY
     fakes.put(bed.world, urgent)
     woken: list[str] = []
     bed.world.watch_changes(woken.extend, bed.reconciler.waiting_for_capacity)
@@ -110,11 +116,19 @@ def test_a_pod_not_on_a_node_is_woken_by_capacity_only_where_the_arbiter_may_act
 
     high = bed.order("llm-2", klass="urgent")
     bed.settle(high)
+    policy = bed.reconciler.states()[high].policy
+    assert policy is not None and policy.constraints.priority_class_name == "inference-high"
     fakes.put(bed.world, _pod(high, "llm-2", node=None))
     bed.settle(high)
     woken.clear()
     fakes.put(bed.world, claim("other", "node-a", "gpu-2", namespace="x"))
-    assert woken == [high]  # it may take from the two below it
+    # It may take from the two below it, and took the serving one's replica: that one is
+    # woken as an order whose replicas a higher priority took.
+    assert sorted(woken) == sorted([high, placed])
+    taken = bed.child("Deployment", "llm-0")
+    assert (
+        taken is not None and "ai.deckhouse.io/capacity-taken" in taken["metadata"]["annotations"]
+    )
 
     deployment = bed.child("Deployment", "llm-1")
     assert deployment is not None
@@ -124,7 +138,8 @@ def test_a_pod_not_on_a_node_is_woken_by_capacity_only_where_the_arbiter_may_act
     bed.settle(pending)
     woken.clear()
     fakes.put(bed.world, claim("other", "node-a", "gpu-1", namespace="x"))
-    assert sorted(woken) == sorted([pending, high])  # one serves and wants more: growth
+    # One serves and wants more (growth); the high one and the one it took from, as before.
+    assert sorted(woken) == sorted([pending, high, placed])
     bed.log.close()
 
 
