@@ -31,9 +31,16 @@ _Part = TypeVar("_Part")
 class Planning:
     """The capacity as the planner and the arbiter see it, and the planner's calls."""
 
-    def __init__(self, world: ClusterCache, states: Callable[[], Mapping[str, OrderState]]) -> None:
+    def __init__(
+        self,
+        world: ClusterCache,
+        states: Callable[[], Mapping[str, OrderState]],
+        priorities_in_use: Callable[[], Iterable[str | None]],
+    ) -> None:
         self._world = world
         self._states = states  # a copy of every order's folded state this process holds
+        # The priority classes those states' policies name, kept as the states are.
+        self._priorities_in_use = priorities_in_use
         self.lock = threading.Lock()
         self._recipes: tuple[str | None, tuple[recipes.Recipe, ...]] = ("", ())
         self._parts: dict[str, tuple[str | None, Any]] = {}  # by kind: (version, parsed)
@@ -108,21 +115,19 @@ class Planning:
         default) free anything? Only claims and demand of other orders of a lower
         priority value are ever freed (`capacity.find_place`), so with none below it in
         use no search can name a reclaim. Asked of many orders at once, so the lowest
-        value in use is found once: O(orders), where the arbiter's demand snapshot (every
-        waiting plan placed again) was O(waiting plans x devices) in each pass of an
-        order whose pod waits. The priority classes alone are read: the whole parse would
-        read every claim again after each allocation of a rollout."""
+        value in use is found once, from the priority classes the orders name (kept by
+        the reconciler as it keeps their states: O(classes), where reading every state's
+        policy was O(orders) on every capacity event). The arbiter's demand snapshot
+        (every waiting plan placed again) was O(waiting plans x devices) in each pass of
+        an order whose pod waits. The priority classes alone are read: the whole parse
+        would read every claim again after each allocation of a rollout."""
         names, default = self._part(self._world.priority_classes, capacity.parse_priority_classes)
         values = dict(names)
 
         def value(name: str | None) -> int | None:
             return default if name is None else values.get(name)
 
-        in_use = {
-            value(state.policy.constraints.priority_class_name)
-            for state in self._states().values()
-            if state.policy is not None
-        }
+        in_use = {value(name) for name in self._priorities_in_use()}
         lowest = min((v for v in in_use if v is not None), default=None)
 
         def could(name: str | None) -> bool:

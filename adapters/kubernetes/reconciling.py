@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -103,9 +104,13 @@ class Reconciler:
         # Those whose pods wait for devices: a capacity change is news to them only when
         # the arbiter may act on it (`waiting_for_capacity`).
         self._pods_waiting: set[str] = set()
+        # The priority classes the kept states' policies name, and how many name each:
+        # what `Planning.could_reclaim` asks on every capacity event and arbiter ruling
+        # (it read every state's policy each time: O(orders) each).
+        self._priorities: Counter[str | None] = Counter()
         self._states_lock = threading.Lock()
         self._transient_failures: dict[str, int] = {}
-        self.planning = Planning(world, self.states)
+        self.planning = Planning(world, self.states, self.priorities_in_use)
         self._arbiter = arbiter.Arbiter(
             writer,
             world,
@@ -282,6 +287,8 @@ class Reconciler:
             kept = self._states.get(uid)
         state = sharing.shared_parts(state, kept=kept)
         with self._states_lock:
+            self._count_priority(self._states.get(uid), -1)
+            self._count_priority(state, +1)
             self._states[uid] = state
             for waits, members in (
                 (decide.waits_for_capacity(state), self._waiting),
@@ -341,9 +348,23 @@ class Reconciler:
         state = fold([r.event for r in self._log.read(uid, after_version=after)], start=start)
         return self._keep(uid, state)
 
+    def priorities_in_use(self) -> list[str | None]:
+        """The priority classes the kept states' policies name (None: the default)."""
+        with self._states_lock:
+            return list(self._priorities)
+
+    def _count_priority(self, state: OrderState | None, step: int) -> None:
+        # Call holding _states_lock.
+        if state is None or state.policy is None:
+            return
+        name = state.policy.constraints.priority_class_name
+        self._priorities[name] += step
+        if self._priorities[name] <= 0:
+            del self._priorities[name]
+
     def forget(self, uid: str) -> None:
         with self._states_lock:
-            self._states.pop(uid, None)
+            self._count_priority(self._states.pop(uid, None), -1)
             self._waiting.discard(uid)
             self._pods_waiting.discard(uid)
         self._transient_failures.pop(uid, None)

@@ -186,6 +186,45 @@ def test_pods_waiting_at_one_priority_build_no_demand_snapshot(tmp_path: Path) -
     bed.log.close()
 
 
+def test_the_priorities_in_use_follow_the_kept_states(tmp_path: Path) -> None:
+    """`could_reclaim` asks which priority classes the orders name on every capacity
+    event: the reconciler keeps them as it keeps the states (it read every state's
+    policy each time), through a class edit and a deletion."""
+    bed = Bed(tmp_path, a100s=3)
+    fakes.put(bed.world, priority_class("inference-high", 1000))
+    urgent = external_token_class("urgent")
+    urgent["spec"]["scalingPolicy"] = HIGH_PRIORITY
+    fakes.put(bed.world, urgent)
+    low, high = bed.order("llm-0"), bed.order("llm-1", "urgent")
+    for uid in (low, high):
+        bed.settle(uid)
+
+    def in_use() -> list[str | None]:
+        found = bed.reconciler.priorities_in_use()
+        every = {
+            s.policy.constraints.priority_class_name
+            for s in bed.reconciler.states().values()
+            if s.policy
+        }
+        assert set(found) == every and len(found) == len(every)  # as reading every state
+        return sorted(found, key=str)
+
+    assert in_use() == [None, "inference-high"]
+    could_reclaim = bed.reconciler.planning.could_reclaim()
+    assert could_reclaim("inference-high") and not could_reclaim(None)
+    order = bed.world.orders.get(low)
+    assert order is not None
+    fakes.drop(bed.world, order)
+    bed.settle(low)
+    assert in_use() == ["inference-high"]
+    assert not bed.reconciler.planning.could_reclaim()("inference-high")  # none below it
+    del urgent["spec"]["scalingPolicy"]  # the class names no priority any more
+    fakes.put(bed.world, urgent)
+    bed.settle(high)
+    assert in_use() == [None]
+    bed.log.close()
+
+
 def test_a_claim_event_parses_the_claims_again_not_the_slices(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
