@@ -62,6 +62,9 @@ LEASE_NAME = "ai-inference-controller"
 # Repeated background calls (probes) due around the same second start together: warm
 # code, half the CPU a probe (background.py). A probe runs at most half of it off time.
 BACKGROUND_GRAIN_SECONDS = 1.0
+# A pass that met a renewal late past its deadline, this process still leading, runs again
+# after this long (the elector renews every 2 s).
+LATE_RENEWAL_RETRY = 1.0
 # Passes wait on the API server far more than they compute: with two, 500 new orders took
 # 1.34 times a bare client's time; with four, 100 took 1.02 (docs/performance.md).
 DEFAULT_WORKERS = 4
@@ -363,19 +366,29 @@ class Controller:
 
     def _class_pass(self, name: str) -> queueing.Outcome:
         if not self.still_leading():
-            return queueing.Done()
+            return self._may_not_write()
         with metrics.reconcile_pass("class") as record:
+            record.outcome = queueing.Done()
             try:
                 classes.reconcile_class(name, self.cache, self.writer, self._clock)
             except fencing.NotLeading as exc:
                 log.info("class pass over %s stopped before a write: %s", name, exc)
-            record.outcome = queueing.Done()
+                record.outcome = self._may_not_write()
         return record.outcome
+
+    def _may_not_write(self) -> queueing.Outcome:
+        """The outcome of a pass that may not write now. Leadership gone: dropped, the
+        next leader re-reads everything. Still leading, with the last renewal late past
+        the deadline: looked at again soon. A renewal that then succeeds keeps this
+        process leading, and a dropped pass would wait for the resync (300 s)."""
+        if self._stopping or self.lost.is_set() or not self.leading.is_set():
+            return queueing.Done()
+        return queueing.RequeueAfter(LATE_RENEWAL_RETRY)
 
     def _pass(self, uid: str) -> queueing.Outcome:
         """One pass, timed and counted by outcome; its log records name the order."""
         if not self.still_leading():
-            return queueing.Done()  # an old leader starts nothing; the next one re-reads all
+            return self._may_not_write()
         if self.log_gate.park_if_closed(uid):
             return queueing.Done()  # the log is down: enqueued again once it answers
         meta = (self.cache.orders.get(uid, copy_=False) or {}).get("metadata") or {}
@@ -395,7 +408,7 @@ class Controller:
             return queueing.Retry(exc)
         except fencing.NotLeading as exc:
             log.info("pass over %s stopped before a write: %s", uid, exc)
-            return queueing.Done()  # the next leader re-reads everything
+            return self._may_not_write()
         except StoreUnavailable as exc:
             self.log_gate.failed(uid, exc)  # parked: enqueued again once the log answers
             return queueing.Done()
