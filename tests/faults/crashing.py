@@ -351,11 +351,16 @@ class Run(Restarting):
         children = sorted(
             f"{c['kind']}/{c['metadata']['name']}" for c in self.bed.children(str(meta.get("uid")))
         )
+        # The tail shows the controller's last lines, often only the watches' restarts:
+        # what it said of this order at any time is told apart.
+        about = [line for line in self.proc.stderr.splitlines() if name in line][-20:]
         return (
             f"{name}: generation {meta.get('generation')}, observed "
-            f"{status.get('observedGeneration')}, phase {status.get('phase')}\n"
-            f"conditions {conditions}\nchildren {children}\n"
-            f"crashes {self.crashes}; the controller's log:\n{self.proc.stderr[-4000:]}"
+            f"{status.get('observedGeneration')}, phase {status.get('phase')}, stream head "
+            f"{self.head(name)}\nconditions {conditions}\nchildren {children}\n"
+            f"crashes {self.crashes}; the controller's lines about {name}:\n"
+            + "\n".join(about)
+            + f"\nthe controller's log:\n{self.proc.stderr[-4000:]}"
         )
 
     def at_the_crash(self) -> None:
