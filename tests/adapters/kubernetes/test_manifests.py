@@ -414,8 +414,8 @@ def test_example_is_accepted(cluster: Any, path: str) -> None:
     # A strict client (client-side validation on) and the server's own checks; dry run, so
     # the shared cluster keeps no example ModuleConfig or class other tests would see.
     # Forced: what is asked is whether the server accepts the manifest, not who owns its
-    # fields. The module installs priority-classes.yaml itself (e2e's platform), and a
-    # 1.20 server then sees `globalDefault: false`, which it does not store, as a
+    # fields. The module installs priority-classes.yaml itself (e2e's platform), and the
+    # 1.20 server then reports kubectl's apply of the same `globalDefault: false` as a
     # conflict with the module's field manager.
     result = cluster.kubectl(
         "admin", "apply", "--server-side", "--force-conflicts", "--dry-run=server",
