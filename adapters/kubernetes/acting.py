@@ -58,6 +58,17 @@ _RESOURCES = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class _RenderInputs:
+    """All a render of the order's workload depends on: what `Converged` compares to tell
+    that a repair pass would find what the last one found (the order is its note's key)."""
+
+    command: effects.ApplyWorkload
+    settings: Settings
+    recipe: Recipe | None
+    token_uid: str | None
+
+
 @dataclass
 class Acted:
     """What carrying out a command left for the pass: an observation to record, and
@@ -132,29 +143,32 @@ class Actor:
 
     # -- the workload ------------------------------------------------------------------
 
-    def _render(self, order: OrderRef, command: effects.ApplyWorkload) -> list[dict[str, Any]]:
+    def _render_inputs(self, order: OrderRef, command: effects.ApplyWorkload) -> _RenderInputs:
         recipe = next((r for r in self._recipes() if r.name == command.plan.recipe), None)
-        if recipe is None:
+        token_uid = self._token_uid(order, command.auth_secret_name)
+        return _RenderInputs(command, self._settings(), recipe, token_uid)
+
+    def _render(self, order: OrderRef, inputs: _RenderInputs) -> list[dict[str, Any]]:
+        command = inputs.command
+        if inputs.recipe is None:
             raise RenderError(f"launch recipe {command.plan.recipe!r} is gone")
         docs = render_workload(
             order,
             command.plan,
-            recipe,
+            inputs.recipe,
             command.policy,
             command.model_ref,
-            settings=self._settings(),
+            settings=inputs.settings,
             facts=command.facts,
             auth_secret=command.auth_secret_name,
-            auth_secret_uid=self._token_uid(order, command.auth_secret_name),
+            auth_secret_uid=inputs.token_uid,
             hpa_api_version=self._hpa_api_version,
         )
         return [self._rewrite(doc) if self._rewrite else doc for doc in docs]
 
-    def _certificate(
-        self, order: OrderRef, command: effects.ApplyWorkload
-    ) -> dict[str, Any] | None:
-        """The copy of the CustomCertificate Secret the order's Ingress names, if any."""
-        name = certificate_source(order, command.policy, self._settings())
+    def _certificate(self, order: OrderRef, name: str | None) -> dict[str, Any] | None:
+        """The copy of the CustomCertificate Secret `name` (the one the order's Ingress
+        names, if any)."""
         if name is None:
             return None
         source = self._world.secrets.get_by_name(self._namespace, name)
@@ -170,11 +184,15 @@ class Actor:
     ) -> ob.Observation | None:
         live = self._live(order)
         inputs = self._render_inputs(order, command)
-        if command.repair and inputs is not None and self.converged.holds(order.uid, inputs, live):
+        source = certificate_source(order, command.policy, inputs.settings)
+        # An Ingress naming a CustomCertificate copies a Secret the inputs do not show:
+        # such a workload is never taken as converged from a note (converged.py).
+        noted = source is None
+        if command.repair and noted and self.converged.holds(order.uid, inputs, live):
             return None  # rendered from the same inputs, compared with the same parts: as before
         try:
-            docs = self._render(order, command)
-            certificate = self._certificate(order, command)
+            docs = self._render(order, inputs)
+            certificate = self._certificate(order, source)
         except certificates.CertificateSecretMissing as exc:
             reason = Reason.CERTIFICATE_SECRET_MISSING
             return ob.ApplyFailed(at=now, message=str(exc)[:500], reason=reason)
@@ -205,7 +223,7 @@ class Actor:
                 self._prune(order, stray)
         except errors.APIError as exc:
             return ob.ApplyFailed(at=now, message=str(exc)[:500])
-        if command.repair and inputs is not None and not changed and not strays:
+        if command.repair and noted and not changed and not strays:
             self.converged.found(order.uid, inputs, docs, live)
         if command.repair:
             repaired = [converging.key_of(d) for d in changed]
@@ -216,17 +234,6 @@ class Actor:
                 log.info("%s: repaired %s", order.key, repaired)
             return None
         return ob.ApplySucceeded(at=now, plan=command.plan)
-
-    def _render_inputs(self, order: OrderRef, command: effects.ApplyWorkload) -> object | None:
-        """All a render of the workload depends on, to tell that a repair pass would find
-        what the last one found (converged.py); None where the pass must look: an Ingress
-        naming a CustomCertificate copies a Secret the inputs do not show."""
-        settings = self._settings()
-        if certificate_source(order, command.policy, settings) is not None:
-            return None
-        recipe = next((r for r in self._recipes() if r.name == command.plan.recipe), None)
-        token_uid = self._token_uid(order, command.auth_secret_name)
-        return (command, settings, recipe, token_uid)  # the order's name and UID: its note's
 
     def _order_gone(self, order: OrderRef) -> bool:
         """A live read of the order before a child is created for it. The cache can be
