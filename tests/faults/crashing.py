@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import store
@@ -211,6 +212,16 @@ def snapshot(bed: Bed, mix: Mix, *, complete: bool = True, kinds: Sequence[str] 
     return State(orders)
 
 
+def _ours(stacks: str) -> str:
+    """A thread dump cut to the threads' heads and the project's own frames."""
+    keep = ("Thread ", "Current thread", "/adapters/", "/store/", "/fsm/")
+    return "\n".join(line for line in stacks.splitlines() if any(k in line for k in keep))
+
+
+def _wall() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
 def _settled(kind: str, obj: dict[str, Any] | None) -> bool:
     status = (obj or {}).get("status") or {}
     meta = (obj or {}).get("metadata") or {}
@@ -238,6 +249,7 @@ class Restarting:
     crashes: int
     restart_offset: int | None
     quiet_seconds = _SETTLE_QUIET
+    crashed_at: str | None = None  # the wall clock when the hook's kill was seen
 
     def until(self, check: Callable[[], Any], *, what: str, timeout: float = 180) -> Any:
         return eventually(
@@ -276,6 +288,7 @@ class Restarting:
             f"{self.proc.stderr[-3000:]}"
         )
         self.crashes += 1
+        self.crashed_at = _wall()
         time.sleep(0.5)  # a request another worker had in flight is answered and logged
         self.at_the_crash()
         self.restart_offset = self.bed.audit_offset()
@@ -298,6 +311,7 @@ class Run(Restarting):
     restart_offset: int | None = None  # the audit log's size when the restart began
     heads_at_crash: dict[str, int] = field(default_factory=dict)  # by order name
     start_offset: int = 0
+    moments: list[tuple[str, str]] = field(default_factory=list)  # (wall clock, what the test did)
 
     def __post_init__(self) -> None:
         self.start_offset = self.bed.audit_offset()
@@ -317,12 +331,14 @@ class Run(Restarting):
         for at, name, kind in schedule:
             self.until(lambda a=at: time.monotonic() - began >= a, what="the schedule")
             self.bed.create(name, spec_of(kind))
+            self._told(name, "created")
         unplanned = {mix.name("replan") for mix in self.mixes}
 
         def replanned() -> bool:
             for name in sorted(unplanned):
                 if ((self.bed.get(name) or {}).get("status") or {}).get("resolved"):
                     self.bed.patch_spec(name, {"model": REPLANNED_MODEL})
+                    self._told(name, "edited")
                     unplanned.discard(name)
             return not unplanned
 
@@ -339,6 +355,9 @@ class Run(Restarting):
                     raise AssertionError(f"{exc}\n{self._where(name)}") from None
         self.quiet()
         return {mix.prefix: snapshot(self.bed, mix) for mix in self.mixes}
+
+    def _told(self, name: str, what: str) -> None:
+        self.moments.append((_wall(), f"{name} {what}"))
 
     def _where(self, name: str) -> str:
         """Where an order that did not settle stands, for the failure message."""
@@ -358,9 +377,13 @@ class Run(Restarting):
             f"{name}: generation {meta.get('generation')}, observed "
             f"{status.get('observedGeneration')}, phase {status.get('phase')}, stream head "
             f"{self.head(name)}\nconditions {conditions}\nchildren {children}\n"
+            f"the test: {'; '.join(f'{at} {what}' for at, what in self.moments if name in what)}"
+            f"; the crash seen at {self.crashed_at}\n"
+            f"its stream: {self.events_of(name)}\n"
             f"crashes {self.crashes}; the controller's lines about {name}:\n"
             + "\n".join(about)
             + f"\nthe controller's log:\n{self.proc.stderr[-4000:]}"
+            + f"\nits threads (the project's frames):\n{_ours(self.proc.stacks())}"
         )
 
     def at_the_crash(self) -> None:
@@ -380,6 +403,17 @@ class Run(Restarting):
                     self.bed.delete(name)
 
     # -- what was written ------------------------------------------------------------------
+
+    def events_of(self, name: str) -> str:
+        """The order's stream as the log holds it: version, type, time, epoch."""
+        path = self.bed.store_url.removeprefix("sqlite:///")
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            rows = db.execute(
+                "SELECT e.version, e.type, e.recorded_at, e.leader_epoch FROM events e"
+                " JOIN streams s ON s.uid = e.stream_uid WHERE s.name = ? ORDER BY e.version",
+                (name,),
+            ).fetchall()
+        return "; ".join(f"{v} {t.rsplit('.', 1)[-1]} {at} e{epoch}" for v, t, at, epoch in rows)
 
     def head(self, name: str) -> int:
         """The version of the order's stream in the log (0: none yet)."""

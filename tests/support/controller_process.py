@@ -7,6 +7,7 @@ real command, as Kubernetes would, against a control plane of their own.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -73,6 +74,16 @@ class ControllerProcess:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self._errors.append(line)
+
+    def stacks(self, settle: float = 1.0) -> str:
+        """Where each of the running controller's threads is now (its SIGUSR1 dump): what
+        a failure message shows of a pass that never ended."""
+        if self.proc.poll() is not None:
+            return "(not running)"
+        before = len(self._errors)
+        self.proc.send_signal(signal.SIGUSR1)
+        time.sleep(settle)  # the dump arrives through the stderr reader
+        return "".join(self._errors[before:])
 
     def said_at(self, text: str) -> float | None:
         return next((t for t, line in self.lines if text in line), None)
