@@ -398,6 +398,7 @@ class Actor:
                 status,
                 current=current.get("status") or {},
                 uid=order.uid,
+                basis=current,
             )
         except (errors.APINotFoundError, errors.APIInvalidError):
             return False  # deleted, or recreated under the name: not this order's status

@@ -66,6 +66,21 @@ def status_differs(current: Mapping[str, Any] | None, desired: Mapping[str, Any]
     return bool(_normal(current or {}) != _normal(desired))
 
 
+def known_but_status(basis: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
+    """Whether `written` holds nothing `basis` did not, its status and the server's
+    bookkeeping of the write (resourceVersion, managedFields) apart."""
+    if set(basis) - {"status"} != set(written) - {"status"}:
+        return False
+    if any(basis[k] != written[k] for k in basis if k not in ("status", "metadata")):
+        return False
+    return _identity(basis) == _identity(written)
+
+
+def _identity(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    return {k: v for k, v in meta.items() if k not in ("resourceVersion", "managedFields")}
+
+
 def _digest(status: Any) -> bytes:
     """A fingerprint of a normalised status: what the writer remembers of the last one it
     wrote (the status itself, a few KB an order, was kept twice: here and in the cache)."""
@@ -241,12 +256,20 @@ class Writer:
         *,
         current: Mapping[str, Any] | None = None,
         uid: str | None = None,
+        basis: Mapping[str, Any] | None = None,
     ) -> Obj | None:
         """Write `status` if it changes anything; the updated object, or None if skipped.
 
         `current` is the status the caller's cached copy has; pass it whenever known (it
         also catches an object recreated under the same name). Raises APIConflictError
         when the object is no longer at `resource_version`.
+
+        `basis`: the object the caller decided from (its cached copy). The version the
+        write returns is noted as our echo (`is_status_echo`) only when it holds nothing
+        but the status that `basis` did not. A write that changes nothing on the server
+        returns the object as it stands, at its own version: with a cache behind it, that
+        version may be someone else's later change (a spec edit), whose event must wake
+        the order, not pass for our echo.
         """
         key = (resource.api_version + "/" + resource.plural, namespace or "", name)
         desired = _normal(status)
@@ -278,13 +301,15 @@ class Writer:
         meta = written.get("metadata") or {}
         with self._lock:
             _remember(self._statuses, key, _digest(_normal(written.get("status") or {})))
-            _remember(self._echoes, str(meta.get("uid")), str(meta.get("resourceVersion")))
+            if basis is not None and known_but_status(basis, written):
+                _remember(self._echoes, str(meta.get("uid")), str(meta.get("resourceVersion")))
         return written
 
     def is_status_echo(self, obj: Mapping[str, Any]) -> bool:
         """Is `obj` (a watch event's object) the very version our last status write of it
-        returned? Nothing in it is news to whoever wrote it; any other change to the
-        object since is a newer version, so it is never taken for one."""
+        returned, noted as holding nothing new but that status? Nothing in it is news to
+        whoever wrote it; any other change to the object since is a newer version, so it
+        is never taken for one."""
         meta = obj.get("metadata") or {}
         uid, rv = str(meta.get("uid")), meta.get("resourceVersion")
         with self._lock:

@@ -96,6 +96,8 @@ class FakeWriter:
         self.calls: Counter[tuple[str, str]] = Counter()  # (verb, kind)
         self.events: list[tuple[str, str]] = []  # (reason, message)
         self.writes = 0
+        # What each status write was decided from (`basis`): the order as cached.
+        self.status_bases: list[dict[str, Any] | None] = []
 
     def _count(self, verb: str, kind: str) -> None:
         self.calls[(verb, kind)] += 1
@@ -161,9 +163,11 @@ class FakeWriter:
         *,
         current: Mapping[str, Any] | None = None,
         uid: str | None = None,
+        basis: Mapping[str, Any] | None = None,
     ) -> Obj | None:
         if current is not None and dict(current) == dict(status):
             return None
+        self.status_bases.append(None if basis is None else copy.deepcopy(dict(basis)))
         live = self._find(resource.kind, namespace, name)
         if live is None:
             raise errors.APINotFoundError("not found", status=404)

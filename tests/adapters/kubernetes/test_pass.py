@@ -158,6 +158,18 @@ def test_a_pass_that_applied_the_workload_looks_again_at_once(bed: Bed) -> None:
     assert bed.events(uid, ev.WorkloadObserved)  # seen by the pass after it
 
 
+def test_each_status_write_names_the_order_it_was_decided_from(bed: Bed) -> None:
+    """The writer takes a status write's answer for its own echo only when that answer
+    holds nothing the pass's copy of the order did not (Writer.write_status): without
+    the copy no echo is known, and each status write wakes its order once more."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    assert len(bed.writer.status_bases) == 2
+    for basis in bed.writer.status_bases:
+        assert basis is not None and basis["metadata"]["uid"] == uid
+        assert basis["spec"] == order("llm")["spec"]
+
+
 def test_no_child_is_made_for_an_order_the_server_has_deleted(bed: Bed) -> None:
     """The cache still holds an order the API server no longer has (a watch reconnecting):
     a child made now would have a dangling owner that the garbage collector, not having

@@ -177,14 +177,42 @@ def test_the_version_a_status_write_returned_is_known_as_its_echo_once(
 ) -> None:
     obj = writer.apply(gadget(namespace, "echo", size=1))
     assert not writer.is_status_echo(obj)  # an apply is not a status write
-    written = writer.write_status(gadgets, namespace, "echo", {"phase": "Pending"})
+    written = writer.write_status(gadgets, namespace, "echo", {"phase": "Pending"}, basis=obj)
     assert written is not None
     stored = call(admin, "GET", gadgets.object_path(namespace, "echo"))
     assert writer.is_status_echo(stored)  # what the watch brings back is that version
     assert not writer.is_status_echo(stored)  # once: a second look is not an echo
-    writer.write_status(gadgets, namespace, "echo", {"phase": "Ready"})
+    writer.write_status(gadgets, namespace, "echo", {"phase": "Ready"}, basis=stored)
     moved = writer.apply(gadget(namespace, "echo", size=2))  # someone moved it on
     assert not writer.is_status_echo(moved)
+
+
+@pytest.mark.cluster
+def test_a_status_write_that_changed_nothing_takes_no_later_edit_for_its_echo(
+    admin, writer, namespace, gadgets
+) -> None:
+    """A pass whose cache is behind writes a status the server holds already; the server
+    changes nothing and answers with the object as it stands, at the version of the
+    user's edit since. That edit's event is news: taken for our echo, the edit was never
+    reconciled (the crash matrix's replan order stuck at its first generation)."""
+    seen = writer.apply(gadget(namespace, "behind", size=1))  # what the cache holds
+    first = writer.write_status(gadgets, namespace, "behind", {"phase": "Ready"}, basis=seen)
+    assert first is not None
+    edited = call(
+        admin,
+        "PATCH",
+        gadgets.object_path(namespace, "behind"),
+        body={"spec": {"size": 2}},
+        content_type="application/merge-patch+json",
+    )
+    # The cache still shows `seen`, without the status: the same status is written again.
+    again = writer.write_status(
+        gadgets, namespace, "behind", {"phase": "Ready"}, current={}, basis=seen
+    )
+    assert again is not None
+    version = edited["metadata"]["resourceVersion"]
+    assert again["metadata"]["resourceVersion"] == version  # the server wrote nothing
+    assert not writer.is_status_echo(edited)  # the edit still wakes its order
 
 
 @pytest.mark.cluster
