@@ -213,9 +213,19 @@ def snapshot(bed: Bed, mix: Mix, *, complete: bool = True, kinds: Sequence[str] 
 
 
 def _ours(stacks: str) -> str:
-    """A thread dump cut to the threads' heads and the project's own frames."""
-    keep = ("Thread ", "Current thread", "/adapters/", "/store/", "/fsm/")
-    return "\n".join(line for line in stacks.splitlines() if any(k in line for k in keep))
+    """A thread dump cut to the project's own frames, and to the threads with one outside
+    the informers (three dozen of them, each waiting on its watch or its watchdog)."""
+    threads: list[list[str]] = []
+    for line in stacks.splitlines():
+        if line.startswith(("Thread ", "Current thread")):
+            threads.append([line])
+        elif threads and any(part in line for part in ("/adapters/", "/store/", "/fsm/")):
+            threads[-1].append(line)
+    return "\n".join(
+        "\n".join(thread)
+        for thread in threads
+        if any("/kubernetes/watching.py" not in frame for frame in thread[1:])
+    )
 
 
 def _wall() -> str:
@@ -379,7 +389,7 @@ class Run(Restarting):
             f"{self.head(name)}\nconditions {conditions}\nchildren {children}\n"
             f"the test: {'; '.join(f'{at} {what}' for at, what in self.moments if name in what)}"
             f"; the crash seen at {self.crashed_at}\n"
-            f"its stream: {self.events_of(name)}\n"
+            f"its stream: {self.events_of(str(meta.get('uid')))}\n"
             f"crashes {self.crashes}; the controller's lines about {name}:\n"
             + "\n".join(about)
             + f"\nthe controller's log:\n{self.proc.stderr[-4000:]}"
@@ -404,14 +414,14 @@ class Run(Restarting):
 
     # -- what was written ------------------------------------------------------------------
 
-    def events_of(self, name: str) -> str:
+    def events_of(self, uid: str) -> str:
         """The order's stream as the log holds it: version, type, time, epoch."""
         path = self.bed.store_url.removeprefix("sqlite:///")
         with contextlib.closing(sqlite3.connect(path)) as db:
             rows = db.execute(
-                "SELECT e.version, e.type, e.recorded_at, e.leader_epoch FROM events e"
-                " JOIN streams s ON s.uid = e.stream_uid WHERE s.name = ? ORDER BY e.version",
-                (name,),
+                "SELECT version, type, recorded_at, leader_epoch FROM events"
+                " WHERE stream_uid = ? ORDER BY version",
+                (uid,),
             ).fetchall()
         return "; ".join(f"{v} {t.rsplit('.', 1)[-1]} {at} e{epoch}" for v, t, at, epoch in rows)
 
