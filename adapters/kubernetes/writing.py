@@ -66,9 +66,11 @@ def status_differs(current: Mapping[str, Any] | None, desired: Mapping[str, Any]
     return bool(_normal(current or {}) != _normal(desired))
 
 
-def known_but_status(basis: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
+def _known_but_status(basis: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
     """Whether `written` holds nothing `basis` did not, its status and the server's
-    bookkeeping of the write (resourceVersion, managedFields) apart."""
+    bookkeeping of the write (resourceVersion, managedFields) apart. (The informer's
+    `_same_but_version` compares two cached versions, both trimmed alike; here one side
+    is the server's raw answer, with the managedFields the cache drops.)"""
     if set(basis) - {"status"} != set(written) - {"status"}:
         return False
     if any(basis[k] != written[k] for k in basis if k not in ("status", "metadata")):
@@ -301,7 +303,7 @@ class Writer:
         meta = written.get("metadata") or {}
         with self._lock:
             _remember(self._statuses, key, _digest(_normal(written.get("status") or {})))
-            if basis is not None and known_but_status(basis, written):
+            if basis is not None and _known_but_status(basis, written):
                 _remember(self._echoes, str(meta.get("uid")), str(meta.get("resourceVersion")))
         return written
 
