@@ -85,3 +85,13 @@ def test_the_replay_read_every_event_of_the_run(result: dict[str, Any]) -> None:
     # Each order's stream holds several events (spec, plan, workload, probe, ...).
     assert replay["events"] >= 3 * ORDERS
     assert replay["one_history_events"] >= 3
+
+
+def test_the_bed_counts_every_process_it_runs(result: dict[str, Any]) -> None:
+    cpu = result["project"]["cpu_s"]
+    # The controller manager makes every ReplicaSet and pod: a bed without it is not all.
+    assert set(cpu) == {"controller", "simulator", "apiserver_etcd", "controller_manager", "bench"}
+    assert cpu["controller_manager"] > 0 and cpu["controller"] > 0
+    assert result["project"]["busy_cores"] == pytest.approx(
+        sum(cpu.values()) / result["project"]["wall_s"], abs=0.02
+    )
