@@ -13,8 +13,9 @@ What callers can rely on:
   slow, 429/5xx) and ModelMetadataInvalid (an answer that cannot be read);
 - one resolution never takes longer than `total_timeout`, one request than
   `request_timeout`; the library does no retries of its own on these calls;
-- answers are cached per (name, revision, token fingerprint) for `cache_ttl` (failures
-  that will not fix themselves for `failure_cache_ttl`; unreachable is never cached);
+- answers are cached per (endpoint, name, revision, token fingerprint) for `cache_ttl`
+  (failures that will not fix themselves for `failure_cache_ttl`; unreachable is never
+  cached), and callers asking the same while the hub is asked wait for that answer;
 - the token is sent only to the configured endpoint, never logged, never in a message
   or a cache key; huggingface_hub neither reads a token from the machine nor sends
   telemetry (set explicitly below, whatever the environment says).
@@ -59,7 +60,7 @@ from huggingface_hub.hf_api import ModelInfo
 from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
 
 from adapters.models import hub_facts
-from adapters.models.caching import TtlCache, token_fingerprint
+from adapters.models.caching import Flights, TtlCache, token_fingerprint
 from adapters.models.lookup import ModelFound, ModelLookup, ModelUnavailable
 from fsm.reasons import Reason
 from fsm.values import ModelFacts, ModelFormat, ModelSource
@@ -137,6 +138,9 @@ class HubSettings:
             raise ValueError("hub timeouts must be positive")
 
 
+_Key = tuple[str, str, str, str]  # endpoint, name, revision, token fingerprint
+
+
 class _Failed(Exception):
     def __init__(self, reason: Reason, message: str) -> None:
         super().__init__(reason, message)
@@ -153,7 +157,10 @@ class HubResolver:
         self._api = HfApi(
             endpoint=settings.endpoint, token=False, library_name=_LIBRARY, library_version=_VERSION
         )
-        self._cache: TtlCache[tuple[str, str, str], ModelLookup] = TtlCache(clock)
+        # By endpoint, name, revision and token fingerprint: an answer of a hub the
+        # settings left, cached after they changed, never answers for the new one.
+        self._cache: TtlCache[_Key, ModelLookup] = TtlCache(clock)
+        self._flights: Flights[_Key, ModelLookup] = Flights()
 
     def resolve(
         self, name: str, *, token: str | None = None, revision: str = "main"
@@ -173,10 +180,20 @@ class HubResolver:
                 f"The token given for {name!r} holds {problem}, so it cannot be sent in an "
                 "HTTP header; nothing was sent to the hub.",
             )
-        key = (name, revision, token_fingerprint(token))
+        key = self._key(name, revision, token)
         cached = self._cache.get(key)
         if cached is not None:
             log.debug("hub answer for %s@%s served from cache", name, revision)
+            return cached
+        # Orders naming one model ask together (a controller's start): one asks the hub.
+        return self._flights.share(key, lambda: self._ask(key, name, revision, token))
+
+    def _key(self, name: str, revision: str, token: str | None) -> _Key:
+        return (self.settings.endpoint, name, revision, token_fingerprint(token))
+
+    def _ask(self, key: _Key, name: str, revision: str, token: str | None) -> ModelLookup:
+        cached = self._cache.get(key)  # answered by a call that ended since we looked
+        if cached is not None:
             return cached
         resolution = _Resolution(self, name, revision, token)
         result: ModelLookup
@@ -202,7 +219,7 @@ class HubResolver:
         token = (token or "").strip() or None
         if not is_repo_id(name) or (token and token_problem(token)):
             return self.resolve(name, token=token, revision=revision)  # without HTTP
-        return self._cache.get((name, revision, token_fingerprint(token)))
+        return self._cache.get(self._key(name, revision, token))
 
     def clear_cache(self) -> None:
         self._cache.clear()

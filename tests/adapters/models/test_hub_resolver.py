@@ -6,7 +6,10 @@ import dataclasses
 import json
 import logging
 import socket
+import threading
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -291,6 +294,54 @@ def test_an_unreachable_hub_is_never_cached(hub: StandInHub, clock: Any) -> None
     )
     hub.delay = 1.0
     assert unavailable(resolver.resolve(PUBLIC)).transient
+    hub.delay = 0.0
+    assert isinstance(resolver.resolve(PUBLIC), ModelFound)
+
+
+def _together(resolver: HubResolver, asks: Sequence[tuple[str, str | None]]) -> list[Any]:
+    """Resolve every (name, token) on a thread of its own, all released at once."""
+    start = threading.Barrier(len(asks))
+
+    def ask(name: str, token: str | None) -> Any:
+        start.wait(timeout=10)
+        return resolver.resolve(name, token=token)
+
+    with ThreadPoolExecutor(len(asks)) as pool:
+        return list(pool.map(lambda a: ask(*a), asks))
+
+
+def test_orders_asking_at_once_share_one_resolution(hub: StandInHub, clock: Any) -> None:
+    cached_resolver(hub, clock).resolve(PUBLIC)
+    one = len(hub.requests)  # what one resolution asks of the hub
+    hub.clear_requests()
+    # Slow enough that all six ask while the first is still at the hub: each of them
+    # found the cache empty, and each asked the hub, before answers were shared.
+    hub.delay = 0.5
+    answers = _together(cached_resolver(hub, clock), [(PUBLIC, None)] * 6)
+    assert all(found(a) == found(answers[0]) for a in answers)
+    assert len(hub.requests) == one
+
+
+def test_only_the_same_question_is_shared(
+    hub: StandInHub, clock: Any, tokens: dict[str, str]
+) -> None:
+    hub.delay = 0.3
+    resolver = cached_resolver(hub, clock)
+    asks = [(GATED, tokens["alice"]), (GATED, tokens["bob"])] * 2
+    answers = _together(resolver, asks)
+    # bob never gets alice's answer, asked for at the same moment
+    assert [isinstance(a, ModelFound) for a in answers] == [True, False, True, False]
+    assert unavailable(answers[1]).reason is Reason.MODEL_ACCESS_DENIED
+
+
+def test_a_shared_unreachable_answer_is_asked_again_next_time(hub: StandInHub, clock: Any) -> None:
+    resolver = HubResolver(
+        HubSettings(endpoint=hub.url, request_timeout=0.3, total_timeout=1), clock=clock
+    )
+    hub.delay = 1.0
+    answers = _together(resolver, [(PUBLIC, None)] * 4)
+    assert all(unavailable(a).transient for a in answers)
+    assert len(hub.requests) == 1  # one attempt, timed out, told to all four
     hub.delay = 0.0
     assert isinstance(resolver.resolve(PUBLIC), ModelFound)
 
