@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fsm.placement import demand
+from fsm.placement import capacity, demand
 from fsm.placement.capacity import Snapshot
 from fsm.values import Plan
 from tests.support import reference_demand, strategies
@@ -113,3 +113,22 @@ def test_a_demand_that_found_no_place_leaves_its_first_replicas_room_to_the_next
     assert after == reference_demand.with_demand(snap, [both, one])
     held = {a.holder: a.devices for a in after.allocations if a.holder in ("a", "b")}
     assert held["b"] == ("gpu.nvidia.com/node-a/gpu-0",)
+
+
+# Below every priority a claim can have: the weighing then finds nothing to reclaim, and
+# chooses among free devices alone, as a demand's search does.
+_RECLAIMS_NOTHING = -(2**63)
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(), st.integers(1, 3), st.sampled_from([100, 50, 25]))
+def test_a_search_with_nothing_to_reclaim_takes_what_the_weighing_takes(
+    cluster: tuple[Snapshot, list[demand.Demand]], count: int, share: int
+) -> None:
+    snap, _ = cluster
+    usage = capacity.usage_of(snap)
+    for _node, on_node in capacity._by_node(snap.devices):
+        weighed = capacity._take(
+            usage, on_node, count, share, priority=_RECLAIMS_NOTHING, own_uid=None
+        )
+        assert capacity._take_free(usage, on_node, count, share) == weighed
