@@ -141,10 +141,18 @@ def writes_between(before: Requests, after: Requests, *, accepted: bool = True) 
     """Write requests made in between, as {"resource[/sub] VERB": count}: those the
     server accepted (2xx), or with `accepted=False` those it refused (a 409 AlreadyExists
     or Conflict is a request made for nothing)."""
+    return requests_between(before, after, verbs=WRITE_VERBS, accepted=accepted)
+
+
+def requests_between(
+    before: Requests, after: Requests, *, verbs: frozenset[str], accepted: bool | None
+) -> dict[str, int]:
+    """Requests of `verbs` made in between, by "resource[/sub] VERB": answered 2xx, or not
+    (`accepted=False`), or either (None)."""
     out: dict[str, int] = {}
     for (resource, sub, verb, ok), count in after.items():
         delta = count - before.get((resource, sub, verb, ok), 0)
-        if ok == accepted and verb in WRITE_VERBS and delta > 0:
+        if (accepted is None or ok == accepted) and verb in verbs and delta > 0:
             name = f"{resource}/{sub} {verb}" if sub else f"{resource} {verb}"
             out[name] = out.get(name, 0) + delta
     return dict(sorted(out.items()))
@@ -581,6 +589,9 @@ class Benchmark:
             "p50_s": round(percentile(to_ready, 0.5), 2),
             "p95_s": round(percentile(to_ready, 0.95), 2),
             "writes_per_order": per_order(writes_between(before, after), n),
+            "gets_per_order": per_order(
+                requests_between(before, after, verbs=frozenset({"GET"}), accepted=None), n
+            ),
             "cpu_s": {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1},
             "busy_cores": busy_cores(cpu0, cpu1, wall),
             "children": sorted(c["kind"] for c in children),
@@ -639,6 +650,11 @@ class Benchmark:
             "p95_s": round(percentile(to_ready, 0.95), 2),
             "writes_per_order": per_order(writes, n),
             "refused_writes_per_order": per_order(writes_between(before, after, accepted=False), n),
+            # Reads of one object by name (LISTs and WATCHes apart), found or not: what the
+            # controller's cache did not spare it (the simulator's are in the floor's too).
+            "gets_per_order": per_order(
+                requests_between(before, after, verbs=frozenset({"GET"}), accepted=None), n
+            ),
             "status_writes_per_order": round(status_writes / n, 2),
             # Each capacity event wakes only the orders it can affect: O(1) passes an order.
             "passes_per_order": round(passes / n, 2),

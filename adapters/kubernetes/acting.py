@@ -132,9 +132,15 @@ class Actor:
 
     def _token(self, order: OrderRef, now: datetime) -> ob.AuthSecretSeen:
         name = auth_secret_name(order.name)
-        live = self._token_secret(order, name)
-        if live is None or not tokens.owned_by(live, order):
-            name = tokens.ensure_auth_secret(self._writer, order)
+        cached = self._world.token_secrets.get_by_name(order.namespace, name, copy_=False)
+        if cached is None or not tokens.owned_by(cached, order):
+            # Created without a live read first: for a new order that read was a 404 each
+            # time. One that exists (the cache behind) answers the create with a conflict,
+            # and `ensure_auth_secret` reads it then. Waited for in the cache, as every
+            # child is: the render that follows reads its uid there, not from the server.
+            secret = tokens.ensure_auth_secret(self._writer, order)
+            self._read_own_write(secret)
+            name = str(secret["metadata"]["name"])
         return ob.AuthSecretSeen(at=now, name=name)
 
     def _token_uid(self, order: OrderRef, name: str | None) -> str | None:

@@ -30,6 +30,7 @@ from adapters.kubernetes.rendering import (
     labels,
     owner_reference,
 )
+from adapters.kubernetes.watching import Obj
 from adapters.kubernetes.writing import Writer
 
 __all__ = [
@@ -75,8 +76,10 @@ def _api_error(action: str, name: str, err: errors.APIError) -> TokenError:
     return TokenError(f"{action} Secret {name}: HTTP {err.status} {type(err).__name__}", err.status)
 
 
-def ensure_auth_secret(writer: Writer, order: OrderRef) -> str:
-    """The name of the order's token Secret, created now if it did not exist."""
+def ensure_auth_secret(writer: Writer, order: OrderRef) -> Obj:
+    """The order's token Secret, created now if it did not exist (as the server answered
+    the create or the read: its uid and resourceVersion let the caller wait for its
+    cache to hold it)."""
     name = auth_secret_name(order)
     body = {
         "apiVersion": "v1",
@@ -92,8 +95,7 @@ def ensure_auth_secret(writer: Writer, order: OrderRef) -> str:
         "data": {AUTH_SECRET_KEY: base64.b64encode(new_token().encode()).decode()},
     }
     try:
-        writer.create(body)
-        return name
+        return writer.create(body)
     except errors.APIConflictError:
         pass
     except errors.APIError as err:
@@ -112,7 +114,7 @@ def ensure_auth_secret(writer: Writer, order: OrderRef) -> str:
         )
     if AUTH_SECRET_KEY not in (existing.get("data") or {}):
         raise TokenError(f"Secret {order.namespace}/{name} has no key {AUTH_SECRET_KEY!r}")
-    return name
+    return existing
 
 
 def delete_auth_secret_if_unneeded(writer: Writer, order: OrderRef, *, needed: bool) -> bool:

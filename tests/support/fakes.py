@@ -96,6 +96,7 @@ class FakeWriter:
         self.calls: Counter[tuple[str, str]] = Counter()  # (verb, kind)
         self.events: list[tuple[str, str]] = []  # (reason, message)
         self.writes = 0
+        self.reads: Counter[str] = Counter()  # live GETs, by kind: what the cache did not spare
         # What each status write was decided from (`basis`): the order as cached.
         self.status_bases: list[dict[str, Any] | None] = []
 
@@ -134,6 +135,7 @@ class FakeWriter:
         return put(self.cache, obj)
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
+        self.reads[resource.kind] += 1
         return self._find(resource.kind, namespace, name)
 
     def patch(

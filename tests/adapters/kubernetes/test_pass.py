@@ -136,6 +136,9 @@ def test_a_new_order_gets_each_child_once_and_a_quiet_pass_writes_nothing(bed: B
         CHILDREN, 1
     )
     assert bed.writer.calls[("create", "Secret")] == 1
+    # One live read: the order itself, before its children are made. Its token Secret is
+    # created without a read first (a 404 each new order paid); a conflict reads it.
+    assert bed.writer.reads == {"InferenceService": 1}
     # Two statuses: the plan applied, then the Deployment seen rolling out.
     assert bed.writer.calls[("status", "InferenceService")] == 2
     before = bed.writer.writes

@@ -69,7 +69,7 @@ def token_of(core: client.CoreV1Api, order: OrderRef) -> str:
 def test_the_secret_is_made_with_a_strong_token_owned_by_the_order(
     writer: writing.Writer, core: client.CoreV1Api, order: OrderRef
 ) -> None:
-    assert tokens.ensure_auth_secret(writer, order) == f"{order.name}-auth"
+    assert tokens.ensure_auth_secret(writer, order)["metadata"]["name"] == f"{order.name}-auth"
     secret = core.read_namespaced_secret(f"{order.name}-auth", order.namespace)
     assert secret.type == "Opaque"
     assert secret.immutable is True
@@ -94,7 +94,7 @@ def test_ensuring_again_keeps_the_token(
     tokens.ensure_auth_secret(writer, order)
     first = core.read_namespaced_secret(f"{order.name}-auth", order.namespace)
     for _ in range(3):  # a re-apply, a restart, a second leader
-        assert tokens.ensure_auth_secret(writer, order) == f"{order.name}-auth"
+        assert tokens.ensure_auth_secret(writer, order)["metadata"]["name"] == f"{order.name}-auth"
     again = core.read_namespaced_secret(f"{order.name}-auth", order.namespace)
     assert again.data == first.data
     assert again.metadata.resource_version == first.metadata.resource_version
