@@ -144,6 +144,12 @@ def writes_between(before: Requests, after: Requests, *, accepted: bool = True) 
     return requests_between(before, after, verbs=WRITE_VERBS, accepted=accepted)
 
 
+def gets_between(before: Requests, after: Requests) -> dict[str, int]:
+    """Reads of one object by name made in between (LISTs and WATCHes apart), found or
+    not, as {"resource[/sub] GET": count}."""
+    return requests_between(before, after, verbs=frozenset({"GET"}), accepted=None)
+
+
 def requests_between(
     before: Requests, after: Requests, *, verbs: frozenset[str], accepted: bool | None
 ) -> dict[str, int]:
@@ -589,9 +595,7 @@ class Benchmark:
             "p50_s": round(percentile(to_ready, 0.5), 2),
             "p95_s": round(percentile(to_ready, 0.95), 2),
             "writes_per_order": per_order(writes_between(before, after), n),
-            "gets_per_order": per_order(
-                requests_between(before, after, verbs=frozenset({"GET"}), accepted=None), n
-            ),
+            "gets_per_order": per_order(gets_between(before, after), n),
             "cpu_s": {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1},
             "busy_cores": busy_cores(cpu0, cpu1, wall),
             "children": sorted(c["kind"] for c in children),
@@ -650,11 +654,9 @@ class Benchmark:
             "p95_s": round(percentile(to_ready, 0.95), 2),
             "writes_per_order": per_order(writes, n),
             "refused_writes_per_order": per_order(writes_between(before, after, accepted=False), n),
-            # Reads of one object by name (LISTs and WATCHes apart), found or not: what the
-            # controller's cache did not spare it (the simulator's are in the floor's too).
-            "gets_per_order": per_order(
-                requests_between(before, after, verbs=frozenset({"GET"}), accepted=None), n
-            ),
+            # What the controller's cache did not spare it (the simulator's reads are in
+            # the floor's too).
+            "gets_per_order": per_order(gets_between(before, after), n),
             "status_writes_per_order": round(status_writes / n, 2),
             # Each capacity event wakes only the orders it can affect: O(1) passes an order.
             "passes_per_order": round(passes / n, 2),
