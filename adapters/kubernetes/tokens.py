@@ -9,7 +9,11 @@ either; rotation is deliberate: delete the Secret and the controller makes a new
 (the pods roll to it: rendering.AUTH_SECRET_UID_ANNOTATION).
 
 The token is 32 random bytes (256 bits) from `secrets`, url-safe. It is never logged,
-never returned, never put in an event or an error message: this module returns names.
+never put in an event or an error message. `ensure_auth_secret` returns the Secret only so
+that the Actor can wait for its cache to hold that version (uid and resourceVersion).
+
+When the class stops requiring a token, the Secret is pruned like every owned object the
+plan no longer calls for (`Actor._workload`, SPEC §3), not here.
 
 A Secret of that name that the order does not own (a user's, or a previous order's of the
 same name that the garbage collector has not removed yet) is never adopted nor deleted:
@@ -37,7 +41,6 @@ __all__ = [
     "TOKEN_BYTES",
     "AuthSecretConflict",
     "TokenError",
-    "delete_auth_secret_if_unneeded",
     "ensure_auth_secret",
     "new_token",
     "owned_by",
@@ -115,25 +118,3 @@ def ensure_auth_secret(writer: Writer, order: OrderRef) -> Obj:
     if AUTH_SECRET_KEY not in (existing.get("data") or {}):
         raise TokenError(f"Secret {order.namespace}/{name} has no key {AUTH_SECRET_KEY!r}")
     return existing
-
-
-def delete_auth_secret_if_unneeded(writer: Writer, order: OrderRef, *, needed: bool) -> bool:
-    """Delete the order's own token Secret when its class no longer requires a token.
-
-    Returns whether a Secret was deleted. A Secret the order does not own is left alone;
-    the uid precondition keeps a Secret re-created in between from being deleted.
-    """
-    if needed:
-        return False
-    name = auth_secret_name(order)
-    try:
-        existing = writer.get(kinds.SECRETS, order.namespace, name)
-    except errors.APIError as err:
-        raise _api_error("reading", name, err) from None
-    if existing is None or not owned_by(existing, order):
-        return False
-    uid = str(existing["metadata"]["uid"])
-    try:
-        return writer.delete(kinds.SECRETS, order.namespace, name, uid)
-    except errors.APIError as err:
-        raise _api_error("deleting", name, err) from None

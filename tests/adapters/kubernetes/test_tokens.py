@@ -154,22 +154,8 @@ def test_a_secret_the_order_does_not_own_is_neither_adopted_nor_changed(
     with pytest.raises(tokens.AuthSecretConflict) as conflict:
         tokens.ensure_auth_secret(writer, order)
     assert "users-own-value" not in str(conflict.value)
-    assert not tokens.delete_auth_secret_if_unneeded(writer, order, needed=False)
     after = core.read_namespaced_secret(f"{order.name}-auth", order.namespace)
     assert after.metadata.resource_version == before.metadata.resource_version
-
-
-def test_the_secret_goes_when_the_class_stops_requiring_a_token(
-    writer: writing.Writer, core: client.CoreV1Api, order: OrderRef
-) -> None:
-    tokens.ensure_auth_secret(writer, order)
-    assert not tokens.delete_auth_secret_if_unneeded(writer, order, needed=True)
-    token_of(core, order)  # still there
-    assert tokens.delete_auth_secret_if_unneeded(writer, order, needed=False)
-    with pytest.raises(ApiException) as gone:
-        core.read_namespaced_secret(f"{order.name}-auth", order.namespace)
-    assert gone.value.status == 404
-    assert not tokens.delete_auth_secret_if_unneeded(writer, order, needed=False)
 
 
 def test_rotation_is_deliberate_deleting_makes_a_new_token(
