@@ -157,28 +157,34 @@ class Reconciler:
         if model is not None:
             p.transient = model.outcome.reason is Reason.MODEL_SOURCE_UNREACHABLE
             self._record(p, model)
-        free = self.planning.free_units
-        self._record(p, self._observer.capacity(p.state, now, free))
-        self._record(
-            p,
-            self._observer.workload(
-                p.order, p.state, now, grace_seconds=self.allocation_grace_seconds, free_units=free
-            ),
-        )
-        self._record(p, self._observer.endpoint(p.order, p.state, now))
+        self._record(p, self._observer.capacity(p.state, now, self.planning.free_units))
+        self._observe_serving(p)
         self._arbitrate(p)  # priority and growth: takes on both streams, then scaled
         # Act: the core's commands until the state stops moving.
         before_acting = p.state.version
         self._act(p)
         if p.state.version != before_acting:
             # What acting recorded (a plan applied, a token issued) changes what this
-            # pass observed before it (a workload is observed only under a plan in
-            # force): look again at once. The event that would wake the order may never
-            # come: an apply that changed nothing live (the restart after a crash between
-            # the apply and its record) makes none, and our status write's echo wakes
-            # nothing (Writer.is_status_echo).
+            # pass observed and ruled before it (the workload and the endpoint are seen
+            # again in `_act`; the arbiter rules on a plan now in force): look again at
+            # once. The event that would wake the order may never come: an apply that
+            # changed nothing live (the restart after a crash between the apply and its
+            # record) makes none, and our status write's echo wakes nothing
+            # (Writer.is_status_echo).
             p.requeue.append(0.0)
         return self._outcome(p)
+
+    def _observe_serving(self, p: _Pass) -> None:
+        """The workload and the endpoint: observed only under a plan in force."""
+        workload = self._observer.workload(
+            p.order,
+            p.state,
+            p.now,
+            grace_seconds=self.allocation_grace_seconds,
+            free_units=self.planning.free_units,
+        )
+        self._record(p, workload)
+        self._record(p, self._observer.endpoint(p.order, p.state, p.now))
 
     def _arbitrate(self, p: _Pass) -> None:
         ruling = self._arbiter.ruling(p.order, p.state, p.now)
@@ -210,7 +216,15 @@ class Reconciler:
             self.actor.scale(victim.order, take.replicas, take.record, take.resource_version)
 
     def _act(self, p: _Pass) -> None:
+        served = p.state.plan_in_force
         for _ in range(_MAX_ROUNDS):
+            if p.state.plan_in_force != served:
+                # A plan just came in force (its workload applied): its Deployment is in
+                # the cache (Actor._read_own_write) and its endpoint is known, so the
+                # status this pass publishes says so, rather than a status without them
+                # and a second write from the next pass.
+                served = p.state.plan_in_force
+                self._observe_serving(p)
             commands = self._commands(p)
             if not any(self._carry_out(p, command) for command in commands):
                 if not any(isinstance(c, effects.ScheduleProbe) for c in commands):
