@@ -15,7 +15,10 @@ The controller's loop reads from informers (watching.py) and writes only through
   stale body. The status replaces the old one whole (a merge patch could not
   drop a field). Nothing is sent when the status equals what is there (`current`) or,
   failing that, what this writer last wrote: a level-triggered loop otherwise rewrites
-  the same status on every pass.
+  the same status on every pass. Nor when the cache is still at the version this
+  writer's last write was decided from and the status is the one written: the write's
+  echo is on its way, and sending it again costs the API server a full write that
+  changes nothing.
 - `create`, `get`, `patch` (merge, with the resourceVersion the caller read) and
   `delete` (with a UID precondition, so a namesake made in between is never deleted):
   the token Secret, priority scale-downs and pruning go through these.
@@ -94,6 +97,19 @@ def _time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@dataclass(frozen=True)
+class _Written:
+    """What the writer remembers of its last status write of an object."""
+
+    digest: bytes  # of the status the server answered with
+    basis: str | None  # the resourceVersion of the cached object it was decided from
+
+
+def _version(obj: Mapping[str, Any] | None) -> str | None:
+    rv = ((obj or {}).get("metadata") or {}).get("resourceVersion")
+    return None if rv is None else str(rv)
+
+
 @dataclass
 class _Recorded:
     namespace: str
@@ -130,7 +146,7 @@ class Writer:
         self.instance = instance or socket.gethostname()
         self._lock = threading.Lock()
         self._kinds: dict[str, dict[str, Resource]] = {}
-        self._statuses: OrderedDict[tuple[str, str, str], bytes] = OrderedDict()
+        self._statuses: OrderedDict[tuple[str, str, str], _Written] = OrderedDict()
         self._events: OrderedDict[tuple[str, str, str, str], _Recorded] = OrderedDict()
         # The resourceVersion each status write of ours returned, by object UID: the
         # watch event that brings exactly that version back is our own echo.
@@ -271,16 +287,22 @@ class Writer:
         but the status that `basis` did not. A write that changes nothing on the server
         returns the object as it stands, at its own version: with a cache behind it, that
         version may be someone else's later change (a spec edit), whose event must wake
-        the order, not pass for our echo.
+        the order, not pass for our echo. A `basis` still at the version the last write
+        was decided from is a cache behind that write: `desired` equal to what it wrote
+        is not sent again (any later change by someone else comes as a newer version,
+        compared with `current` then).
         """
         key = (resource.api_version + "/" + resource.plural, namespace or "", name)
         desired = _normal(status)
         with self._lock:
             last = self._statuses.get(key)
-        if current is not None:
-            unchanged = not status_differs(current, desired)
+        if current is None:
+            unchanged = last is not None and last.digest == _digest(desired)
+        elif not status_differs(current, desired):
+            unchanged = True
         else:
-            unchanged = last is not None and last == _digest(desired)
+            behind = last is not None and last.basis is not None and last.basis == _version(basis)
+            unchanged = behind and last is not None and last.digest == _digest(desired)
         if unchanged:
             return None
         patch: list[dict[str, Any]] = []
@@ -302,7 +324,8 @@ class Writer:
         self._wrote("status")
         meta = written.get("metadata") or {}
         with self._lock:
-            _remember(self._statuses, key, _digest(_normal(written.get("status") or {})))
+            digest = _digest(_normal(written.get("status") or {}))
+            _remember(self._statuses, key, _Written(digest, _version(basis)))
             if basis is not None and _known_but_status(basis, written):
                 _remember(self._echoes, str(meta.get("uid")), str(meta.get("resourceVersion")))
         return written

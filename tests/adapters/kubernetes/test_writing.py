@@ -191,10 +191,11 @@ def test_the_version_a_status_write_returned_is_known_as_its_echo_once(
 def test_a_status_write_that_changed_nothing_takes_no_later_edit_for_its_echo(
     admin, writer, namespace, gadgets
 ) -> None:
-    """A pass whose cache is behind writes a status the server holds already; the server
-    changes nothing and answers with the object as it stands, at the version of the
-    user's edit since. That edit's event is news: taken for our echo, the edit was never
-    reconciled (the crash matrix's replan order stuck at its first generation)."""
+    """A pass whose cache is behind writes a status the server holds already (a writer
+    that does not remember writing it: another process's, or one restarted since); the
+    server changes nothing and answers with the object as it stands, at the version of
+    the user's edit since. That edit's event is news: taken for our echo, the edit was
+    never reconciled (the crash matrix's replan order stuck at its first generation)."""
     seen = writer.apply(gadget(namespace, "behind", size=1))  # what the cache holds
     first = writer.write_status(gadgets, namespace, "behind", {"phase": "Ready"}, basis=seen)
     assert first is not None
@@ -206,13 +207,56 @@ def test_a_status_write_that_changed_nothing_takes_no_later_edit_for_its_echo(
         content_type="application/merge-patch+json",
     )
     # The cache still shows `seen`, without the status: the same status is written again.
-    again = writer.write_status(
+    restarted = writing.Writer(admin)
+    again = restarted.write_status(
         gadgets, namespace, "behind", {"phase": "Ready"}, current={}, basis=seen
     )
     assert again is not None
     version = edited["metadata"]["resourceVersion"]
     assert again["metadata"]["resourceVersion"] == version  # the server wrote nothing
-    assert not writer.is_status_echo(edited)  # the edit still wakes its order
+    assert not restarted.is_status_echo(edited)  # the edit still wakes its order
+    assert not writer.is_status_echo(edited)
+
+
+@pytest.mark.cluster
+def test_a_cache_behind_our_own_status_write_sends_it_no_second_time(
+    admin, writer, namespace, gadgets
+) -> None:
+    """The next pass can run before the write's echo reaches the cache: it decides from
+    the same version as the write did and renders the same status, which the server
+    holds already. Sent again, it cost a full status write that changed nothing
+    (0.38 an order in a 100-order rollout)."""
+    seen = writer.apply(gadget(namespace, "echoing", size=1))  # what the cache holds
+    first = writer.write_status(gadgets, namespace, "echoing", {"phase": "Ready"}, basis=seen)
+    assert first is not None
+    writes = writer.writes
+    again = writer.write_status(
+        gadgets, namespace, "echoing", {"phase": "Ready"}, current={}, basis=seen
+    )
+    assert again is None and writer.writes == writes
+    # Something new to say is said, cache behind or not.
+    newer = writer.write_status(
+        gadgets, namespace, "echoing", {"phase": "Degraded"}, current={}, basis=seen
+    )
+    assert newer is not None and newer["status"] == {"phase": "Degraded"}
+    # Someone else's status since: the cache moves past the version the write was
+    # decided from, and the status is compared with what is there (repaired).
+    theirs = call(
+        admin,
+        "PATCH",
+        gadgets.object_path(namespace, "echoing", "status"),
+        body={"status": {"phase": "Tampered"}},
+        content_type="application/merge-patch+json",
+    )
+    repaired = writer.write_status(
+        gadgets,
+        namespace,
+        "echoing",
+        {"phase": "Degraded"},
+        current=theirs["status"],
+        basis=theirs,
+    )
+    assert repaired is not None and repaired["status"] == {"phase": "Degraded"}
 
 
 @pytest.mark.cluster
