@@ -595,6 +595,7 @@ class Benchmark:
             "p50_s": round(percentile(to_ready, 0.5), 2),
             "p95_s": round(percentile(to_ready, 0.95), 2),
             "writes_per_order": per_order(writes_between(before, after), n),
+            "refused_writes_per_order": per_order(writes_between(before, after, accepted=False), n),
             "gets_per_order": per_order(gets_between(before, after), n),
             "cpu_s": {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1},
             "busy_cores": busy_cores(cpu0, cpu1, wall),
