@@ -115,6 +115,7 @@ class Reason(StrEnum):
     PODS_UNSCHEDULABLE = "PodsUnschedulable"
     WORKLOAD_APPLY_FAILED = "WorkloadApplyFailed"
     CERTIFICATE_SECRET_MISSING = "CertificateSecretMissing"
+    AUTH_SECRET_CONFLICT = "AuthSecretConflict"
     PREEMPTED_BY_PRIORITY = "PreemptedByPriority"
     # Ready
     ENDPOINT_SERVING = "EndpointServing"
@@ -351,6 +352,16 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         "https mode CustomCertificate names a Secret that does not exist in the controller's "
         "namespace, so no copy can be made for the order's Ingress; nothing is applied until "
         "it exists (what runs keeps running).",
+    ),
+    Reason.AUTH_SECRET_CONFLICT: ReasonInfo(
+        _C.WORKLOAD_READY,
+        _F,
+        Who.USER,
+        "The class requires a token, and a Secret of the token's name (`{order}-auth`) "
+        "exists in the order's namespace that the order does not own: a user's, or a "
+        "deleted order's of the same name that the garbage collector has not removed yet. "
+        "It is never adopted, changed or deleted; nothing is applied until it is gone "
+        "(looked at again every 30 s).",
     ),
     Reason.ENDPOINT_SERVING: ReasonInfo(
         _C.READY, _T, Who.NOBODY, "The inference API answered the probe."

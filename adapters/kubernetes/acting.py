@@ -45,9 +45,13 @@ from fsm.reasons import ROLLOUT_STEPS, ConditionStatus, Reason
 from fsm.state import OrderState
 from fsm.values import Authentication
 
-__all__ = ["Acted", "Actor"]
+__all__ = ["AUTH_SECRET_CONFLICT_RECHECK", "Acted", "Actor"]
 
 log = logging.getLogger(__name__)
+
+# Seconds until an order whose token's name is taken by a Secret not its own looks again
+# (fsm/reasons.py says 30 s to the user).
+AUTH_SECRET_CONFLICT_RECHECK = 30.0
 
 _RESOURCES = {
     "ResourceClaimTemplate": kinds.RESOURCE_CLAIM_TEMPLATES,
@@ -111,7 +115,7 @@ class Actor:
     ) -> Acted:
         match command:
             case effects.EnsureAuthSecret():
-                return Acted(self._token(order, now))
+                return self._token(order, now)
             case effects.ApplyWorkload():
                 return Acted(self._workload(order, state, command, now))
             case effects.ScheduleProbe():
@@ -130,7 +134,7 @@ class Actor:
         live = self._world.token_secrets.get_by_name(order.namespace, name, copy_=False)
         return live if live is not None else self._writer.get(kinds.SECRETS, order.namespace, name)
 
-    def _token(self, order: OrderRef, now: datetime) -> ob.AuthSecretSeen:
+    def _token(self, order: OrderRef, now: datetime) -> Acted:
         name = auth_secret_name(order.name)
         cached = self._world.token_secrets.get_by_name(order.namespace, name, copy_=False)
         if cached is None or not tokens.owned_by(cached, order):
@@ -138,10 +142,18 @@ class Actor:
             # time. One that exists (the cache behind) answers the create with a conflict,
             # and `ensure_auth_secret` reads it then. Waited for in the cache, as every
             # child is: the render that follows reads its uid there, not from the server.
-            secret = tokens.ensure_auth_secret(self._writer, order)
+            try:
+                secret = tokens.ensure_auth_secret(self._writer, order)
+            except tokens.AuthSecretConflict as exc:
+                # The order's to say (its author can rename or delete that Secret), not a
+                # pass error retried in the log only. Its going away wakes nothing (it
+                # is not ours, so not watched): look again later.
+                reason = Reason.AUTH_SECRET_CONFLICT
+                failed = ob.ApplyFailed(at=now, message=str(exc)[:500], reason=reason)
+                return Acted(failed, requeue=[AUTH_SECRET_CONFLICT_RECHECK])
             self._read_own_write(secret)
             name = str(secret["metadata"]["name"])
-        return ob.AuthSecretSeen(at=now, name=name)
+        return Acted(ob.AuthSecretSeen(at=now, name=name))
 
     def _token_uid(self, order: OrderRef, name: str | None) -> str | None:
         live = self._token_secret(order, name) if name is not None else None

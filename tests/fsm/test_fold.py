@@ -107,6 +107,18 @@ SCENARIOS: list[tuple[Reason, ConditionType, tuple[ob.Observation, ...]]] = [
             ),
         ),
     ),
+    (
+        R.AUTH_SECRET_CONFLICT,
+        C.WORKLOAD_READY,
+        (
+            *PLANNED,
+            ob.ApplyFailed(
+                at=at(4),
+                message="Secret support/llm-auth exists and is not owned by this order",
+                reason=R.AUTH_SECRET_CONFLICT,
+            ),
+        ),
+    ),
     (R.AWAITING_WORKLOAD, C.READY, ROLLING),
     (R.AWAITING_FIRST_PROBE, C.READY, AVAILABLE),
     (R.HEALTH_CHECK_FAILED, C.READY, (*AVAILABLE, probe(8, ok=False))),

@@ -22,7 +22,9 @@ import yaml
 
 import store
 from adapters.kubernetes import queueing
+from adapters.kubernetes.acting import AUTH_SECRET_CONFLICT_RECHECK
 from adapters.kubernetes.background import Background
+from adapters.kubernetes.kinds import SECRETS
 from adapters.kubernetes.reconciling import Reconciler
 from adapters.kubernetes.settings import ProbeSettings, Settings
 from adapters.kubernetes.world import ClusterCache
@@ -30,6 +32,7 @@ from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION, AnnotatedPodT
 from fsm import events as ev
 from fsm.fold import fold
 from fsm.identity import OrderRef
+from fsm.reasons import CATALOGUE, Reason
 from fsm.status import render_status
 from tests.support import fakes
 from tests.support.planner_inputs import A100, GPU_CLASS, device_class, gpu, model, resource_slice
@@ -145,6 +148,42 @@ def test_a_new_order_gets_each_child_once_and_a_quiet_pass_writes_nothing(bed: B
     before = bed.writer.writes
     bed.settle(uid, passes=5)
     assert bed.writer.writes == before
+
+
+def test_a_secret_of_the_tokens_name_not_the_orders_is_said_on_the_order(bed: Bed) -> None:
+    """A Secret named `{order}-auth` that the order does not own (a user's, or a deleted
+    order's the garbage collector has not removed yet) is never adopted: the order says
+    why it waits, nothing is applied without its token, and it looks again (that Secret
+    going away wakes nothing)."""
+    foreign = fakes.put(
+        bed.world,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "llm-auth", "namespace": "support"},
+            "data": {"token": "dXNlcnMtb3du"},
+        },
+    )
+    uid = bed.order("llm")
+    outcome = bed.settle(uid)
+    conditions = {c["type"]: c for c in bed.world.orders.get(uid)["status"]["conditions"]}
+    workload = conditions["WorkloadReady"]
+    assert (workload["status"], workload["reason"]) == ("False", "AuthSecretConflict")
+    assert "not owned by this order" in workload["message"]
+    assert "dXNlcnMtb3du" not in json.dumps(conditions)
+    assert outcome == queueing.RequeueAfter(AUTH_SECRET_CONFLICT_RECHECK)
+    assert bed.writer.calls[("apply", "Deployment")] == 0
+    assert [reason for reason, _ in bed.writer.events].count("AuthSecretConflict") == 1
+    assert bed.writer.get(SECRETS, "support", "llm-auth") == foreign  # left as it was
+    meaning = CATALOGUE[Reason.AUTH_SECRET_CONFLICT].meaning
+    assert f"every {AUTH_SECRET_CONFLICT_RECHECK:.0f} s" in meaning
+
+    fakes.drop(bed.world, foreign)
+    bed.settle(uid)
+    assert bed.writer.calls[("apply", "Deployment")] == 1
+    conditions = {c["type"]: c for c in bed.world.orders.get(uid)["status"]["conditions"]}
+    assert conditions["WorkloadReady"]["reason"] != "AuthSecretConflict"
+    assert bed.world.token_secrets.get_by_name("support", "llm-auth") is not None
 
 
 def test_a_pass_that_applied_the_workload_looks_again_at_once(bed: Bed) -> None:
