@@ -4,7 +4,7 @@ Each command module exposes `register(subparsers)`, adding its parsers with
 `set_defaults(run=callable)`; `run(args) -> int` is the exit code. Adding a command is
 adding a module to `COMMAND_MODULES`. Building the parser imports every command module,
 so they import only the standard library at the top and their machinery when they run:
-`--help` and the audit commands start fast (tests/adapters/cli/test_startup.py).
+`--help` and the audit commands start fast (tests/adapters/cli/test_startup_and_completion.py).
 """
 
 from __future__ import annotations
