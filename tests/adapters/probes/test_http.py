@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from adapters.cluster.pki import make_pki
+from adapters.probes import http as probe_http
 from adapters.probes.http import DEFAULT_MAX_BODY, Prober, probe
 
 TOKEN = "s3cr3t-token-value-0123456789abcdef"
@@ -251,22 +252,6 @@ def test_a_smaller_cap_cuts_a_normal_answer(server: Loopback) -> None:
     assert not answer.ok and "exceeds 16" in answer.error
 
 
-def test_probes_share_one_tls_context(server: Loopback, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CA bundle is loaded once per process, not per probe (37 ms of CPU each here:
-    most of the controller's idle cost with hundreds of Ready orders)."""
-    loads: list[object] = []
-    original = ssl.SSLContext.load_verify_locations
-
-    def counted(self: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
-        loads.append(args or kwargs)
-        original(self, *args, **kwargs)
-
-    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
-    for _ in range(5):
-        assert probe(f"{server.base}/ok", None, timeout=2.0).ok
-    assert len(loads) <= 1
-
-
 @pytest.fixture
 def tls_server(tmp_path: Path) -> Iterator[Loopback]:
     """The OK endpoint over TLS, with a certificate for 127.0.0.1 from a local CA that
@@ -296,3 +281,24 @@ def test_a_tls_endpoint_is_verified_unless_verification_is_off(tls_server: Loopb
     finally:
         kept.close()
     assert tls_server.seen == [("/ok/v1/models", f"Bearer {TOKEN}")] * 3
+
+
+def test_probes_share_one_tls_context(
+    tls_server: Loopback, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CA bundle is loaded once per process, not per probe (37 ms of CPU each here:
+    most of the controller's idle cost with hundreds of Ready orders)."""
+    loads: list[object] = []
+    original = ssl.SSLContext.load_verify_locations
+
+    def counted(self: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(args or kwargs)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    probe_http._tls.cache_clear()  # an earlier test's context would hide the count
+    base = tls_server.base.replace("http://", "https://") + "/ok"
+    for _ in range(5):  # each one verifies the local CA's certificate, and refuses it
+        refused = probe(base, None, timeout=2.0)
+        assert "CERTIFICATE_VERIFY_FAILED" in refused.error
+    assert len(loads) == 1
