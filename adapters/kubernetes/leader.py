@@ -133,6 +133,10 @@ class Elector:
             if self._leading:
                 log.warning("lease %s/%s is held by %s now", self.namespace, self.name, holder)
                 self._step_down()
+            else:  # a standby's round: what `--log-level debug` shows of the election
+                log.debug(
+                    "lease %s/%s is held by %s; standing by", self.namespace, self.name, holder
+                )
             return False
         renewing = self._leading and holder == self.identity
         epoch = transitions or 0
