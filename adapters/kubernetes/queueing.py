@@ -267,6 +267,11 @@ class WorkQueue:
     def shutting_down(self) -> bool:
         return self._shutting_down
 
+    def busy(self, key: str) -> bool:
+        """`key` waits for a pass or is in one (a timer for it does not count)."""
+        with self._cond:
+            return key in self._dirty or key in self._processing
+
     def __len__(self) -> int:
         """Keys ready now (not counting those processing or waiting for a timer)."""
         with self._cond:

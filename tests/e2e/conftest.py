@@ -24,6 +24,19 @@ def wait_for(fn: Callable[[], T | None], *, timeout: float = 60, what: str = "")
     return polling.eventually(fn, timeout=timeout, interval=0.25, what=what)
 
 
+def forced_passes(platform: LocalPlatform, uid: str, passes: int = 3) -> int:
+    """Run `passes` passes over the order, one after another, each to its end; the
+    controller's writes meanwhile. A pass that raises fails the test (an erring pass
+    writes nothing either, and would pass for a quiet one)."""
+    queue, writer = platform.controller.queue, platform.controller.writer
+    before = writer.writes
+    for _ in range(passes):
+        queue.add(uid)
+        wait_for(lambda: not queue.busy(uid), timeout=30, what=f"a pass over {uid} to end")
+        assert queue.failures(uid) == 0, f"a pass over {uid} raised (the controller's log says)"
+    return writer.writes - before
+
+
 class Orders:
     """Order helpers as a given identity."""
 

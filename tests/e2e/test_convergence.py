@@ -25,7 +25,7 @@ from adapters.simulator.hub import StandInHub
 from fsm import events as ev
 from fsm.fold import fold
 from fsm.identity import OrderRef
-from tests.e2e.conftest import Orders, wait_for
+from tests.e2e.conftest import Orders, forced_passes, wait_for
 from tests.e2e.test_capacity_paths import (
     L4,
     QWEN_SMALL,
@@ -57,16 +57,9 @@ def external_token(device_classes: list[str]) -> dict[str, Any]:
     return spec
 
 
-def settle(platform: LocalPlatform, uid: str, seconds: float = 2.0) -> int:
-    """Ask for passes of the order for a while; the controller's writes meanwhile."""
-    writer = platform.controller.writer
-    before = writer.writes
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        platform.controller.queue.add(uid)
-        time.sleep(0.2)
-    time.sleep(0.5)
-    return writer.writes - before
+def settle(platform: LocalPlatform, uid: str, passes: int = 5) -> int:
+    """Passes over the order, each to its end; the controller's writes meanwhile."""
+    return forced_passes(platform, uid, passes)
 
 
 def rolled_out(admin: Admin, name: str) -> bool:
@@ -191,7 +184,7 @@ def test_deleted_and_edited_children_come_back_with_no_false_phase(
             timeout=30,
             what="the Service typed ClusterIP again",
         )
-        assert settle(platform, uid, seconds=3.0) == 0
+        assert settle(platform, uid, passes=8) == 0
         obj = alice.get(NS, "conv-repair")
         assert obj is not None and obj["status"]["phase"] == "Ready"
         assert len(events_of(platform, uid, ev.WorkloadApplied)) == 1  # repairs, no new plan
@@ -350,7 +343,7 @@ def test_a_burst_never_promises_a_device_twice(
 
         wait_for(settled, timeout=120, what="two of three orders Ready")
         for uid in uids.values():
-            assert settle(platform, uid, seconds=1.0) == 0  # the NoCapacity one included
+            assert settle(platform, uid, passes=3) == 0  # the NoCapacity one included
         no_capacity = []
         for name, uid in uids.items():
             planned = events_of(platform, uid, ev.PlanComputed)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -22,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from adapters.kubernetes.manifests import Applier
 from adapters.platform import LocalPlatform
-from tests.e2e.conftest import GROUP, VERSION, Orders, delete_and_wait, wait_for
+from tests.e2e.conftest import GROUP, VERSION, Orders, delete_and_wait, forced_passes, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -242,10 +241,7 @@ def test_a_custom_certificate_is_copied_kept_equal_repaired_and_pruned(
         assert workload["status"] == "False" and source in workload["message"]
         uid = obj["metadata"]["uid"]
         version = platform.log.stream(uid).version
-        for _ in range(3):
-            platform.controller.queue.add(uid)
-            wait_for(lambda: len(platform.controller.queue) == 0, timeout=10)
-            time.sleep(0.5)  # the pass itself: the queue no longer counts a key in work
+        forced_passes(platform, uid, passes=3)
         assert platform.log.stream(uid).version == version  # passes record nothing new
         assert _copy(core, name) is None
 

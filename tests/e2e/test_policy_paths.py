@@ -10,7 +10,6 @@ before; every order has its own name and is deleted at the end.
 from __future__ import annotations
 
 import base64
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,7 +23,15 @@ from adapters.kubernetes.manifests import Applier, load_documents
 from adapters.platform import LocalPlatform
 from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION
 from adapters.resources import resource_dir
-from tests.e2e.conftest import GROUP, VERSION, Orders, conditions, delete_and_wait, wait_for
+from tests.e2e.conftest import (
+    GROUP,
+    VERSION,
+    Orders,
+    conditions,
+    delete_and_wait,
+    forced_passes,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -172,10 +179,8 @@ def _runtime(platform: LocalPlatform, namespace: str, name: str) -> Any:
 
 
 def _settle(platform: LocalPlatform, uid: str) -> None:
-    """Force a pass over the order and wait until the queue has nothing left for it."""
-    platform.controller.queue.add(uid)
-    wait_for(lambda: len(platform.controller.queue) == 0, timeout=10, what="an idle queue")
-    time.sleep(1.0)  # the pass itself: the queue no longer counts a key being processed
+    """A pass over the order, to its end."""
+    forced_passes(platform, uid, passes=1)
 
 
 def _secrets(platform: LocalPlatform, namespace: str) -> set[str]:

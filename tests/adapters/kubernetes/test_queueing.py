@@ -74,6 +74,22 @@ def test_an_item_is_never_handed_out_twice_at_once(queue) -> None:
     assert queue.get(block=False) is None
 
 
+def test_a_key_is_busy_from_its_add_to_the_end_of_its_last_pass(queue) -> None:
+    assert not queue.busy("a")
+    queue.add("a")
+    assert queue.busy("a")  # waiting
+    assert queue.get(block=False) == "a"
+    assert queue.busy("a")  # in its pass
+    queue.add("a")  # an event meanwhile: a further pass is owed
+    queue.done("a")
+    assert queue.busy("a")
+    assert queue.get(block=False) == "a"
+    queue.done("a")
+    assert not queue.busy("a")
+    queue.add_after("a", 5)
+    assert not queue.busy("a")  # a timer is not work owed yet
+
+
 def test_add_after_fires_when_the_clock_says(queue, clock) -> None:
     queue.add_after("t", 5)
     assert queue.get(block=False) is None
