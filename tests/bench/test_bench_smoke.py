@@ -78,6 +78,7 @@ def test_nothing_is_written_while_idle_or_by_a_restart(result: dict[str, Any]) -
     assert result["idle"]["lease_writes"] >= 1  # the window was measured: the Lease renews
     restart = result["restart"]
     assert {k: v for k, v in restart["writes"].items() if not k.startswith(SERVER_OWN)} == {}
+    assert restart["lease_writes"] >= 1  # the window was measured: the new leader took it
 
 
 def test_the_replay_read_every_event_of_the_run(result: dict[str, Any]) -> None:

@@ -378,16 +378,21 @@ def test_settings_schema_defaults_are_the_readers() -> None:
     ),
 )
 def test_settings_schema_examples_are_read(key: str) -> None:
+    """Each example of the module's settings schema is taken whole, as written."""
     for example in CONFIG_VALUES["properties"][key]["x-examples"]:
-        Settings.from_settings({key: example})
+        read = Settings.from_settings({key: example})
+        assert read.model_dump(by_alias=True, exclude_unset=True, mode="json") == {key: example}
 
 
 @pytest.mark.parametrize(
     "path", sorted(p.name for p in EXAMPLES.glob("moduleconfig-*.yaml")), ids=str
 )
 def test_example_module_configs_are_read(path: str) -> None:
+    """Each example ModuleConfig's settings are taken whole, as written."""
     (obj,) = load_documents([EXAMPLES / path])
-    Settings.from_module_config(obj)
+    read = Settings.from_module_config(obj)
+    written = (obj.get("spec") or {}).get("settings") or {}
+    assert read.model_dump(by_alias=True, exclude_unset=True, mode="json") == written
 
 
 # --- against the real API server -----------------------------------------------------

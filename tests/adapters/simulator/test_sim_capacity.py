@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -73,11 +77,33 @@ def test_shared_devices_allow_multiple_allocations(default: capacity.CapacitySpe
     assert all(d["capacity"]["memory"]["value"] == "16Gi" for d in devices)
 
 
-def test_rendering_is_stable(default: capacity.CapacitySpec) -> None:
-    # The same file must yield the same devices, or every republish would bump the pool.
-    assert slice_of(default, "gpu-a") == slice_of(default, "gpu-a")
+REPO = Path(__file__).resolve().parents[3]
+
+_SLICE_IN_A_PROCESS = """
+import json
+from adapters.simulator import capacity
+spec = capacity.load_capacity()
+node = spec.node("gpu-a")
+print(json.dumps(capacity.render_slice(node, spec.driver, name="gpu-a-x", generation=1)))
+"""
+
+
+@pytest.mark.parametrize("seed", ["0", "4242"])
+def test_rendering_is_stable(default: capacity.CapacitySpec, seed: str) -> None:
+    """The same file yields the same slice, byte for byte, in every process (whatever its
+    hash seed): a simulator started again republishes what it published, and a
+    difference would bump the pool's generation for nothing."""
     again = capacity.load_capacity()
-    assert slice_of(again, "gpu-t") == slice_of(default, "gpu-t")
+    assert json.dumps(slice_of(again, "gpu-t")) == json.dumps(slice_of(default, "gpu-t"))
+    there = subprocess.run(
+        [sys.executable, "-c", _SLICE_IN_A_PROCESS],
+        env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    assert there == json.dumps(slice_of(default, "gpu-a"))
 
 
 def test_the_planner_reads_what_the_simulator_publishes(default: capacity.CapacitySpec) -> None:
