@@ -215,7 +215,14 @@ def test_the_api_server_killed_and_started_again(clean: Plane, tmp_path: Path) -
         wait_leading(first)
         names = ["crash-keep", "crash-change", "crash-gone"]
         uids = {name: plane.create(name) for name in names}
-        time.sleep(3.0)  # passes in flight: plans made, children being applied
+        # Killed once the passes have begun (an order's stream in the log), not before.
+        with store.open_log(url, read_only=True) as log:
+            eventually(
+                lambda: any(log.stream(uid) for uid in uids.values()),
+                timeout=60,
+                interval=0.1,
+                what="a pass over the new orders",
+            )
         local.kill(plane.state, "kube-apiserver")
         down = time.monotonic()
         local.start_again(plane.state, "kube-apiserver")
