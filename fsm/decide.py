@@ -326,8 +326,15 @@ def _endpoint(s: OrderState, o: ob.EndpointSeen) -> list[ev.Event]:
     return [ev.EndpointPublished(observed_at=o.at, url=o.url, type=o.type)]
 
 
+def token_name_taken(s: OrderState) -> bool:
+    """A Secret not the order's holds its token's name (`AuthSecretConflict`): nothing is
+    applied meanwhile, or the runtime would be rendered onto that Secret (its uid, its
+    value), and the order's own Secret made again is news even under the same name."""
+    return s.apply_error is not None and s.apply_error_reason is Reason.AUTH_SECRET_CONFLICT
+
+
 def _auth_secret(s: OrderState, o: ob.AuthSecretSeen) -> list[ev.Event]:
-    if s.auth_secret_name == o.name:
+    if s.auth_secret_name == o.name and not token_name_taken(s):
         return []
     return [ev.AuthSecretIssued(observed_at=o.at, name=o.name)]
 

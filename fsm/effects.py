@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsm import identity
-from fsm.decide import excluded_device_classes, held_devices, needs_plan
+from fsm.decide import excluded_device_classes, held_devices, needs_plan, token_name_taken
 from fsm.fold import plan_basis
 from fsm.reasons import ConditionStatus, ConditionType, Phase, Reason
 from fsm.state import (
@@ -127,6 +127,8 @@ def _needs_token(state: OrderState) -> bool:
 
 
 def _apply(state: OrderState) -> ApplyWorkload | None:
+    if token_name_taken(state):
+        return None
     applied = state.applied_revision == state.plan_revision and state.apply_error is None
     if applied:
         return _repair(state)

@@ -186,7 +186,11 @@ def _endpoint(s: OrderState, e: ev.EndpointPublished) -> Updates:
 
 
 def _auth_secret(s: OrderState, e: ev.AuthSecretIssued) -> Updates:
-    return {"auth_secret_name": e.name}
+    updates: Updates = {"auth_secret_name": e.name}
+    if s.apply_error is not None and s.apply_error_reason is Reason.AUTH_SECRET_CONFLICT:
+        # The name is the order's own again: what waited for it is applied now.
+        updates |= {"apply_error": None, "apply_error_reason": Reason.WORKLOAD_APPLY_FAILED}
+    return updates
 
 
 def _probe_ok(s: OrderState, e: ev.ProbeSucceeded) -> Updates:

@@ -17,7 +17,8 @@ plan no longer calls for (`Actor._workload`, SPEC §3), not here.
 
 A Secret of that name that the order does not own (a user's, or a previous order's of the
 same name that the garbage collector has not removed yet) is never adopted nor deleted:
-`AuthSecretConflict` says so, and the controller retries later.
+`AuthSecretConflict` says so, and the Actor makes it the order's reason (WorkloadReady
+False, `AuthSecretConflict`): nothing is applied until the name is the order's again.
 """
 
 from __future__ import annotations

@@ -300,9 +300,13 @@ class Writer:
             unchanged = last is not None and last.digest == _digest(desired)
         elif not status_differs(current, desired):
             unchanged = True
-        else:
-            behind = last is not None and last.basis is not None and last.basis == _version(basis)
-            unchanged = behind and last is not None and last.digest == _digest(desired)
+        else:  # the cache behind our own last write of this very status
+            unchanged = (
+                last is not None
+                and last.basis is not None
+                and last.basis == _version(basis)
+                and last.digest == _digest(desired)
+            )
         if unchanged:
             return None
         patch: list[dict[str, Any]] = []

@@ -4,6 +4,7 @@ offers more, and pods pending for CPU or taints are named apart from devices."""
 
 from __future__ import annotations
 
+from fsm import effects
 from fsm import events as ev
 from fsm import observations as ob
 from fsm.decide import STALE_FACTS_NOTE, decide, needs_plan
@@ -94,3 +95,27 @@ def test_a_tried_class_is_tried_again_when_it_offers_more() -> None:
 def test_classes_not_tried_are_never_retried() -> None:
     state = run(*AVAILABLE)
     assert decide(state, ob.CapacitySeen(at=at(30), free_units=(("nvidia-a100", 900),))) == []
+
+
+def test_a_token_name_taken_holds_every_apply_until_the_orders_own_secret_is_back() -> None:
+    """A serving order whose token Secret was replaced by one not its own: nothing is
+    applied (a render would read that Secret's uid and value), and its own Secret made
+    again under the same name is news that lets the apply through."""
+    taken = ob.ApplyFailed(
+        at=at(20),
+        message="Secret support/llm-auth exists and is not owned by this order",
+        reason=Reason.AUTH_SECRET_CONFLICT,
+    )
+    held = run(*SERVING, taken)
+    cond = held.condition(ConditionType.WORKLOAD_READY)
+    assert cond is not None
+    assert (cond.status, cond.reason) == (ConditionStatus.FALSE, Reason.AUTH_SECRET_CONFLICT)
+    assert not [c for c in effects.effects(held) if isinstance(c, effects.ApplyWorkload)]
+    assert held.auth_secret_name is not None
+    again = ob.AuthSecretSeen(at=at(21), name=held.auth_secret_name)
+    assert [type(e) for e in decide(held, again)] == [ev.AuthSecretIssued]
+    back = run(again, state=held)
+    assert back.apply_error is None
+    applies = [c for c in effects.effects(back) if isinstance(c, effects.ApplyWorkload)]
+    assert applies and applies[0].auth_secret_name == held.auth_secret_name
+    assert decide(back, ob.AuthSecretSeen(at=at(22), name=held.auth_secret_name)) == []

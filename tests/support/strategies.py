@@ -351,7 +351,11 @@ def _observation(kind: str, when: datetime, state: OrderState, draw: Any) -> ob.
                 message=draw(st.sampled_from(("quota exceeded", "forbidden"))),
                 reason=draw(
                     st.sampled_from(
-                        (Reason.WORKLOAD_APPLY_FAILED, Reason.CERTIFICATE_SECRET_MISSING)
+                        (
+                            Reason.WORKLOAD_APPLY_FAILED,
+                            Reason.CERTIFICATE_SECRET_MISSING,
+                            Reason.AUTH_SECRET_CONFLICT,
+                        )
                     )
                 ),
             )

@@ -26,6 +26,7 @@ from adapters.kubernetes.acting import AUTH_SECRET_CONFLICT_RECHECK
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.kinds import SECRETS
 from adapters.kubernetes.reconciling import Reconciler
+from adapters.kubernetes.rendering import AUTH_SECRET_UID_ANNOTATION
 from adapters.kubernetes.settings import ProbeSettings, Settings
 from adapters.kubernetes.world import ClusterCache
 from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION, AnnotatedPodTarget
@@ -184,6 +185,54 @@ def test_a_secret_of_the_tokens_name_not_the_orders_is_said_on_the_order(bed: Be
     conditions = {c["type"]: c for c in bed.world.orders.get(uid)["status"]["conditions"]}
     assert conditions["WorkloadReady"]["reason"] != "AuthSecretConflict"
     assert bed.world.token_secrets.get_by_name("support", "llm-auth") is not None
+
+
+def test_a_token_secret_replaced_by_one_not_the_orders_is_never_rendered_onto(
+    bed: Bed,
+) -> None:
+    """The order's token Secret deleted and a Secret of its name made by someone else:
+    the runtime is not rendered onto it (its uid on the pods, its value as the key);
+    the order says why, and once the name is free again gets a new token of its own."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    ours = bed.world.token_secrets.get_by_name("support", "llm-auth")
+    deployment = bed.child("Deployment", "llm")
+    assert ours is not None and deployment is not None
+    marked = deployment["spec"]["template"]["metadata"]["annotations"][AUTH_SECRET_UID_ANNOTATION]
+    assert marked == ours["metadata"]["uid"]
+    fakes.drop(bed.world, ours)
+    foreign = fakes.put(
+        bed.world,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "llm-auth", "namespace": "support"},
+            "data": {"token": "dXNlcnMtb3du"},
+        },
+    )
+    applies = bed.writer.calls[("apply", "Deployment")]
+    bed.settle(uid)
+    conditions = {c["type"]: c for c in bed.world.orders.get(uid)["status"]["conditions"]}
+    assert conditions["WorkloadReady"]["reason"] == "AuthSecretConflict"
+    assert bed.writer.calls[("apply", "Deployment")] == applies
+    deployment = bed.child("Deployment", "llm")
+    assert deployment is not None
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[AUTH_SECRET_UID_ANNOTATION] == marked != foreign["metadata"]["uid"]
+
+    fakes.drop(bed.world, foreign)
+    bed.settle(uid)
+    renewed = bed.world.token_secrets.get_by_name("support", "llm-auth")
+    assert renewed is not None and renewed["metadata"]["uid"] not in (
+        marked,
+        foreign["metadata"]["uid"],
+    )
+    deployment = bed.child("Deployment", "llm")
+    assert deployment is not None
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[AUTH_SECRET_UID_ANNOTATION] == renewed["metadata"]["uid"]
+    conditions = {c["type"]: c for c in bed.world.orders.get(uid)["status"]["conditions"]}
+    assert conditions["WorkloadReady"]["reason"] != "AuthSecretConflict"
 
 
 def test_a_pass_that_applied_the_workload_looks_again_at_once(bed: Bed) -> None:
