@@ -26,8 +26,9 @@ def wait_for(fn: Callable[[], T | None], *, timeout: float = 60, what: str = "")
 
 def forced_passes(platform: LocalPlatform, uid: str, passes: int = 3) -> int:
     """Run `passes` passes over the order, one after another, each to its end; the
-    controller's writes meanwhile. A pass that raises fails the test (an erring pass
-    writes nothing either, and would pass for a quiet one)."""
+    controller's writes meanwhile, every order's (a request that changes nothing counts
+    too), so the caller needs the rest of the cluster quiet. A pass that raises fails the
+    test (an erring pass writes nothing either, and would pass for a quiet one)."""
     queue, writer = platform.controller.queue, platform.controller.writer
     before = writer.writes
     for _ in range(passes):
