@@ -119,6 +119,22 @@ class Bed:
                 return informer.get_by_name("support", name)
         raise KeyError(kind)
 
+    def conditions(self, uid: str) -> dict[str, dict[str, Any]]:
+        """The order's status conditions as last written, by type."""
+        return {c["type"]: c for c in self.world.orders.get(uid)["status"]["conditions"]}
+
+    def foreign_token_secret(self, name: str) -> dict[str, Any]:
+        """A Secret of the order `name`'s token name that the order does not own."""
+        return fakes.put(
+            self.world,
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": f"{name}-auth", "namespace": "support"},
+                "data": {"token": FOREIGN_TOKEN},
+            },
+        )
+
     def events(self, uid: str, kind: type[ev.Event]) -> list[Any]:
         return [r.event for r in self.log.read(uid) if isinstance(r.event, kind)]
 
@@ -131,6 +147,7 @@ def bed(tmp_path: Path) -> Iterator[Bed]:
 
 
 CHILDREN = ["ResourceClaimTemplate", "Service", "Deployment", "Ingress"]
+FOREIGN_TOKEN = "dXNlcnMtb3du"  # base64 of a value the order never made
 
 
 def test_a_new_order_gets_each_child_once_and_a_quiet_pass_writes_nothing(bed: Bed) -> None:
@@ -156,34 +173,28 @@ def test_a_secret_of_the_tokens_name_not_the_orders_is_said_on_the_order(bed: Be
     order's the garbage collector has not removed yet) is never adopted: the order says
     why it waits, nothing is applied without its token, and it looks again (that Secret
     going away wakes nothing)."""
-    foreign = fakes.put(
-        bed.world,
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "llm-auth", "namespace": "support"},
-            "data": {"token": "dXNlcnMtb3du"},
-        },
-    )
+    foreign = bed.foreign_token_secret("llm")
     uid = bed.order("llm")
     outcome = bed.settle(uid)
-    conditions = {c["type"]: c for c in bed.world.orders.get(uid)["status"]["conditions"]}
+    conditions = bed.conditions(uid)
     workload = conditions["WorkloadReady"]
     assert (workload["status"], workload["reason"]) == ("False", "AuthSecretConflict")
     assert "not owned by this order" in workload["message"]
-    assert "dXNlcnMtb3du" not in json.dumps(conditions)
+    assert FOREIGN_TOKEN not in json.dumps(conditions)
     assert outcome == queueing.RequeueAfter(AUTH_SECRET_CONFLICT_RECHECK)
     assert bed.writer.calls[("apply", "Deployment")] == 0
     assert [reason for reason, _ in bed.writer.events].count("AuthSecretConflict") == 1
     assert bed.writer.get(SECRETS, "support", "llm-auth") == foreign  # left as it was
     meaning = CATALOGUE[Reason.AUTH_SECRET_CONFLICT].meaning
     assert f"every {AUTH_SECRET_CONFLICT_RECHECK:.0f} s" in meaning
+    writes = bed.writer.writes
+    bed.settle(uid)  # its looks again while the name is taken: said once, not again
+    assert bed.writer.writes == writes
 
     fakes.drop(bed.world, foreign)
     bed.settle(uid)
     assert bed.writer.calls[("apply", "Deployment")] == 1
-    conditions = {c["type"]: c for c in bed.world.orders.get(uid)["status"]["conditions"]}
-    assert conditions["WorkloadReady"]["reason"] != "AuthSecretConflict"
+    assert bed.conditions(uid)["WorkloadReady"]["reason"] != "AuthSecretConflict"
     assert bed.world.token_secrets.get_by_name("support", "llm-auth") is not None
 
 
@@ -195,44 +206,32 @@ def test_a_token_secret_replaced_by_one_not_the_orders_is_never_rendered_onto(
     the order says why, and once the name is free again gets a new token of its own."""
     uid = bed.order("llm")
     bed.settle(uid)
+
+    def token_uid_on_the_pods() -> str:
+        deployment = bed.child("Deployment", "llm")
+        assert deployment is not None
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        return str(annotations[AUTH_SECRET_UID_ANNOTATION])
+
     ours = bed.world.token_secrets.get_by_name("support", "llm-auth")
-    deployment = bed.child("Deployment", "llm")
-    assert ours is not None and deployment is not None
-    marked = deployment["spec"]["template"]["metadata"]["annotations"][AUTH_SECRET_UID_ANNOTATION]
+    assert ours is not None
+    marked = token_uid_on_the_pods()
     assert marked == ours["metadata"]["uid"]
     fakes.drop(bed.world, ours)
-    foreign = fakes.put(
-        bed.world,
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "llm-auth", "namespace": "support"},
-            "data": {"token": "dXNlcnMtb3du"},
-        },
-    )
+    foreign = bed.foreign_token_secret("llm")
     applies = bed.writer.calls[("apply", "Deployment")]
     bed.settle(uid)
-    conditions = {c["type"]: c for c in bed.world.orders.get(uid)["status"]["conditions"]}
-    assert conditions["WorkloadReady"]["reason"] == "AuthSecretConflict"
+    assert bed.conditions(uid)["WorkloadReady"]["reason"] == "AuthSecretConflict"
     assert bed.writer.calls[("apply", "Deployment")] == applies
-    deployment = bed.child("Deployment", "llm")
-    assert deployment is not None
-    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
-    assert annotations[AUTH_SECRET_UID_ANNOTATION] == marked != foreign["metadata"]["uid"]
+    assert token_uid_on_the_pods() == marked != foreign["metadata"]["uid"]
 
     fakes.drop(bed.world, foreign)
     bed.settle(uid)
     renewed = bed.world.token_secrets.get_by_name("support", "llm-auth")
-    assert renewed is not None and renewed["metadata"]["uid"] not in (
-        marked,
-        foreign["metadata"]["uid"],
-    )
-    deployment = bed.child("Deployment", "llm")
-    assert deployment is not None
-    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
-    assert annotations[AUTH_SECRET_UID_ANNOTATION] == renewed["metadata"]["uid"]
-    conditions = {c["type"]: c for c in bed.world.orders.get(uid)["status"]["conditions"]}
-    assert conditions["WorkloadReady"]["reason"] != "AuthSecretConflict"
+    assert renewed is not None
+    assert renewed["metadata"]["uid"] not in (marked, foreign["metadata"]["uid"])
+    assert token_uid_on_the_pods() == renewed["metadata"]["uid"]
+    assert bed.conditions(uid)["WorkloadReady"]["reason"] != "AuthSecretConflict"
 
 
 def test_a_pass_that_applied_the_workload_looks_again_at_once(bed: Bed) -> None:
@@ -257,7 +256,7 @@ def test_each_status_write_names_the_order_it_was_decided_from(bed: Bed) -> None
     the copy no echo is known, and each status write wakes its order once more."""
     uid = bed.order("llm")
     bed.settle(uid)
-    assert bed.writer.status_bases
+    assert len(bed.writer.status_bases) == 1  # one status write: see the test above
     for basis in bed.writer.status_bases:
         assert basis is not None and basis["metadata"]["uid"] == uid
         assert basis["spec"] == order("llm")["spec"]
