@@ -108,11 +108,24 @@ def conditions(obj: dict[str, Any]) -> list[tuple[str, str, str]]:
 # not run on into the tests after it (the benchmark's smoke run starts its own).
 @pytest.fixture(scope="package")
 def platform(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPlatform]:
+    _wait_for_namespaces_to_go(client.CoreV1Api(cluster.api_client("admin")))
     folder = tmp_path_factory.mktemp("platform")
     local = LocalPlatform(cluster.state, f"sqlite:///{folder / 'log.sqlite'}")
     local.start()
     yield local
     local.stop()
+
+
+def _wait_for_namespaces_to_go(core: client.CoreV1Api) -> None:
+    """Earlier suites delete their namespaces without waiting. An order left in one that
+    is terminating is this controller's too: it would try, and fail, to make the order's
+    children there until the namespace is gone, and those writes would count in the
+    tests below that ask for none (`forced_passes`)."""
+
+    def none_terminating() -> bool:
+        return all(ns.status.phase != "Terminating" for ns in core.list_namespace().items)
+
+    wait_for(none_terminating, timeout=180, what="earlier suites' namespaces to go")
 
 
 @pytest.fixture
