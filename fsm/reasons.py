@@ -343,7 +343,10 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _C.WORKLOAD_READY,
         _F,
         Who.ADMIN,
-        "The API server refused a workload object; the message quotes it.",
+        "The API server refused a workload object or the token Secret (a quota, an admission "
+        "webhook, a namespace being deleted, a failed request); the message quotes it, or for "
+        "the Secret its HTTP status only. Tried again at every change of the order and on a "
+        "backoff from 5 s doubling to 5 min.",
     ),
     Reason.CERTIFICATE_SECRET_MISSING: ReasonInfo(
         _C.WORKLOAD_READY,

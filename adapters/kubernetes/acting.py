@@ -151,6 +151,10 @@ class Actor:
                 reason = Reason.AUTH_SECRET_CONFLICT
                 failed = ob.ApplyFailed(at=now, message=str(exc)[:500], reason=reason)
                 return Acted(failed, requeue=[AUTH_SECRET_CONFLICT_RECHECK])
+            except tokens.TokenError as exc:
+                # Refused as a child's apply is (a quota on Secrets, a namespace being
+                # deleted, RBAC): said on the order and tried again on the apply backoff.
+                return Acted(ob.ApplyFailed(at=now, message=str(exc)[:500]))
             self._read_own_write(secret)
             name = str(secret["metadata"]["name"])
         return Acted(ob.AuthSecretSeen(at=now, name=name))

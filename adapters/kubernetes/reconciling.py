@@ -50,6 +50,10 @@ SNAPSHOT_EVERY = 20  # events between snapshots of an order's state
 _MAX_ROUNDS = 8  # command rounds in one pass; each round is caused by a new event
 # A model source that cannot be reached is asked again soon, not at the next resync.
 _TRANSIENT_RETRY = queueing.Backoff(initial=2.0, cap=60.0)
+# A refused apply (a quota, a webhook, an API server that failed the request) is tried
+# again on this backoff, as controller-runtime requeues an erring item: what refused it
+# is seldom watched, so no event may come before the resync.
+APPLY_RETRY = queueing.Backoff(initial=5.0, cap=300.0)
 # Look again this soon at an order whose model is being asked for, should no answer come.
 _MODEL_PENDING_RECHECK = 2.0
 
@@ -63,6 +67,7 @@ class _Pass:
     now: datetime
     requeue: list[float] = field(default_factory=list)
     transient: bool | None = None  # the model source unreachable; None: not asked now
+    refused: bool | None = None  # the API server refused an apply; None: none tried now
     model_pending: bool = False  # no verdict on the model for this generation yet
 
 
@@ -110,6 +115,7 @@ class Reconciler:
         self._priorities: Counter[str | None] = Counter()
         self._states_lock = threading.Lock()
         self._transient_failures: dict[str, int] = {}
+        self._refusals: dict[str, int] = {}  # applies refused in a row, by order
         self.planning = Planning(world, self.states, self.priorities_in_use)
         self._arbiter = arbiter.Arbiter(
             writer,
@@ -259,6 +265,11 @@ class Reconciler:
             return False
         done = self.actor.act(p.order, p.state, command, p.now)
         p.requeue.extend(done.requeue)
+        if isinstance(command, effects.ApplyWorkload | effects.EnsureAuthSecret):
+            failed = done.observation
+            p.refused = isinstance(failed, ob.ApplyFailed) and (
+                failed.reason is Reason.WORKLOAD_APPLY_FAILED
+            )
         return self._record(p, done.observation)
 
     def _outcome(self, p: _Pass) -> queueing.Outcome:
@@ -269,6 +280,12 @@ class Reconciler:
             p.requeue.append(_TRANSIENT_RETRY.delay(failures))
         elif p.transient is False:
             self._transient_failures.pop(p.order.uid, None)
+        if p.refused:
+            refusals = self._refusals.get(p.order.uid, 0) + 1
+            self._refusals[p.order.uid] = refusals
+            p.requeue.append(APPLY_RETRY.delay(refusals))
+        elif p.refused is False:
+            self._refusals.pop(p.order.uid, None)
         return queueing.RequeueAfter(min(p.requeue)) if p.requeue else queueing.Done()
 
     # -- the log -----------------------------------------------------------------------
@@ -382,6 +399,7 @@ class Reconciler:
             self._waiting.discard(uid)
             self._pods_waiting.discard(uid)
         self._transient_failures.pop(uid, None)
+        self._refusals.pop(uid, None)
         self.background.forget(uid)
         self.actor.converged.forget(uid)
 

@@ -99,6 +99,12 @@ class FakeWriter:
         self.reads: Counter[str] = Counter()  # live GETs, by kind: what the cache did not spare
         # What each status write was decided from (`basis`): the order as cached.
         self.status_bases: list[dict[str, Any] | None] = []
+        # Kinds whose applies and creates the server refuses (a quota, a webhook, a 5xx).
+        self.refusing: dict[str, errors.APIError] = {}
+
+    def _refuse(self, kind: str) -> None:
+        if kind in self.refusing:
+            raise self.refusing[kind]
 
     def _count(self, verb: str, kind: str) -> None:
         self.calls[(verb, kind)] += 1
@@ -117,6 +123,7 @@ class FakeWriter:
 
     def apply(self, obj: Mapping[str, Any], *, resource: Resource | None = None) -> Obj:
         meta = obj["metadata"]
+        self._refuse(str(obj["kind"]))
         self._count("apply", str(obj["kind"]))
         live = self._find(str(obj["kind"]), meta.get("namespace"), meta["name"])
         retyped = live is not None and live.get("spec", {}).get("type") == "ExternalName"
@@ -129,6 +136,7 @@ class FakeWriter:
 
     def create(self, obj: Mapping[str, Any]) -> Obj:
         meta = obj["metadata"]
+        self._refuse(str(obj["kind"]))
         if self._find(str(obj["kind"]), meta.get("namespace"), meta["name"]) is not None:
             raise errors.APIConflictError("already exists", status=409)
         self._count("create", str(obj["kind"]))

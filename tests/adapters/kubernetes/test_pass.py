@@ -21,11 +21,11 @@ import pytest
 import yaml
 
 import store
-from adapters.kubernetes import queueing
+from adapters.kubernetes import errors, queueing
 from adapters.kubernetes.acting import AUTH_SECRET_CONFLICT_RECHECK
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.kinds import SECRETS
-from adapters.kubernetes.reconciling import Reconciler
+from adapters.kubernetes.reconciling import APPLY_RETRY, Reconciler
 from adapters.kubernetes.rendering import AUTH_SECRET_UID_ANNOTATION
 from adapters.kubernetes.settings import ProbeSettings, Settings
 from adapters.kubernetes.world import ClusterCache
@@ -196,6 +196,52 @@ def test_a_secret_of_the_tokens_name_not_the_orders_is_said_on_the_order(bed: Be
     assert bed.writer.calls[("apply", "Deployment")] == 1
     assert bed.conditions(uid)["WorkloadReady"]["reason"] != "AuthSecretConflict"
     assert bed.world.token_secrets.get_by_name("support", "llm-auth") is not None
+
+
+@pytest.mark.parametrize(
+    ("kind", "refusal", "said"),
+    [
+        # The token's refusal is told by its status only: a Secret's error may quote data.
+        ("Secret", errors.APIForbiddenError("forbidden: quota", status=403), "HTTP 403"),
+        ("Deployment", errors.APIServerError("request timed out", status=500), "timed out"),
+    ],
+)
+def test_a_refused_apply_is_said_on_the_order_and_tried_again_on_a_backoff(
+    bed: Bed, kind: str, refusal: errors.APIError, said: str
+) -> None:
+    """The API server refusing the token Secret or a child (a quota, a namespace being
+    deleted, a failed request) is the order's WorkloadApplyFailed, never a pass error; it
+    is tried again on a growing backoff, as what refused it is not watched, and said once."""
+    bed.writer.refusing[kind] = refusal
+    uid = bed.order("llm")
+    # The pass that recorded the refusal looks again at once, as every pass that acted.
+    assert bed.settle(uid, passes=1) == queueing.RequeueAfter(0.0)
+    workload = bed.conditions(uid)["WorkloadReady"]
+    assert (workload["status"], workload["reason"]) == ("False", "WorkloadApplyFailed")
+    assert said in workload["message"]
+    writes = bed.writer.writes
+    first, second = bed.settle(uid, passes=1), bed.settle(uid, passes=1)
+    assert isinstance(first, queueing.RequeueAfter) and isinstance(second, queueing.RequeueAfter)
+    assert APPLY_RETRY.initial <= first.seconds <= 2.5 * APPLY_RETRY.initial
+    assert second.seconds >= 1.6 * first.seconds  # doubled, whatever the jitter
+    assert bed.writer.writes == writes  # the same refusal: nothing new to say
+    assert bed.writer.calls[("apply", "Deployment")] == 0
+    meaning = CATALOGUE[Reason.WORKLOAD_APPLY_FAILED].meaning
+    assert f"from {APPLY_RETRY.initial:.0f} s doubling to {APPLY_RETRY.cap / 60:.0f} min" in meaning
+
+    del bed.writer.refusing[kind]
+    bed.settle(uid)
+    assert bed.writer.calls[("apply", "Deployment")] == 1
+    assert bed.conditions(uid)["WorkloadReady"]["reason"] != "WorkloadApplyFailed"
+    # A new run of refusals (the Deployment deleted, its repair refused) backs off anew.
+    bed.writer.refusing["Deployment"] = errors.APIServerError("etcd is gone", status=500)
+    deployment = bed.child("Deployment", "llm")
+    assert deployment is not None
+    fakes.drop(bed.world, deployment)
+    assert bed.settle(uid, passes=1) == queueing.RequeueAfter(0.0)
+    again = bed.settle(uid, passes=1)
+    assert isinstance(again, queueing.RequeueAfter)
+    assert again.seconds <= 2.5 * APPLY_RETRY.initial
 
 
 def test_a_token_secret_replaced_by_one_not_the_orders_is_never_rendered_onto(
