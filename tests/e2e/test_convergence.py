@@ -3,7 +3,8 @@
 Against the real API server with the simulator: owned objects deleted or edited are put
 back, what the class no longer allows is removed, a burst of orders never gets one
 device twice, a class tried for lack of devices is tried again when capacity appears,
-and a hub outage does not demote a Ready order. Every test counts the controller's
+a hub outage does not demote a Ready order, and a refused apply is tried again until
+it passes. Every test counts the controller's
 writes (its one Writer) or repairs, so a loop that writes forever fails.
 """
 
@@ -18,6 +19,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from adapters import metrics
 from adapters.kubernetes.rendering import AUTH_SECRET_UID_ANNOTATION
 from adapters.platform import LocalPlatform
 from adapters.probes.targets import AnnotatedPodTarget
@@ -440,3 +442,43 @@ def test_a_hub_outage_does_not_demote_a_ready_order(
             what="the plain message back",
         )
         assert len(events_of(platform, uid, ev.PlanComputed)) == 1  # never replanned
+
+
+@pytest.mark.timeout(240)
+def test_a_quota_refusing_the_token_is_said_and_lifted_the_order_is_ready_on_its_own(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    """A ResourceQuota on Secrets refuses the order's token Secret (403, "exceeded
+    quota"). The order says so, and no pass raises; once the quota is gone it is Ready
+    with no edit: nothing it watches changed, so the apply backoff brings it."""
+    node = gpu_node("e2e-quota-node", [(L4, "24Gi")])
+    quota = {"metadata": {"name": "e2e-no-secrets"}, "spec": {"hard": {"secrets": "0"}}}
+    with extra_capacity(platform, [node], [product_class("e2e-quota-l4", L4)]):
+        admin.create_class("e2e-quota", external_token(["e2e-quota-l4"]))
+        class_ready(platform, "e2e-quota")
+        errors_before = _pass_errors()
+        admin.core.create_namespaced_resource_quota(NS, quota)
+        # Its usage, as the quota controller (not run here) would count it: without one
+        # the API server enforces nothing.
+        admin.core.patch_namespaced_resource_quota_status(
+            "e2e-no-secrets", NS, {"status": {"hard": {"secrets": "0"}, "used": {"secrets": "0"}}}
+        )
+        try:
+            uid = orders(
+                "conv-quota", {"inferenceServiceClassName": "e2e-quota", "model": hf(QWEN_SMALL)}
+            )
+            refused = alice.wait_phase(
+                NS, "conv-quota", "Pending", reason="WorkloadApplyFailed", timeout=60
+            )
+        finally:
+            admin.core.delete_namespaced_resource_quota("e2e-no-secrets", NS)
+        workload = next(c for c in refused["status"]["conditions"] if c["type"] == "WorkloadReady")
+        assert workload["status"] == "False" and "HTTP 403" in workload["message"]
+        ready = alice.wait_phase(NS, "conv-quota", "Ready", timeout=120)
+        assert ready["metadata"]["generation"] == 1  # no edit
+        assert len(events_of(platform, uid, ev.WorkloadApplyFailed)) == 1  # said once
+        assert _pass_errors() == errors_before
+
+
+def _pass_errors() -> float:
+    return float(metrics.PASSES.labels("order", "error")._value.get())
