@@ -2,10 +2,11 @@
 
 `ai-inference bench` showed the bed bound by its CPU, the API server's the largest share,
 and the project's extra API work against the floor to be its Events, its status writes
-and server-side apply. This prices each: on a fresh local control plane (nothing else
-writing, no watchers), N requests of a kind one after another, and the CPU the API server
-and etcd used for them, per request. Times are noisy on a shared machine: compare the
-kinds within one run.
+and server-side apply. This prices each, and each child an order gets (the Deployment
+without replicas) created as the floor does and applied as the controller does: on a
+fresh local control plane (nothing else writing, no watchers), N requests of a kind one
+after another, and the CPU the API server and etcd used for them, per request. Times are
+noisy on a shared machine: compare the kinds within one run.
 
     PYTHONPATH=. .venv/bin/python benchmarks/api_costs.py [-n 400]
 """
@@ -25,7 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.benchmark import MODEL, ORDERS, cpu_seconds
 from adapters.cluster import bootstrap, local
+from adapters.kubernetes import oldservers
+from adapters.kubernetes.rendering import OrderRef, render_workload
 from adapters.kubernetes.watching import CONFIG_MAPS, EVENTS, call
+from tests.adapters.kubernetes.workload_samples import FACTS, HF_REF, PLAN, RECIPE, SETTINGS, policy
 
 NAMESPACE = "costs"
 APPLY = "application/apply-patch+yaml"
@@ -94,6 +98,38 @@ def _config_map(name: str) -> dict[str, Any]:
     }
 
 
+# The children an order gets, as the controller renders them for a 1.20 server, by the
+# path of their collection. The Deployment has no replicas: its pods would be the
+# simulator's work, not the request's.
+CHILDREN = {
+    "Deployment": "/apis/apps/v1/namespaces/costs/deployments",
+    "Service": "/api/v1/namespaces/costs/services",
+    "Ingress": "/apis/networking.k8s.io/v1/namespaces/costs/ingresses",
+    "HorizontalPodAutoscaler": (
+        "/apis/autoscaling/v2beta2/namespaces/costs/horizontalpodautoscalers"
+    ),
+}
+
+
+def _children() -> dict[str, dict[str, Any]]:
+    order = OrderRef(name="o", namespace=NAMESPACE, uid="0f6c7a8e-1111-4c3b-9d7e-a1b2c3d4e5f6")
+    docs = render_workload(
+        order, PLAN, RECIPE, policy(max_replicas=3), HF_REF, settings=SETTINGS, facts=FACTS,
+        hpa_api_version="autoscaling/v2beta2",
+    )  # fmt: skip
+    out = {}
+    for doc in map(oldservers.for_old_server, docs):
+        doc["metadata"].pop("ownerReferences", None)  # no such owner here: kept, not collected
+        if doc["kind"] == "Deployment":
+            doc["spec"]["replicas"] = 0
+        out[doc["kind"]] = doc
+    return out
+
+
+def _named(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    return {**doc, "metadata": {**doc["metadata"], "name": name}}
+
+
 def measure(folder: Path, n: int) -> dict[str, float]:
     state = local.up(folder / "cluster")
     try:
@@ -110,8 +146,25 @@ def measure(folder: Path, n: int) -> dict[str, float]:
             time.sleep(0.5)
             return round((sum(cpu_seconds(p) for p in pids) - before) * 1000 / n, 2)
 
-        maps, orders = CONFIG_MAPS, ORDERS
-        return {
+        maps, orders, children = CONFIG_MAPS, ORDERS, _children()
+        # The controller applies each child where the floor creates it.
+        by_child: dict[str, float] = {}
+        for kind, path in CHILDREN.items():
+            doc = children[kind]
+
+            def create(i: int, doc: dict[str, Any] = doc, path: str = path) -> object:
+                return call(api, "POST", path, body=_named(doc, f"c-{i}"))
+
+            def apply(i: int, doc: dict[str, Any] = doc, path: str = path) -> object:
+                return call(
+                    api, "PATCH", f"{path}/a-{i}",
+                    query=[("fieldManager", "costs"), ("force", True)],
+                    body=_named(doc, f"a-{i}"), content_type=APPLY,
+                )  # fmt: skip
+
+            by_child[f"{kind.lower()}_create_ms"] = priced(create)
+            by_child[f"{kind.lower()}_apply_create_ms"] = priced(apply)
+        return by_child | {
             "configmap_create_ms": priced(
                 lambda i: call(
                     api, "POST", maps.collection_path(NAMESPACE), body=_config_map(f"c-{i}")
