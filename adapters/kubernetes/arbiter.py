@@ -127,12 +127,17 @@ class Arbiter:
         which needs something of a lower priority to free: otherwise `arbitration.rule`
         rules nothing, whatever the capacity. (The reconciler asks it too: a capacity
         event wakes such an order only then.)"""
-        workload, policy = state.workload, state.policy
-        if workload is None or policy is None:
-            return True  # not judged yet: its pass will say
-        return workload.available_replicas >= 1 or could_reclaim(
-            policy.constraints.priority_class_name
-        )
+        if Arbiter.growth_may_matter(state):
+            return True
+        policy = state.policy
+        return policy is not None and could_reclaim(policy.constraints.priority_class_name)
+
+    @staticmethod
+    def growth_may_matter(state: OrderState) -> bool:
+        """`capacity_may_matter` whatever the priorities: a replica is available (growth
+        is judged), or the order is not judged yet (its pass will say)."""
+        workload = state.workload
+        return workload is None or state.policy is None or workload.available_replicas >= 1
 
     def takes(self, taker: OrderRef, state: OrderState, reclaims: Sequence[str]) -> list[Take]:
         """What freeing `reclaims` takes from each holder: one replica per claim, counted

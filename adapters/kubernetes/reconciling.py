@@ -109,6 +109,10 @@ class Reconciler:
         # Those whose pods wait for devices: a capacity change is news to them only when
         # the arbiter may act on it (`waiting_for_capacity`).
         self._pods_waiting: set[str] = set()
+        # Of the kept states, those a capacity change may concern whatever the priorities
+        # (`Arbiter.growth_may_matter`): at one priority, the pods waiting that a capacity
+        # event wakes are these, found by a set intersection, not a look at each state.
+        self._may_grow: set[str] = set()
         # The priority classes the kept states' policies name, and how many name each:
         # what `Planning.could_reclaim` asks on every capacity event and arbiter ruling
         # (it read every state's policy each time: O(orders) each).
@@ -324,6 +328,7 @@ class Reconciler:
             for waits, members in (
                 (decide.waits_for_capacity(state), self._waiting),
                 (decide.pods_wait_for_devices(state), self._pods_waiting),
+                (arbiter.Arbiter.growth_may_matter(state), self._may_grow),
             ):
                 if waits:
                     members.add(uid)
@@ -341,20 +346,27 @@ class Reconciler:
         (it may reclaim). Woken by every claim event, the waiting orders of a rollout at
         one priority took a pass each per allocation anywhere, and they are most of them.
         """
+        # Set operations throughout: a rollout's claim events each ask this, and most of
+        # its orders have pods waiting (a look at each state was O(orders) in Python).
         uids = self._world.orders.uids()
         with self._states_lock:
             waiting = set(self._waiting)
-            waiting.update(uid for uid in uids if uid not in self._states)
+            waiting |= set(uids) - self._states.keys()  # not folded yet
             pods = (self._pods_waiting | set(unbound)) - waiting
             if not pods:
                 return waiting
-            judged = {uid: self._states.get(uid) for uid in pods}
+            waiting |= pods - self._states.keys()
+            waiting |= pods & self._may_grow
+            rest = pods - waiting
         could_reclaim = self.planning.could_reclaim()
-        waiting.update(
-            uid
-            for uid, state in judged.items()
-            if state is None or arbiter.Arbiter.capacity_may_matter(state, could_reclaim)
-        )
+        if rest and any(could_reclaim(name) for name in self.priorities_in_use()):
+            with self._states_lock:
+                judged = [(uid, self._states.get(uid)) for uid in rest]
+            waiting.update(
+                uid
+                for uid, state in judged
+                if state is None or arbiter.Arbiter.capacity_may_matter(state, could_reclaim)
+            )
         return waiting
 
     def states(self) -> dict[str, OrderState]:
@@ -398,6 +410,7 @@ class Reconciler:
             self._count_priority(self._states.pop(uid, None), -1)
             self._waiting.discard(uid)
             self._pods_waiting.discard(uid)
+            self._may_grow.discard(uid)
         self._transient_failures.pop(uid, None)
         self._refusals.pop(uid, None)
         self.background.forget(uid)

@@ -11,7 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from adapters.kubernetes.arbiter import Arbiter
 from adapters.kubernetes.rendering import UID_LABEL
+from adapters.kubernetes.world import BY_UNBOUND
+from fsm import decide
 from fsm import events as ev
 from fsm.placement import capacity
 from tests.adapters.kubernetes.test_pass import Bed, external_token_class
@@ -87,6 +90,29 @@ def test_a_capacity_event_wakes_only_the_orders_it_can_affect(tmp_path: Path) ->
     bed.log.close()
 
 
+def _looking_at_each_state(bed: Bed) -> set[str]:
+    """What `waiting_for_capacity` answers, found as it was before its sets: every
+    order's state looked at, one by one."""
+    reconciler, states = bed.reconciler, bed.reconciler.states()
+    unbound = bed.world.pods.index_values(BY_UNBOUND)
+    could_reclaim = reconciler.planning.could_reclaim()
+    found = {uid for uid in bed.world.orders.uids() if uid not in states}
+    found |= {uid for uid, state in states.items() if decide.waits_for_capacity(state)}
+    pods = {uid for uid, state in states.items() if decide.pods_wait_for_devices(state)}
+    for uid in (pods | set(unbound)) - found:
+        state = states.get(uid)
+        if state is None or Arbiter.capacity_may_matter(state, could_reclaim):
+            found.add(uid)
+    return found
+
+
+def _routed(bed: Bed) -> set[str]:
+    """The orders a capacity event wakes by their states, checked against a look at each."""
+    found = bed.reconciler.waiting_for_capacity(bed.world.pods.index_values(BY_UNBOUND))
+    assert found == _looking_at_each_state(bed)
+    return found
+
+
 def test_a_pod_not_on_a_node_is_woken_by_capacity_only_where_the_arbiter_may_act(
     tmp_path: Path,
 ) -> None:
@@ -109,6 +135,7 @@ def test_a_pod_not_on_a_node_is_woken_by_capacity_only_where_the_arbiter_may_act
     bed.settle(placed)
     bed.settle(pending)
     assert bed.reconciler.waiting_for_capacity() == set()  # both planned, none failed
+    assert _routed(bed) == set()  # and so by a look at each state
 
     woken.clear()
     fakes.put(bed.world, claim("other", "node-a", "gpu-1", namespace="x"))
@@ -125,6 +152,7 @@ def test_a_pod_not_on_a_node_is_woken_by_capacity_only_where_the_arbiter_may_act
     # It may take from the two below it, and took the serving one's replica: that one is
     # woken as an order whose replicas a higher priority took.
     assert sorted(woken) == sorted([high, placed])
+    assert _routed(bed) == {high, placed}  # placed: a higher priority took its replica
     taken = bed.child("Deployment", "llm-0")
     assert (
         taken is not None and "ai.deckhouse.io/capacity-taken" in taken["metadata"]["annotations"]
@@ -140,6 +168,7 @@ def test_a_pod_not_on_a_node_is_woken_by_capacity_only_where_the_arbiter_may_act
     fakes.put(bed.world, claim("other", "node-a", "gpu-1", namespace="x"))
     # One serves and wants more (growth); the high one and the one it took from, as before.
     assert sorted(woken) == sorted([pending, high, placed])
+    assert _routed(bed) == {pending, high, placed}
     bed.log.close()
 
 
