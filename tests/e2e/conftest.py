@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from adapters import metrics
 from adapters.platform import LocalPlatform
 from tests.support import polling
 
@@ -36,6 +37,12 @@ def forced_passes(platform: LocalPlatform, uid: str, passes: int = 3) -> int:
         wait_for(lambda: not queue.busy(uid), timeout=30, what=f"a pass over {uid} to end")
         assert queue.failures(uid) == 0, f"a pass over {uid} raised (the controller's log says)"
     return writer.writes - before
+
+
+def pass_errors() -> float:
+    """Passes that raised so far in this process, orders' and classes'
+    (`ai_inference_reconcile_total{outcome="error"}`)."""
+    return sum(metrics.PASSES.labels(kind, "error")._value.get() for kind in ("order", "class"))
 
 
 class Orders:

@@ -19,7 +19,6 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from adapters import metrics
 from adapters.kubernetes.rendering import AUTH_SECRET_UID_ANNOTATION
 from adapters.platform import LocalPlatform
 from adapters.probes.targets import AnnotatedPodTarget
@@ -27,7 +26,7 @@ from adapters.simulator.hub import StandInHub
 from fsm import events as ev
 from fsm.fold import fold
 from fsm.identity import OrderRef
-from tests.e2e.conftest import Orders, forced_passes, wait_for
+from tests.e2e.conftest import Orders, forced_passes, pass_errors, wait_for
 from tests.e2e.test_capacity_paths import (
     L4,
     QWEN_SMALL,
@@ -456,7 +455,7 @@ def test_a_quota_refusing_the_token_is_said_and_lifted_the_order_is_ready_on_its
     with extra_capacity(platform, [node], [product_class("e2e-quota-l4", L4)]):
         admin.create_class("e2e-quota", external_token(["e2e-quota-l4"]))
         class_ready(platform, "e2e-quota")
-        errors_before = _pass_errors()
+        errors_before = pass_errors()
         admin.core.create_namespaced_resource_quota(NS, quota)
         # Its usage, as the quota controller (not run here) would count it: without one
         # the API server enforces nothing.
@@ -477,8 +476,4 @@ def test_a_quota_refusing_the_token_is_said_and_lifted_the_order_is_ready_on_its
         ready = alice.wait_phase(NS, "conv-quota", "Ready", timeout=120)
         assert ready["metadata"]["generation"] == 1  # no edit
         assert len(events_of(platform, uid, ev.WorkloadApplyFailed)) == 1  # said once
-        assert _pass_errors() == errors_before
-
-
-def _pass_errors() -> float:
-    return float(metrics.PASSES.labels("order", "error")._value.get())
+        assert pass_errors() == errors_before

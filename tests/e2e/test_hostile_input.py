@@ -55,12 +55,12 @@ from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from adapters import metrics
 from adapters.cluster import bootstrap, local
 from adapters.kubernetes.manifests import Applier
 from adapters.platform import LocalPlatform
 from adapters.resources import resource_dir
 from fsm.reasons import Reason
+from tests.e2e.conftest import pass_errors
 from tests.support.polling import eventually
 from tests.support.schema_strategies import HOSTILE_TEXT, from_schema
 from tests.support.secret_scan import SecretScan, log_text
@@ -583,10 +583,6 @@ def quiet_failure(_counter: WriteCounter) -> list[dict[tuple[str, str], int]]:
     return _windows[-3:]
 
 
-def _failures() -> float:
-    return sum(metrics.PASSES.labels(kind, "error")._value.get() for kind in ("order", "class"))
-
-
 def _orders(platform: LocalPlatform) -> list[dict[str, Any]]:
     custom = client.CustomObjectsApi(platform.api("admin"))
     return [
@@ -657,7 +653,7 @@ def test_schema_generated_hostile_input_is_reconciled_or_refused(
         custom.create_namespaced_custom_object(GROUP, VERSION, "support", "inferenceservices", body)
         hub_orders.append(f"hub-{mode}")
     counter = WriteCounter(platform)
-    failures_before = _failures()
+    failures_before = pass_errors()
 
     started = time.monotonic()
     drawn = draw_all(EXAMPLES)
@@ -681,7 +677,7 @@ def test_schema_generated_hostile_input_is_reconciled_or_refused(
     settled_seconds = time.monotonic() - started - drawn_seconds - submitted_seconds
 
     # No pass raised, no background call failed.
-    assert _failures() == failures_before
+    assert pass_errors() == failures_before
     assert not _problems(caplog), _problems(caplog)[:5]
 
     # No retry storm: bounded writes per order, none in an idle window.
