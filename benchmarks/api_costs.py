@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.benchmark import MODEL, ORDERS, cpu_seconds
 from adapters.cluster import bootstrap, local
-from adapters.kubernetes import oldservers
+from adapters.kubernetes import kinds, oldservers
 from adapters.kubernetes.rendering import OrderRef, render_workload
-from adapters.kubernetes.watching import CONFIG_MAPS, EVENTS, call
+from adapters.kubernetes.watching import CONFIG_MAPS, EVENTS, Resource, call
 from tests.adapters.kubernetes.workload_samples import FACTS, HF_REF, PLAN, RECIPE, SETTINGS, policy
 
 NAMESPACE = "costs"
@@ -98,24 +98,18 @@ def _config_map(name: str) -> dict[str, Any]:
     }
 
 
-# The children an order gets, as the controller renders them for a 1.20 server, by the
-# path of their collection. The Deployment has no replicas: its pods would be the
+# The children an order gets, as the controller renders them for a 1.20 server (its
+# HPAs are autoscaling/v2beta2). The Deployment has no replicas: its pods would be the
 # simulator's work, not the request's.
-CHILDREN = {
-    "Deployment": "/apis/apps/v1/namespaces/costs/deployments",
-    "Service": "/api/v1/namespaces/costs/services",
-    "Ingress": "/apis/networking.k8s.io/v1/namespaces/costs/ingresses",
-    "HorizontalPodAutoscaler": (
-        "/apis/autoscaling/v2beta2/namespaces/costs/horizontalpodautoscalers"
-    ),
-}
+HPA_VERSION = "autoscaling/v2beta2"
+CHILDREN = (kinds.DEPLOYMENTS, kinds.SERVICES, kinds.INGRESSES, kinds.autoscalers(HPA_VERSION))
 
 
 def _children() -> dict[str, dict[str, Any]]:
     order = OrderRef(name="o", namespace=NAMESPACE, uid="0f6c7a8e-1111-4c3b-9d7e-a1b2c3d4e5f6")
     docs = render_workload(
         order, PLAN, RECIPE, policy(max_replicas=3), HF_REF, settings=SETTINGS, facts=FACTS,
-        hpa_api_version="autoscaling/v2beta2",
+        hpa_api_version=HPA_VERSION,
     )  # fmt: skip
     out = {}
     for doc in map(oldservers.for_old_server, docs):
@@ -149,21 +143,23 @@ def measure(folder: Path, n: int) -> dict[str, float]:
         maps, orders, children = CONFIG_MAPS, ORDERS, _children()
         # The controller applies each child where the floor creates it.
         by_child: dict[str, float] = {}
-        for kind, path in CHILDREN.items():
-            doc = children[kind]
+        for resource in CHILDREN:
+            doc = children[resource.kind]
 
-            def create(i: int, doc: dict[str, Any] = doc, path: str = path) -> object:
-                return call(api, "POST", path, body=_named(doc, f"c-{i}"))
-
-            def apply(i: int, doc: dict[str, Any] = doc, path: str = path) -> object:
+            def create(i: int, doc: dict[str, Any] = doc, kind: Resource = resource) -> object:
                 return call(
-                    api, "PATCH", f"{path}/a-{i}",
+                    api, "POST", kind.collection_path(NAMESPACE), body=_named(doc, f"c-{i}")
+                )
+
+            def apply(i: int, doc: dict[str, Any] = doc, kind: Resource = resource) -> object:
+                return call(
+                    api, "PATCH", kind.object_path(NAMESPACE, f"a-{i}"),
                     query=[("fieldManager", "costs"), ("force", True)],
                     body=_named(doc, f"a-{i}"), content_type=APPLY,
                 )  # fmt: skip
 
-            by_child[f"{kind.lower()}_create_ms"] = priced(create)
-            by_child[f"{kind.lower()}_apply_create_ms"] = priced(apply)
+            by_child[f"{resource.kind.lower()}_create_ms"] = priced(create)
+            by_child[f"{resource.kind.lower()}_apply_create_ms"] = priced(apply)
         return by_child | {
             "configmap_create_ms": priced(
                 lambda i: call(
