@@ -69,7 +69,11 @@ class CrashAfter:
     ) -> None:
         self.boundary, self.n, self.signum = boundary, n, signum
         self.seen = 0
-        self._kill = kill or (lambda: os.kill(os.getpid(), signum))
+        # Sent to the thread at the boundary, not to the process: a process-directed
+        # SIGSTOP may be taken by another thread, and this one runs on for a moment: long
+        # enough, after an append, to build an Event and pass the fence's check, so that
+        # the write went out after the resume (tests/adapters/kubernetes/test_plain_cluster).
+        self._kill = kill or (lambda: signal.pthread_kill(threading.get_ident(), signum))
         self._lock = threading.Lock()
 
     def __call__(self, boundary: str) -> None:

@@ -98,6 +98,9 @@ class EventLog:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._observers: list[AppendObserver] = []
+        # The newest epoch this log saw the fence at. The fence only rises, so an append
+        # at that epoch need not try to raise it: one statement of its transaction fewer.
+        self._fence_seen = 0
 
     def observe_appends(self, observer: AppendObserver) -> Callable[[], None]:
         """Call `observer` after every append; returns the function that stops it."""
@@ -182,7 +185,7 @@ class EventLog:
         with _translated():
             try:
                 with self._writing() as conn:
-                    _fence(conn, epoch)
+                    self._fence_seen = _fence(conn, epoch, raised=epoch <= self._fence_seen)
                     if expected_version == 0:
                         conn.execute(
                             sa.insert(schema.streams).values(
@@ -210,7 +213,8 @@ class EventLog:
         """
         _check_epoch(epoch)
         with _translated(), self._writing() as conn:
-            return _fence(conn, epoch)
+            self._fence_seen = _fence(conn, epoch)
+            return self._fence_seen
 
     def epoch(self) -> int:
         """The newest leader epoch the store has seen."""
@@ -478,12 +482,19 @@ _HEAD = sa.select(sa.func.coalesce(sa.func.max(schema.events.c.version), 0)).whe
 _EXISTS = sa.select(schema.streams.c.uid).where(schema.streams.c.uid == sa.bindparam("uid"))
 
 
-def _fence(conn: Connection, epoch: int) -> int:
-    """Advance the fence to `epoch` if newer; refuse if it has seen a newer one."""
-    conn.execute(_RAISE_FENCE, {"new_epoch": epoch})
-    seen = conn.execute(_SEEN_FENCE).scalar_one()
+def _fence(conn: Connection, epoch: int, *, raised: bool = False) -> int:
+    """Advance the fence to `epoch` if newer; refuse if it has seen a newer one.
+
+    `raised`: the fence was seen at `epoch` or above before, so it is not raised first;
+    should it be lower after all (a store reset under a running process), it is raised
+    now, in the same transaction."""
+    if not raised:
+        conn.execute(_RAISE_FENCE, {"new_epoch": epoch})
+    seen = int(conn.execute(_SEEN_FENCE).scalar_one())
     if seen > epoch:
-        raise StaleEpoch(epoch, int(seen))
+        raise StaleEpoch(epoch, seen)
+    if seen < epoch:
+        conn.execute(_RAISE_FENCE, {"new_epoch": epoch})
     return epoch
 
 

@@ -2,12 +2,12 @@
 
 The controller's workers call `Reconciler.reconcile(uid)` with nothing but the order's
 UID (level-triggered, controller-runtime style). The pass reads the cached world as
-observations (observing.py), lets the pure core decide which events they make, appends
-them to the order's stream *before* acting and folds them (`record`), then carries out
-the core's commands (acting.py) — planning under the capacity lock (planning.py), the
-workload compared with the live objects and repaired, the token Secret, the probe and
-the status write — each idempotent, so a crash between any two steps is repaired by the
-next pass.
+observations (observing.py), lets the pure core decide which events they make and folds
+them (`_record`), appends what it decided to the order's stream, in one append, *before*
+each of its effects (`_commit`), and carries out the core's commands (acting.py) —
+planning under the capacity lock (planning.py), the workload compared with the live
+objects and repaired, the token Secret, the probe and the status write — each
+idempotent, so a crash between any two steps is repaired by the next pass.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from adapters.probes.http import Prober
 from adapters.probes.targets import TargetResolver
 from fsm import decide, effects
 from fsm import observations as ob
+from fsm.events import Event
 from fsm.fold import fold
 from fsm.identity import OrderRef
 from fsm.placement import arbitration
@@ -60,15 +61,25 @@ _MODEL_PENDING_RECHECK = 2.0
 
 @dataclass
 class _Pass:
-    """What one pass carries between its steps."""
+    """What one pass carries between its steps.
+
+    `state` is the order as the pass has decided it; `recorded`, as the log holds it.
+    The events between them (`pending`) are appended together before the pass's next
+    effect (`Reconciler._commit`): a first pass decides spec, class, model and plan in
+    one append, not four."""
 
     order: OrderRef
     state: OrderState
     now: datetime
+    recorded: OrderState = field(init=False)
+    pending: list[Event] = field(default_factory=list)
     requeue: list[float] = field(default_factory=list)
     transient: bool | None = None  # the model source unreachable; None: not asked now
     refused: bool | None = None  # the API server refused an apply; None: none tried now
     model_pending: bool = False  # no verdict on the model for this generation yet
+
+    def __post_init__(self) -> None:
+        self.recorded = self.state
 
 
 class Reconciler:
@@ -182,6 +193,7 @@ class Reconciler:
             # record) makes none, and our status write's echo wakes nothing
             # (Writer.is_status_echo).
             p.requeue.append(0.0)
+        self._commit(p)
         return self._outcome(p)
 
     def _observe_serving(self, p: _Pass) -> None:
@@ -205,6 +217,7 @@ class Reconciler:
             self._record(p, _scaling_seen(ruling.verdict, p.now))
         back = ruling.give_back
         if back is not None:
+            self._commit(p)
             self.actor.scale(p.order, back.replicas, back.record, back.resource_version)
 
     def _take(self, p: _Pass, reclaims: tuple[str, ...]) -> None:
@@ -218,11 +231,13 @@ class Reconciler:
                 basis=take.resource_version,
             )
             self._record(p, reclaimed)
+            self._commit(p)
             obj = self._world.orders.get(take.victim)
             if obj is None:
                 continue
             victim = _Pass(order_of(obj), self.state_of(take.victim), p.now)
             self._record(victim, _scaling_seen(arbitration.taken_verdict(take.record), p.now))
+            self._commit(victim)
             self.actor.scale(victim.order, take.replicas, take.record, take.resource_version)
 
     def _act(self, p: _Pass) -> None:
@@ -255,18 +270,22 @@ class Reconciler:
     def _carry_out(self, p: _Pass, command: effects.Command) -> bool:
         """Carry out one command; True when it moved the state (ask the core again)."""
         if isinstance(command, effects.RequestPlan):
-            with self.planning.lock:  # the next plan must see this one
+            with self.planning.lock:  # the next plan must see this one: kept before
                 outcome = self.planning.plan(p.order.uid, p.state, command)
-                return self._record(p, ob.PlanJudged(at=p.now, outcome=outcome))
+                moved = self._record(p, ob.PlanJudged(at=p.now, outcome=outcome))
+                self._commit(p)
+                return moved
         if isinstance(command, effects.ApplyWorkload) and not command.repair:
             self._take(p, command.reclaims)  # the plan's place needs these claims freed
         if isinstance(command, effects.PublishStatus):
             if p.model_pending or self.background.waiting(p.order.uid):
                 return False  # an answer is on its way and wakes the order: publish then
+            self._commit(p)
             if self.actor.publish(p.order, p.state, dict(command.status)):
                 # What `verify` compares a replay with: the status as last written.
                 self._log.record_projection(p.order.uid, p.state.version, command.status)
             return False
+        self._commit(p)
         done = self.actor.act(p.order, p.state, command, p.now)
         p.requeue.extend(done.requeue)
         if isinstance(command, effects.ApplyWorkload | effects.EnsureAuthSecret):
@@ -295,24 +314,39 @@ class Reconciler:
     # -- the log -----------------------------------------------------------------------
 
     def _record(self, p: _Pass, observation: ob.Observation | None) -> bool:
-        """decide → append → fold. True when the observation changed something."""
+        """decide → fold; the events wait in the pass for `_commit`. True when the
+        observation changed something."""
         if observation is None:
             return False
         events = decide.decide(p.state, observation)
         if not events:
             return False
+        p.pending.extend(events)
+        p.state = fold(events, start=p.state)
+        return True
+
+    def _commit(self, p: _Pass) -> None:
+        """Append the events the pass decided since it last appended, in one append.
+
+        Called before each effect (an apply, the token, a scale, the status, a probe
+        armed) and at the pass's end, so nothing is done on a decision the log does not
+        hold; a plan is appended and kept under the planning lock, so the next plan
+        sees its demand. Each append is a transaction (the fence, the head, the insert):
+        one per effect rather than one per event."""
+        if not p.pending:
+            return
+        events, p.pending = p.pending, []
+        before = p.recorded
         key = StreamKey(p.order.uid, p.order.namespace, p.order.name)
         version = self._log.append(
-            key, events, expected_version=p.state.version, epoch=self._epoch(), recorded_at=p.now
+            key, events, expected_version=before.version, epoch=self._epoch(), recorded_at=p.now
         )
-        before, previous = p.state.version, p.state
         # The pass goes on with the kept state: what it arms (the probe's judgement of
         # news) holds that one, not an unshared twin of it.
-        p.state = self._keep(p.order.uid, fold(events, start=p.state))
-        self.actor.tell(p.order, previous, p.state)
-        if version // SNAPSHOT_EVERY > before // SNAPSHOT_EVERY:
+        p.state = p.recorded = self._keep(p.order.uid, p.state)
+        self.actor.tell(p.order, before, p.state)
+        if version // SNAPSHOT_EVERY > before.version // SNAPSHOT_EVERY:
             self._log.save_snapshot(p.order.uid, version, p.state.model_dump(mode="json"))
-        return True
 
     def _keep(self, uid: str, state: OrderState) -> OrderState:
         """Keep the order's state between passes, and return it as kept: its parts
@@ -423,8 +457,9 @@ class Reconciler:
             # Two writes: a pass that failed between them (the log went away) recorded the
             # deletion but never marked the stream; the retry marks it.
             if not state.deleted:
-                order = OrderRef(info.name, info.namespace, uid)
-                self._record(_Pass(order, state, now), ob.Deleted(at=now))
+                closing = _Pass(OrderRef(info.name, info.namespace, uid), state, now)
+                self._record(closing, ob.Deleted(at=now))
+                self._commit(closing)
             self._log.mark_deleted(uid, now)
         self.forget(uid)
 

@@ -160,6 +160,41 @@ def test_claiming_an_epoch_fences_streams_the_new_leader_has_not_written(
     assert log.append(KEY, things(2), 1, 2, at(1)) == 2
 
 
+def test_an_append_at_the_epoch_the_fence_was_seen_at_does_not_raise_it_again(
+    log: store.EventLog, log_url: str
+) -> None:
+    """The fence only rises, so once this log saw it at an epoch an append at that epoch
+    does not try to raise it (one statement of each append's transaction). Another
+    process's newer epoch is still refused, and a fence lowered behind the log's back (a
+    store restored under a running controller) is raised again by the next append."""
+    raises: list[str] = []
+
+    def counted(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if statement.lstrip().upper().startswith("UPDATE LEADER_FENCE"):
+            raises.append(statement)
+
+    sa.event.listen(log.engine, "before_cursor_execute", counted)
+    assert log.claim_epoch(2) == 2
+    assert len(raises) == 1
+    for version in range(3):
+        log.append(KEY, things(1, start=version), version, 2, at(version))
+    assert len(raises) == 1  # seen at 2: never tried again
+
+    with log.engine.begin() as conn:
+        conn.execute(sa.update(schema.leader_fence).values(epoch=0))
+    log.append(KEY, things(1, start=3), 3, 2, at(3))
+    assert log.epoch() == 2
+
+    other = store.open_log(log_url)
+    try:
+        other.claim_epoch(3)
+    finally:
+        other.close()
+    with pytest.raises(store.StaleEpoch):
+        log.append(KEY, things(1, start=4), 4, 2, at(4))
+    assert versions(log.read(KEY.uid)) == [1, 2, 3, 4]
+
+
 # -- reading ranges and time travel ----------------------------------------------------
 
 

@@ -168,6 +168,52 @@ def test_a_new_order_gets_each_child_once_and_a_quiet_pass_writes_nothing(bed: B
     assert bed.writer.writes == before
 
 
+def test_a_pass_appends_once_per_effect_and_acts_only_on_what_the_log_holds(
+    bed: Bed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass's decisions wait in it and are appended together before its next effect:
+    every apply, token, probe and status write is made from a state the log holds in
+    full (its version is the stream's head), and a new order's first pass appends once
+    per effect, not once per event."""
+    actor = bed.reconciler.actor
+    behind: list[str] = []
+
+    def held(uid: str, state: Any, what: str) -> None:
+        head = max((r.version for r in bed.log.read(uid)), default=0)
+        if state.version != head:
+            behind.append(f"{what} at version {state.version}, the log at {head}")
+
+    def act(order: OrderRef, state: Any, command: Any, now: datetime) -> Any:
+        held(order.uid, state, type(command).__name__)
+        return real_act(order, state, command, now)
+
+    def publish(order: OrderRef, state: Any, status: dict[str, Any]) -> bool:
+        held(order.uid, state, "the status")
+        return real_publish(order, state, status)
+
+    real_act, real_publish = actor.act, actor.publish
+    monkeypatch.setattr(actor, "act", act)
+    monkeypatch.setattr(actor, "publish", publish)
+    appends: list[list[str]] = []
+    bed.log.observe_appends(lambda events, _s, _e: appends.append([e.TYPE for e in events]))
+
+    uid = bed.order("llm")
+    bed.reconciler.reconcile(uid)
+    assert behind == []
+    events = [e for batch in appends for e in batch]
+    assert [r.event.TYPE for r in bed.log.read(uid)] == events  # nothing lost or doubled
+    # One append before each effect: the token, the plan (kept under the planning lock),
+    # the apply, the status. One per event before: eight.
+    assert appends == [
+        ["SpecObserved", "ClassResolved", "ModelResolved"],
+        ["AuthSecretIssued"],
+        ["PlanComputed"],
+        ["WorkloadApplied", "WorkloadObserved", "EndpointPublished"],
+    ]
+    bed.settle(uid)
+    assert behind == []
+
+
 def test_a_secret_of_the_tokens_name_not_the_orders_is_said_on_the_order(bed: Bed) -> None:
     """A Secret named `{order}-auth` that the order does not own (a user's, or a deleted
     order's the garbage collector has not removed yet) is never adopted: the order says
