@@ -9,9 +9,10 @@ an unknown domain reads as an empty map, an unknown key is an error, and a resul
 not a bool is an error. Any error is a `SelectorError` — the class cannot be judged,
 which the planner reports as PlacementUndecidable, never as a crash.
 
-Evaluation is slow next to everything else the planner does (about 0.7 ms), so programs
-are compiled once per expression and results are memoised per (class name, generation,
-selectors, device). Known gap: `cel.bind` is not supported by cel-python; a selector
+Evaluation is slow next to everything else the planner does (about 0.25 ms), so programs
+are compiled once per expression, results are memoised per (class name, generation,
+selectors, device), and an answer is shared by the devices that agree on what the
+selector read (cel_reads.py). Known gap: `cel.bind` is not supported by cel-python; a selector
 using it cannot be judged.
 """
 
@@ -27,6 +28,7 @@ from typing import Any
 import celpy
 from celpy import celtypes
 
+from fsm.placement import cel_reads
 from fsm.placement.capacity import Device, DeviceClassInfo, Version
 from fsm.placement.kept import KeptFor
 from fsm.quantity import QuantityError, parse_quantity
@@ -238,17 +240,27 @@ def _activation(device: Device) -> dict[str, Any]:
 
 
 def evaluate(expression: str, device: Device) -> bool:
-    """One selector against one device; SelectorError when it cannot be judged."""
+    """One selector against one device; SelectorError when it cannot be judged.
+
+    The answer is shared with every device that agrees on what the selector read
+    (cel_reads.py): a class's identical GPUs, each with its own uuid, are one evaluation."""
     program = _program(expression)
-    try:
-        result = program.evaluate(_activation(device))
-    except Exception as err:  # celpy raises CELEvalError, and lark/Python errors leak through
-        raise SelectorError(expression, f"fails on {device.id}: {_describe(err)}") from err
-    if isinstance(result, celpy.CELEvalError):
-        raise SelectorError(expression, f"fails on {device.id}: {_describe(result)}")
-    if not isinstance(result, celtypes.BoolType):
-        raise SelectorError(expression, f"yields {type(result).__name__}, not a bool")
-    return bool(result)
+
+    def judged(reading: cel_reads.Reading) -> bool:
+        try:
+            result = program.evaluate({"device": reading})
+        except Exception as err:  # celpy raises CELEvalError; lark/Python errors leak through
+            raise SelectorError(expression, f"fails on {device.id}: {_describe(err)}") from err
+        if isinstance(result, celpy.CELEvalError):
+            raise SelectorError(expression, f"fails on {device.id}: {_describe(result)}")
+        if not isinstance(result, celtypes.BoolType):
+            raise SelectorError(expression, f"yields {type(result).__name__}, not a bool")
+        return bool(result)
+
+    return _ANSWERS.answer(expression, _activation(device)["device"], judged)
+
+
+_ANSWERS = cel_reads.Answers()
 
 
 def _describe(err: BaseException) -> str:
