@@ -73,6 +73,7 @@ class _Pass:
     now: datetime
     recorded: OrderState = field(init=False)
     pending: list[Event] = field(default_factory=list)
+    untold: OrderState | None = None  # appended, its Events not told yet: told from here
     requeue: list[float] = field(default_factory=list)
     transient: bool | None = None  # the model source unreachable; None: not asked now
     refused: bool | None = None  # the API server refused an apply; None: none tried now
@@ -273,8 +274,9 @@ class Reconciler:
             with self.planning.lock:  # the next plan must see this one: kept before
                 outcome = self.planning.plan(p.order.uid, p.state, command)
                 moved = self._record(p, ob.PlanJudged(at=p.now, outcome=outcome))
-                self._commit(p)
-                return moved
+                self._commit(p, tell=False)
+            self._tell(p)  # its Events are requests: not while other plans wait
+            return moved
         if isinstance(command, effects.ApplyWorkload) and not command.repair:
             self._take(p, command.reclaims)  # the plan's place needs these claims freed
         if isinstance(command, effects.PublishStatus):
@@ -325,14 +327,15 @@ class Reconciler:
         p.state = fold(events, start=p.state)
         return True
 
-    def _commit(self, p: _Pass) -> None:
+    def _commit(self, p: _Pass, *, tell: bool = True) -> None:
         """Append the events the pass decided since it last appended, in one append.
 
         Called before each effect (an apply, the token, a scale, the status, a probe
         armed) and at the pass's end, so nothing is done on a decision the log does not
         hold; a plan is appended and kept under the planning lock, so the next plan
         sees its demand. Each append is a transaction (the fence, the head, the insert):
-        one per effect rather than one per event."""
+        one per effect rather than one per event. `tell=False` leaves the Events for
+        `_tell`."""
         if not p.pending:
             return
         events, p.pending = p.pending, []
@@ -344,9 +347,18 @@ class Reconciler:
         # The pass goes on with the kept state: what it arms (the probe's judgement of
         # news) holds that one, not an unshared twin of it.
         p.state = p.recorded = self._keep(p.order.uid, p.state)
-        self.actor.tell(p.order, before, p.state)
+        if p.untold is None:
+            p.untold = before
+        if tell:
+            self._tell(p)
         if version // SNAPSHOT_EVERY > before.version // SNAPSHOT_EVERY:
             self._log.save_snapshot(p.order.uid, version, p.state.model_dump(mode="json"))
+
+    def _tell(self, p: _Pass) -> None:
+        """The Kubernetes Events of what the pass appended since it last told them."""
+        if p.untold is not None:
+            before, p.untold = p.untold, None
+            self.actor.tell(p.order, before, p.recorded)
 
     def _keep(self, uid: str, state: OrderState) -> OrderState:
         """Keep the order's state between passes, and return it as kept: its parts

@@ -174,7 +174,8 @@ def test_a_pass_appends_once_per_effect_and_acts_only_on_what_the_log_holds(
     """A pass's decisions wait in it and are appended together before its next effect:
     every apply, token, probe and status write is made from a state the log holds in
     full (its version is the stream's head), and a new order's first pass appends once
-    per effect, not once per event."""
+    per effect, not once per event. The Events of a plan are told once the planning
+    lock is released: they are requests, and other orders' plans wait on that lock."""
     actor = bed.reconciler.actor
     behind: list[str] = []
 
@@ -191,9 +192,15 @@ def test_a_pass_appends_once_per_effect_and_acts_only_on_what_the_log_holds(
         held(order.uid, state, "the status")
         return real_publish(order, state, status)
 
-    real_act, real_publish = actor.act, actor.publish
+    def event(involved: Any, reason: str, message: str, **kwargs: Any) -> Any:
+        if bed.reconciler.planning.lock.locked():
+            behind.append(f"the Event {reason} sent while other plans wait")
+        return real_event(involved, reason, message, **kwargs)
+
+    real_act, real_publish, real_event = actor.act, actor.publish, bed.writer.event
     monkeypatch.setattr(actor, "act", act)
     monkeypatch.setattr(actor, "publish", publish)
+    monkeypatch.setattr(bed.writer, "event", event)
     appends: list[list[str]] = []
     bed.log.observe_appends(lambda events, _s, _e: appends.append([e.TYPE for e in events]))
 
@@ -210,6 +217,8 @@ def test_a_pass_appends_once_per_effect_and_acts_only_on_what_the_log_holds(
         ["PlanComputed"],
         ["WorkloadApplied", "WorkloadObserved", "EndpointPublished"],
     ]
+    told = [reason for reason, _ in bed.writer.events]
+    assert told == ["ClassAdmitted", "ModelResolved", "PlanComputed"]  # each once, in order
     bed.settle(uid)
     assert behind == []
 
