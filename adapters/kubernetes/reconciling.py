@@ -65,8 +65,8 @@ class _Pass:
 
     `state` is the order as the pass has decided it; `recorded`, as the log holds it.
     The events between them (`pending`) are appended together before the pass's next
-    effect (`Reconciler._commit`): a first pass decides spec, class, model and plan in
-    one append, not four."""
+    effect (`Reconciler._commit`): a first pass appends spec, class and model in one
+    append, not three."""
 
     order: OrderRef
     state: OrderState
