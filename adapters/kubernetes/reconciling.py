@@ -73,14 +73,14 @@ class _Pass:
     now: datetime
     recorded: OrderState = field(init=False)
     pending: list[Event] = field(default_factory=list)
-    untold: OrderState | None = None  # appended, its Events not told yet: told from here
+    told: OrderState = field(init=False)  # the recorded state its Events were told up to
     requeue: list[float] = field(default_factory=list)
     transient: bool | None = None  # the model source unreachable; None: not asked now
     refused: bool | None = None  # the API server refused an apply; None: none tried now
     model_pending: bool = False  # no verdict on the model for this generation yet
 
     def __post_init__(self) -> None:
-        self.recorded = self.state
+        self.recorded = self.told = self.state
 
 
 class Reconciler:
@@ -347,8 +347,6 @@ class Reconciler:
         # The pass goes on with the kept state: what it arms (the probe's judgement of
         # news) holds that one, not an unshared twin of it.
         p.state = p.recorded = self._keep(p.order.uid, p.state)
-        if p.untold is None:
-            p.untold = before
         if tell:
             self._tell(p)
         if version // SNAPSHOT_EVERY > before.version // SNAPSHOT_EVERY:
@@ -356,9 +354,9 @@ class Reconciler:
 
     def _tell(self, p: _Pass) -> None:
         """The Kubernetes Events of what the pass appended since it last told them."""
-        if p.untold is not None:
-            before, p.untold = p.untold, None
-            self.actor.tell(p.order, before, p.recorded)
+        if p.told is not p.recorded:
+            self.actor.tell(p.order, p.told, p.recorded)
+            p.told = p.recorded
 
     def _keep(self, uid: str, state: OrderState) -> OrderState:
         """Keep the order's state between passes, and return it as kept: its parts
