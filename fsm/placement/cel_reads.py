@@ -61,9 +61,6 @@ class Reading(celtypes.MapType):  # type: ignore[misc]  # celpy's types are unty
         self._reads.append((self._path, key))
         return key in self._source
 
-    def contains(self, item: Any) -> celtypes.BoolType:
-        return celtypes.BoolType(item in self)
-
     def _whole(self) -> None:
         self._reads.append((self._path, WHOLE))
 
