@@ -301,6 +301,9 @@ def up(folder: Path, *, timeout: float = 90, audit: bool = False) -> ClusterStat
             "--kube-api-qps=100",
             "--kube-api-burst=200",
             "--v=1",
+            # What the garbage collector decided, object by object, and when it re-read
+            # discovery: the log a test that waits on it reports when it waited in vain.
+            "--vmodule=garbagecollector=2",
         ],
         logs,
     )

@@ -22,6 +22,7 @@ import copy
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -140,20 +141,52 @@ class Plane:
         for obj in orders:
             self.delete(obj["metadata"]["name"])
         core = client.CoreV1Api(self.api("admin"))
-        eventually(
-            lambda: (
-                not core.list_namespaced_pod(NS, label_selector=UID_LABEL).items
-                and not self.custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)[
-                    "items"
-                ]
-            ),
-            timeout=120,
-            interval=0.5,
-            what="the orders and their pods gone",
-        )
+        try:
+            eventually(
+                lambda: (
+                    not core.list_namespaced_pod(NS, label_selector=UID_LABEL).items
+                    and not self.custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)[
+                        "items"
+                    ]
+                ),
+                timeout=120,
+                interval=0.5,
+                what="the orders and their pods gone",
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.leftovers()}") from None
         leases = client.CoordinationV1Api(self.api("admin"))
         with contextlib.suppress(ApiException):
             leases.delete_namespaced_lease(LEASE_NAME, LEASE_NAMESPACE)
+
+    def leftovers(self) -> str:
+        """What a clear left behind, and what the controller manager (whose garbage
+        collector removes an order's children) last complained of."""
+        core = client.CoreV1Api(self.api("admin"))
+        apps = client.AppsV1Api(self.api("admin"))
+        lines = []
+        for obj in self.custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)["items"]:
+            meta = obj["metadata"]
+            lines.append(
+                f"order {meta['name']}: deleting since {meta.get('deletionTimestamp')}, "
+                f"finalizers {meta.get('finalizers')}"
+            )
+        for deployment in apps.list_namespaced_deployment(NS, label_selector=UID_LABEL).items:
+            meta = deployment.metadata
+            owners = [(r.kind, r.name, r.uid) for r in meta.owner_references or ()]
+            lines.append(
+                f"deployment {meta.name}: deleting since {meta.deletion_timestamp}, owners {owners}"
+            )
+        for pod in core.list_namespaced_pod(NS, label_selector=UID_LABEL).items:
+            lines.append(f"pod {_pod_line(self, pod)}")
+        sim = self.simulator
+        lines.append(f"simulator: {sim.stats}, last error {sim.last_error!r}")
+        manager = Path(self.state.folder) / "logs" / "kube-controller-manager.log"
+        if manager.exists():
+            said = manager.read_text(errors="replace").splitlines()
+            lines.append("kube-controller-manager, its last errors and garbage collector lines:")
+            lines += [line for line in said if line.startswith("E") or "garbage" in line][-40:]
+        return "\n".join(lines)
 
     def close(self) -> None:
         for api in self._clients:
