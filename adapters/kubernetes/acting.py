@@ -115,7 +115,7 @@ class Actor:
     ) -> Acted:
         match command:
             case effects.EnsureAuthSecret():
-                return self._token(order, now)
+                return self._token(order, state, now)
             case effects.ApplyWorkload():
                 return Acted(self._workload(order, state, command, now))
             case effects.ScheduleProbe():
@@ -134,10 +134,21 @@ class Actor:
         live = self._world.token_secrets.get_by_name(order.namespace, name, copy_=False)
         return live if live is not None else self._writer.get(kinds.SECRETS, order.namespace, name)
 
-    def _token(self, order: OrderRef, now: datetime) -> Acted:
+    def _token(self, order: OrderRef, state: OrderState, now: datetime) -> Acted:
         name = auth_secret_name(order.name)
         cached = self._world.token_secrets.get_by_name(order.namespace, name, copy_=False)
         if cached is None or not tokens.owned_by(cached, order):
+            if state.auth_secret_name is not None:
+                # Made before and gone now: perhaps by the garbage collector, for an order
+                # the API server has deleted and the cache still holds (its watch
+                # reconnecting). Made again unread, each new Secret would be collected and
+                # its deletion wake the order again: a storm of creates, seen here at 65 a
+                # second after an API server restart, until the order's deletion arrived.
+                try:
+                    if self._order_gone(order):
+                        return Acted()  # its deletion is on its way through the watch
+                except errors.APIError as exc:
+                    return Acted(ob.ApplyFailed(at=now, message=str(exc)[:500]))
             # Created without a live read first: for a new order that read was a 404 each
             # time. One that exists (the cache behind) answers the create with a conflict,
             # and `ensure_auth_secret` reads it then. Waited for in the cache, as every

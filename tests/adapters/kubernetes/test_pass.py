@@ -400,6 +400,38 @@ def test_orders_of_one_class_and_model_hold_their_equal_state_parts_once(tmp_pat
         bed.log.close()
 
 
+def test_a_token_secret_gone_with_its_order_is_not_made_again(bed: Bed) -> None:
+    """The order deleted on the server, the cache still holding it (its watch
+    reconnecting), and its token Secret collected by the garbage collector: the Secret's
+    deletion wakes the order, and a Secret made again would be collected again and wake
+    it again. A live read of the order comes first, once a pass; nothing is created."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    assert bed.writer.calls[("create", "Secret")] == 1
+    read = bed.writer.get
+    asked: list[str] = []
+
+    def deleted_on_the_server(resource: Any, namespace: str, name: str) -> Any:
+        if resource.kind != "InferenceService":
+            return read(resource, namespace, name)
+        asked.append(name)
+        return None
+
+    bed.writer.get = deleted_on_the_server  # type: ignore[method-assign]
+    secret = bed.world.token_secrets.get_by_name("support", "llm-auth")
+    assert secret is not None
+    fakes.drop(bed.world, secret)
+    bed.settle(uid, passes=5)
+    assert bed.writer.calls[("create", "Secret")] == 1
+    assert asked == ["llm"] * 5
+
+    # The order still there after all (a Secret deleted by hand): made again, once.
+    bed.writer.get = read  # type: ignore[method-assign]
+    bed.settle(uid)
+    assert bed.writer.calls[("create", "Secret")] == 2
+    assert bed.world.token_secrets.get_by_name("support", "llm-auth") is not None
+
+
 @pytest.mark.parametrize("kind", CHILDREN)
 def test_a_deleted_child_is_applied_again_exactly_once(bed: Bed, kind: str) -> None:
     uid = bed.order("llm")
