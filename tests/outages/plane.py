@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -136,28 +137,66 @@ class Plane:
 
     def clear(self) -> None:
         """No order left, nor any pod of one (the next test plans on the same devices),
-        and no Lease."""
+        and no Lease.
+
+        The orders' children are the garbage collector's to delete, and it is given a
+        minute. After an API server restart it can take far longer: an owner its
+        informers have not seen again is a "virtual" node, re-checked on a back-off that
+        doubles up to 1,000 s. Then the teardown does the collector's part itself, and says
+        so on stderr; the simulator must still remove the pods it is asked to, or the
+        clear fails with what was left."""
         orders = self.custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)["items"]
         for obj in orders:
             self.delete(obj["metadata"]["name"])
         core = client.CoreV1Api(self.api("admin"))
-        try:
-            eventually(
-                lambda: (
-                    not core.list_namespaced_pod(NS, label_selector=UID_LABEL).items
-                    and not self.custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)[
-                        "items"
-                    ]
-                ),
-                timeout=120,
-                interval=0.5,
-                what="the orders and their pods gone",
+
+        def gone() -> bool:
+            return (
+                not core.list_namespaced_pod(NS, label_selector=UID_LABEL).items
+                and not (
+                    self.custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)["items"]
+                )
             )
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{self.leftovers()}") from None
+
+        what = "the orders and their pods gone"
+        try:
+            eventually(gone, timeout=60, interval=0.5, what=what)
+        except AssertionError:
+            left = self.leftovers()
+            sys.stderr.write(f"the garbage collector left, after a minute:\n{left}\n")
+            self._collect_orphans()
+            try:
+                eventually(gone, timeout=60, interval=0.5, what=what)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{self.leftovers()}\nbefore:\n{left}") from None
         leases = client.CoordinationV1Api(self.api("admin"))
         with contextlib.suppress(ApiException):
             leases.delete_namespaced_lease(LEASE_NAME, LEASE_NAMESPACE)
+
+    def _collect_orphans(self) -> None:
+        """The garbage collector's part for children whose order is gone: Deployments,
+        then ReplicaSets (so neither controller makes more), then their pods, deleted
+        as the collector deletes them (gracefully: the simulator's kubelet confirms)."""
+        live = {
+            obj["metadata"]["uid"]
+            for obj in self.custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)[
+                "items"
+            ]
+        }
+        apps = client.AppsV1Api(self.api("admin"))
+        core = client.CoreV1Api(self.api("admin"))
+        kinds = (
+            (apps.list_namespaced_deployment, apps.delete_namespaced_deployment),
+            (apps.list_namespaced_replica_set, apps.delete_namespaced_replica_set),
+            (core.list_namespaced_pod, core.delete_namespaced_pod),
+        )
+        for listing, deleting in kinds:
+            for obj in listing(NS, label_selector=UID_LABEL).items:
+                meta = obj.metadata
+                if meta.labels.get(UID_LABEL) in live or meta.deletion_timestamp is not None:
+                    continue
+                with contextlib.suppress(ApiException):
+                    deleting(meta.name, NS)
 
     def leftovers(self) -> str:
         """What a clear left behind, and what the controller manager (whose garbage
