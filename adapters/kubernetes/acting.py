@@ -241,7 +241,9 @@ class Actor:
         wanted = list(docs)
         copied = False
         try:
-            creates = any(converging.key_of(doc) not in live for doc in changed)
+            creates = any(converging.key_of(doc) not in live for doc in changed) or (
+                certificate is not None and converging.key_of(certificate) not in live
+            )
             if creates and self._order_gone(order):
                 return None  # its deletion is on its way through the watch, and closes it
             if certificate is not None:  # the copy before the Ingress that names it

@@ -104,3 +104,33 @@ def test_the_copy_is_made_once_and_kept_equal_by_delete_and_create(bed: Bed) -> 
     )
     assert secret_writes(bed) == {"apply": 0, "patch": 0}  # never an update of a Secret
     assert len(bed.events(uid, ev.WorkloadApplied)) == 1  # repairs are not new plans
+
+
+def test_a_copy_gone_with_its_order_is_not_made_again(bed: Bed) -> None:
+    """The order deleted on the server while the cache still holds it, and its copy
+    collected by the garbage collector: the copy's deletion wakes the order, and a copy
+    made again would be collected and wake it again. The order is read live first."""
+    fakes.put(bed.world, source({"tls.crt": "Yw==", "tls.key": "aw=="}))
+    uid = bed.order("llm")
+    bed.settle(uid)
+    made = bed.child("Secret", COPY)
+    assert made is not None
+    read = bed.writer.get
+    asked: list[str] = []
+
+    def deleted_on_the_server(resource: Any, namespace: str, name: str) -> Any:
+        if resource.kind != "InferenceService":
+            return read(resource, namespace, name)
+        asked.append(name)
+        return None
+
+    bed.writer.get = deleted_on_the_server  # type: ignore[method-assign]
+    creates = bed.writer.calls[("create", "Secret")]
+    fakes.drop(bed.world, made)
+    bed.settle(uid, passes=5)
+    assert bed.writer.calls[("create", "Secret")] == creates
+    assert asked == ["llm"] * 5
+    bed.writer.get = read  # type: ignore[method-assign]
+    bed.settle(uid)
+    assert bed.writer.calls[("create", "Secret")] == creates + 1
+    assert bed.child("Secret", COPY) is not None
