@@ -9,6 +9,7 @@ keeping a resolved order's facts and a Pending one retried soon.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -106,6 +107,25 @@ class Bed:
 
     def order(self, name: str, klass: str = "conv") -> str:
         return str(fakes.put(self.world, order(name, klass))["metadata"]["uid"])
+
+    @contextlib.contextmanager
+    def order_gone_on_the_server(self) -> Iterator[list[str]]:
+        """The API server answers a read of any order with 404 (the cache still holds it):
+        yields the names read, in order; the server has the orders again on exit."""
+        read = self.writer.get
+        asked: list[str] = []
+
+        def deleted_on_the_server(resource: Any, namespace: str, name: str) -> Any:
+            if resource.kind != "InferenceService":
+                return read(resource, namespace, name)
+            asked.append(name)
+            return None
+
+        self.writer.get = deleted_on_the_server  # type: ignore[method-assign]
+        try:
+            yield asked
+        finally:
+            self.writer.get = read  # type: ignore[method-assign]
 
     def settle(self, uid: str, passes: int = 3) -> Any:
         outcome = None
@@ -368,13 +388,9 @@ def test_no_child_is_made_for_an_order_the_server_has_deleted(bed: Bed) -> None:
     a child made now would have a dangling owner that the garbage collector, not having
     seen that owner either, may keep for minutes."""
     uid = bed.order("llm")
-    read = bed.writer.get
-    bed.writer.get = lambda resource, namespace, name: (  # type: ignore[method-assign]
-        None if resource.kind == "InferenceService" else read(resource, namespace, name)
-    )
-    bed.settle(uid)
+    with bed.order_gone_on_the_server():
+        bed.settle(uid)
     assert not [call for call in bed.writer.calls if call[0] == "apply"]
-    bed.writer.get = read  # type: ignore[method-assign]
     bed.settle(uid)
     assert {kind: bed.writer.calls[("apply", kind)] for kind in CHILDREN} == dict.fromkeys(
         CHILDREN, 1
@@ -408,25 +424,15 @@ def test_a_token_secret_gone_with_its_order_is_not_made_again(bed: Bed) -> None:
     uid = bed.order("llm")
     bed.settle(uid)
     assert bed.writer.calls[("create", "Secret")] == 1
-    read = bed.writer.get
-    asked: list[str] = []
-
-    def deleted_on_the_server(resource: Any, namespace: str, name: str) -> Any:
-        if resource.kind != "InferenceService":
-            return read(resource, namespace, name)
-        asked.append(name)
-        return None
-
-    bed.writer.get = deleted_on_the_server  # type: ignore[method-assign]
     secret = bed.world.token_secrets.get_by_name("support", "llm-auth")
     assert secret is not None
-    fakes.drop(bed.world, secret)
-    bed.settle(uid, passes=5)
+    with bed.order_gone_on_the_server() as asked:
+        fakes.drop(bed.world, secret)
+        bed.settle(uid, passes=5)
     assert bed.writer.calls[("create", "Secret")] == 1
     assert asked == ["llm"] * 5
 
     # The order still there after all (a Secret deleted by hand): made again, once.
-    bed.writer.get = read  # type: ignore[method-assign]
     bed.settle(uid)
     assert bed.writer.calls[("create", "Secret")] == 2
     assert bed.world.token_secrets.get_by_name("support", "llm-auth") is not None

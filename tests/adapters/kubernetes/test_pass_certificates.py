@@ -115,22 +115,12 @@ def test_a_copy_gone_with_its_order_is_not_made_again(bed: Bed) -> None:
     bed.settle(uid)
     made = bed.child("Secret", COPY)
     assert made is not None
-    read = bed.writer.get
-    asked: list[str] = []
-
-    def deleted_on_the_server(resource: Any, namespace: str, name: str) -> Any:
-        if resource.kind != "InferenceService":
-            return read(resource, namespace, name)
-        asked.append(name)
-        return None
-
-    bed.writer.get = deleted_on_the_server  # type: ignore[method-assign]
     creates = bed.writer.calls[("create", "Secret")]
-    fakes.drop(bed.world, made)
-    bed.settle(uid, passes=5)
+    with bed.order_gone_on_the_server() as asked:
+        fakes.drop(bed.world, made)
+        bed.settle(uid, passes=5)
     assert bed.writer.calls[("create", "Secret")] == creates
     assert asked == ["llm"] * 5
-    bed.writer.get = read  # type: ignore[method-assign]
     bed.settle(uid)
     assert bed.writer.calls[("create", "Secret")] == creates + 1
     assert bed.child("Secret", COPY) is not None
