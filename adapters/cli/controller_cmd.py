@@ -102,12 +102,9 @@ def register(subparsers: Any) -> None:
 
 
 def api_client_for(kubeconfig: str | None) -> client.ApiClient:
-    from kubernetes import client, config
+    from adapters.kubernetes import credentials
 
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
-    config.load_incluster_config()
-    return client.ApiClient()
+    return credentials.from_kubeconfig(kubeconfig) if kubeconfig else credentials.in_cluster()
 
 
 def setting_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -55,9 +55,8 @@ def _say(text: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     # Every `ai-inference` call imports every command module; the simulator pulls in the
     # CEL engine (seconds on a busy machine), so only `simulate` itself pays for it.
-    from kubernetes import config
-
     from adapters.cli import waiting
+    from adapters.kubernetes import credentials
     from adapters.simulator import capacity
     from adapters.simulator.catalog import CATALOG
     from adapters.simulator.hub import StandInHub
@@ -77,7 +76,7 @@ def _run(args: argparse.Namespace) -> int:
     if not args.no_hub:
         hub = StandInHub(port=args.hub_port)
         _say(f"stand-in hub: {hub.url}")
-    api = config.new_client_from_config(config_file=str(args.kubeconfig))
+    api = credentials.from_kubeconfig(args.kubeconfig)
     simulator = Simulator(
         api,
         args.capacity if args.capacity is not None else spec,

@@ -11,8 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 
+from adapters.kubernetes import credentials
 from adapters.kubernetes.manifests import Applier, load_documents, manifest_files
 from adapters.kubernetes.watching import call
 from adapters.resources import resource_dir
@@ -24,7 +25,7 @@ USER_ROLE = "d8:user-authz:ai-inference:editor"
 
 
 def api_client(kubeconfig: Path) -> client.ApiClient:
-    return config.new_client_from_config(config_file=str(kubeconfig))
+    return credentials.from_kubeconfig(kubeconfig)
 
 
 def _folder_documents(name: str) -> list[dict[str, Any]]:
