@@ -24,7 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.benchmark import MODEL, ORDERS, cpu_seconds
+from adapters.bench.bed import MODEL, ORDERS
+from adapters.bench.measuring import cpu_seconds
 from adapters.cluster import bootstrap, local
 from adapters.kubernetes import kinds, oldservers
 from adapters.kubernetes.rendering import OrderRef, render_workload

@@ -1,4 +1,4 @@
-"""`ai-inference bench` — the controller beside the floor, in one run (adapters/benchmark.py).
+"""`ai-inference bench` — the controller beside the floor, in one run (adapters/bench/).
 
 Brings up a local control plane (or reuses the one in `--dir`), runs the simulator and
 the controller as processes, and prints one JSON line: floor, project, idle, restart
@@ -50,7 +50,7 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from adapters.benchmark import BenchOptions, run_bench
+    from adapters.bench import BenchOptions, run_bench
 
     options = BenchOptions(
         orders=args.orders,

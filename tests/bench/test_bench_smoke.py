@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from adapters.benchmark import Benchmark, BenchOptions
+from adapters.bench import Benchmark, BenchOptions
 from adapters.simulator import capacity
 from adapters.simulator.kube import Kube
 from adapters.simulator.publishing import Publisher

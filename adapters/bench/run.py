@@ -29,303 +29,48 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
-import os
-import re
-import signal
-import statistics
-import subprocess
 import sys
-import threading
 import time
-import uuid
-from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-import sqlalchemy as sa
 import yaml
-from kubernetes.client import ApiClient
 
 import store
 from adapters import replay_rate
+from adapters.bench import bed_only, large_log
+from adapters.bench.bed import (
+    CHILD_KINDS,
+    CLAIMS,
+    DEPLOYMENTS,
+    EVENTS,
+    ORDERS,
+    PODS,
+    BenchOptions,
+    bench_capacity,
+    child_template,
+    deployment_available,
+    order_manifest,
+)
+from adapters.bench.measuring import (
+    busy_cores,
+    cpu_seconds,
+    gets_between,
+    per_order,
+    percentile,
+    request_counts,
+    writes_between,
+)
+from adapters.bench.processes import Process
 from adapters.cluster import bootstrap, local
 from adapters.kubernetes import errors
-from adapters.kubernetes.controller import DEFAULT_WORKERS
 from adapters.kubernetes.watching import Informer, Resource, call
 from adapters.platform import DEMO_SETTINGS, install_module
-from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION as ENDPOINT
-from adapters.simulator import capacity
 from fsm import fold, status
-from store import schema
 
-__all__ = ["BenchOptions", "Benchmark", "bench_capacity", "request_counts"]
-
-ORDERS = Resource("ai.deckhouse.io", "v1alpha1", "inferenceservices", "InferenceService")
-DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
-PODS = Resource("", "v1", "pods", "Pod")
-CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim")
-EVENTS = Resource("", "v1", "events", "Event")
-# What a controller may render for an order; each is looked for by owner at warm-up.
-CHILD_KINDS = (
-    Resource("", "v1", "secrets", "Secret"),
-    Resource("", "v1", "configmaps", "ConfigMap"),
-    Resource("", "v1", "serviceaccounts", "ServiceAccount"),
-    Resource("", "v1", "services", "Service"),
-    Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate"),
-    Resource("policy", "v1beta1", "poddisruptionbudgets", "PodDisruptionBudget"),
-    Resource("autoscaling", "v2beta2", "horizontalpodautoscalers", "HorizontalPodAutoscaler"),
-    Resource("networking.k8s.io", "v1", "ingresses", "Ingress"),
-    Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"),
-    DEPLOYMENTS,
-)
-WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"})
-MODEL = "Qwen/Qwen2.5-32B-Instruct-AWQ"
-GPUS_PER_NODE = 16
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-# --- measuring ---------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far, from /proc (no psutil)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-
-
-def busy_cores(before: Mapping[str, float], after: Mapping[str, float], wall: float) -> float:
-    """How many cores the bed's processes kept busy on average over `wall` seconds."""
-    return round(sum(after[k] - before[k] for k in after) / wall, 2) if wall else 0.0
-
-
-def status_bytes(pid: int, field: str) -> int:
-    """A memory figure of the process's /proc status (VmHWM: the peak resident set,
-    VmRSS: the current one), bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-Requests = Counter[tuple[str, str, str, bool]]
-
-
-def request_counts(api: ApiClient) -> Requests:
-    """`apiserver_request_total` by (resource, subresource, verb, answered 2xx), from
-    /metrics."""
-    request = api.param_serialize(
-        "GET", "/metrics", header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"]
-    )
-    response = api.call_api(*request, _request_timeout=(10, 60))
-    text = response.read().decode()
-    counts: Requests = Counter()
-    for line in text.splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        labels_text, _, value = line.rpartition("} ")
-        labels = dict(_LABEL.findall(labels_text))
-        resource = labels.get("resource", "")
-        accepted = labels.get("code", "").startswith("2")
-        counts[(resource, labels.get("subresource", ""), labels.get("verb", ""), accepted)] += int(
-            float(value)
-        )
-    return counts
-
-
-def writes_between(before: Requests, after: Requests, *, accepted: bool = True) -> dict[str, int]:
-    """Write requests made in between, as {"resource[/sub] VERB": count}: those the
-    server accepted (2xx), or with `accepted=False` those it refused (a 409 AlreadyExists
-    or Conflict is a request made for nothing)."""
-    return requests_between(before, after, verbs=WRITE_VERBS, accepted=accepted)
-
-
-def gets_between(before: Requests, after: Requests) -> dict[str, int]:
-    """Reads of one object by name made in between (LISTs and WATCHes apart), found or
-    not, as {"resource[/sub] GET": count}."""
-    return requests_between(before, after, verbs=frozenset({"GET"}), accepted=None)
-
-
-def requests_between(
-    before: Requests, after: Requests, *, verbs: frozenset[str], accepted: bool | None
-) -> dict[str, int]:
-    """Requests of `verbs` made in between, by "resource[/sub] VERB": answered 2xx, or not
-    (`accepted=False`), or either (None)."""
-    out: dict[str, int] = {}
-    for (resource, sub, verb, ok), count in after.items():
-        delta = count - before.get((resource, sub, verb, ok), 0)
-        if (accepted is None or ok == accepted) and verb in verbs and delta > 0:
-            name = f"{resource}/{sub} {verb}" if sub else f"{resource} {verb}"
-            out[name] = out.get(name, 0) + delta
-    return dict(sorted(out.items()))
-
-
-def per_order(counts: Mapping[str, int], orders: int) -> dict[str, float]:
-    return {k: round(v / orders, 2) for k, v in counts.items()}
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-
-@dataclass
-class Process:
-    """A child process of the bench (simulator, controller): its lines and its CPU."""
-
-    name: str
-    argv: list[str]
-    log_path: Path
-    popen: subprocess.Popen[str] = field(init=False)
-    lines: list[tuple[float, str]] = field(default_factory=list)
-    _cond: threading.Condition = field(default_factory=threading.Condition)
-    _reader: threading.Thread = field(init=False)
-
-    def start(self) -> Process:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        with self.log_path.open("a", encoding="utf-8") as log_file:  # the child keeps its own
-            self.popen = subprocess.Popen(
-                self.argv, stdout=subprocess.PIPE, stderr=log_file, text=True, env=environment
-            )
-        self._reader = threading.Thread(target=self._read, name=f"{self.name}-out", daemon=True)
-        self._reader.start()
-        return self
-
-    def _read(self) -> None:
-        assert self.popen.stdout is not None
-        with self.popen.stdout as stream:
-            for line in stream:
-                with self._cond:
-                    self.lines.append((time.monotonic(), line.rstrip("\n")))
-                    self._cond.notify_all()
-
-    def wait_line(self, prefix: str, timeout: float) -> tuple[float, str]:
-        """When the process printed a line starting with `prefix`, and the line."""
-
-        def found() -> tuple[float, str] | None:
-            return next(((t, s) for t, s in self.lines if s.startswith(prefix)), None)
-
-        with self._cond:
-            if not self._cond.wait_for(lambda: found() is not None or not self.alive, timeout):
-                raise TimeoutError(f"{self.name}: no line {prefix!r} within {timeout}s")
-            hit = found()
-        if hit is None:
-            raise RuntimeError(f"{self.name} exited; see {self.log_path}")
-        return hit
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    @property
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def cpu(self) -> float:
-        return cpu_seconds(self.pid)
-
-    def peak_rss(self) -> int:
-        return status_bytes(self.pid, "VmHWM")
-
-    def rss(self) -> int:
-        return status_bytes(self.pid, "VmRSS")
-
-    def stop(self, timeout: float = 30) -> None:
-        if self.alive:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(10)
-        self._reader.join(10)  # the output is read to its end, and its pipe closed
-
-
-# --- the bed -----------------------------------------------------------------------------
-
-
-def bench_capacity(orders: int) -> dict[str, Any]:
-    """Nodes of whole A100s enough for the orders (and a tenth more), the default classes."""
-    base = capacity.load_capacity().model_dump(by_alias=True, mode="json")
-    gpu = {
-        "product": "NVIDIA A100 80GB PCIe",
-        "memory": "80Gi",
-        "architecture": "Ampere",
-        "cudaComputeCapability": "8.0.0",
-    }
-    nodes = math.ceil((orders + 1) * 1.1 / GPUS_PER_NODE)
-    base["nodes"] = [
-        {
-            "name": f"bench-{index:03d}",
-            "cpu": "1000",
-            "memory": "16Ti",
-            "pods": "250",
-            "gpus": [dict(gpu) for _ in range(GPUS_PER_NODE)],
-        }
-        for index in range(nodes)
-    ]
-    return base
-
-
-@dataclass
-class BenchOptions:
-    orders: int = 20
-    namespace: str = "bench"
-    idle_seconds: float = 300.0
-    restart: bool = True
-    floor: bool = True
-    replay: bool = True
-    ready_timeout: float = 900.0
-    workers: int = DEFAULT_WORKERS
-    simulator_only: bool = False
-    large_log: int = 0  # events of the large log to read one history among (0: skip)
-
-
-def _order(namespace: str, name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": ORDERS.api_version,
-        "kind": ORDERS.kind,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "inferenceServiceClassName": "default-llm",
-            "model": {"src": "HuggingFace", "ref": {"name": MODEL}},
-        },
-    }
-
-
-_VOLATILE_META = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation")
-
-
-def _template(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A child as the floor writes it again: no server-set fields, no status."""
-    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _VOLATILE_META}
-    annotations = {
-        k: v
-        for k, v in (meta.get("annotations") or {}).items()
-        if not k.startswith("deployment.kubernetes.io/")
-    }
-    meta["annotations"] = annotations
-    spec = dict(obj.get("spec") or {})
-    for server_set in ("clusterIP", "clusterIPs"):
-        spec.pop(server_set, None)
-    out = {k: v for k, v in obj.items() if k not in ("status", "metadata", "spec")}
-    out["metadata"] = meta
-    if obj.get("spec") is not None:
-        out["spec"] = spec
-    return out
-
-
-def _available(deployment: Mapping[str, Any]) -> bool:
-    want = int((deployment.get("spec") or {}).get("replicas", 1))
-    status = deployment.get("status") or {}
-    return int(status.get("availableReplicas") or 0) >= want > 0
+__all__ = ["Benchmark", "run_bench"]
 
 
 class Benchmark:
@@ -416,7 +161,7 @@ class Benchmark:
             )
         )
 
-    def _cpu(self) -> dict[str, float]:
+    def cpu(self) -> dict[str, float]:
         """CPU seconds so far of every process of the bed. With all of them counted, their
         sum over a phase's wall says how many of the machine's cores the bed kept busy:
         near all of them, a phase is bound by CPU, and only less work shortens it."""
@@ -445,7 +190,7 @@ class Benchmark:
                 body={"metadata": {"name": self.options.namespace}},
             )
 
-    def _informer(self, kind: Resource) -> Informer:
+    def informer(self, kind: Resource) -> Informer:
         informer = Informer(
             self.admin, kind, namespace=self.options.namespace, name=f"bench {kind.plural}"
         )
@@ -454,12 +199,12 @@ class Benchmark:
             raise TimeoutError(f"{kind.plural} not listed")
         return informer
 
-    def _create(self, kind: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
+    def create(self, kind: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
         return call(
             self.admin, "POST", kind.collection_path(self.options.namespace), body=dict(body)
         )
 
-    def _wait(self, done: Callable[[], bool], timeout: float, what: str) -> None:
+    def wait(self, done: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while not done():
             if time.monotonic() > deadline:
@@ -470,23 +215,23 @@ class Benchmark:
         # The controller manager's garbage collector takes its time with hundreds of
         # Deployments on a loaded machine (over 5 minutes for 500 here).
         timeout = 300 + 2 * self.options.orders
-        self._wait(lambda: not claims.uids() and not pods.uids(), timeout, "claims and pods gone")
+        self.wait(lambda: not claims.uids() and not pods.uids(), timeout, "claims and pods gone")
 
     # --- phases ---------------------------------------------------------------------------
 
     def warm_up(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """One order to Ready; its final status and children become the floor's templates."""
         name = "bench-warmup"
-        orders = self._informer(ORDERS)
+        orders = self.informer(ORDERS)
         try:
-            created = self._create(ORDERS, _order(self.options.namespace, name))
+            created = self.create(ORDERS, order_manifest(self.options.namespace, name))
             uid = created["metadata"]["uid"]
 
             def ready() -> bool:
                 obj = orders.get(uid) or {}
                 return (obj.get("status") or {}).get("phase") == "Ready"
 
-            self._wait(ready, 300, "the warm-up order Ready")
+            self.wait(ready, 300, "the warm-up order Ready")
             final = (orders.get(uid) or {}).get("status") or {}
             children = []
             for kind in CHILD_KINDS:
@@ -499,10 +244,10 @@ class Benchmark:
                     if any(ref.get("uid") == uid for ref in owners):
                         item.setdefault("apiVersion", kind.api_version)
                         item.setdefault("kind", kind.kind)
-                        children.append(_template(item))
+                        children.append(child_template(item))
             call(self.admin, "DELETE", ORDERS.object_path(self.options.namespace, name))
-            self._wait(lambda: orders.get(uid) is None, 120, "the warm-up order deleted")
-            claims, pods = self._informer(CLAIMS), self._informer(PODS)
+            self.wait(lambda: orders.get(uid) is None, 120, "the warm-up order deleted")
+            claims, pods = self.informer(CLAIMS), self.informer(PODS)
             try:
                 self._wait_free(claims, pods)
             finally:
@@ -518,15 +263,15 @@ class Benchmark:
         n = self.options.orders
         namespace = self.options.namespace
         old_name, old_uid = self._replace
-        deployments = self._informer(DEPLOYMENTS)
-        claims, pods = self._informer(CLAIMS), self._informer(PODS)
+        deployments = self.informer(DEPLOYMENTS)
+        claims, pods = self.informer(CLAIMS), self.informer(PODS)
         kinds = {
             (c["apiVersion"], c["kind"]): k
             for k in CHILD_KINDS
             for c in children
             if k.api_version == c["apiVersion"] and k.kind == c["kind"]
         }
-        before, cpu0 = request_counts(self.admin), self._cpu()
+        before, cpu0 = request_counts(self.admin), self.cpu()
         started = time.monotonic()
         created_at: dict[str, float] = {}
         uids: dict[str, str] = {}
@@ -534,7 +279,7 @@ class Benchmark:
             for index in range(n):
                 name = f"floor-{index:04d}"
                 created_at[name] = time.monotonic()
-                order = self._create(ORDERS, _order(namespace, name))
+                order = self.create(ORDERS, order_manifest(namespace, name))
                 uid = order["metadata"]["uid"]
                 uids[name] = uid
                 owner = {
@@ -549,7 +294,7 @@ class Benchmark:
                     text = json.dumps(child).replace(old_uid, uid).replace(old_name, name)
                     body = json.loads(text)
                     body["metadata"]["ownerReferences"] = [owner]
-                    self._create(kinds[(child["apiVersion"], child["kind"])], body)
+                    self.create(kinds[(child["apiVersion"], child["kind"])], body)
             available: dict[str, float] = {}
 
             def all_available() -> bool:
@@ -562,11 +307,15 @@ class Benchmark:
                         ),
                         None,
                     )
-                    if owner_name in created_at and owner_name not in available and _available(obj):
+                    if (
+                        owner_name in created_at
+                        and owner_name not in available
+                        and deployment_available(obj)
+                    ):
                         available[owner_name] = time.monotonic()
                 return len(available) >= n
 
-            self._wait(
+            self.wait(
                 all_available, self.options.ready_timeout, "the floor's Deployments available"
             )
             status = json.loads(
@@ -582,7 +331,7 @@ class Benchmark:
                     content_type="application/merge-patch+json",
                 )
             wall = time.monotonic() - started
-            after, cpu1 = request_counts(self.admin), self._cpu()
+            after, cpu1 = request_counts(self.admin), self.cpu()
             to_ready = [available[k] - created_at[k] for k in available]
             for name in uids:
                 call(self.admin, "DELETE", ORDERS.object_path(namespace, name))
@@ -608,7 +357,7 @@ class Benchmark:
         namespace = self.options.namespace
         controller = self.start_controller()
         base_rss = controller.peak_rss()
-        orders = self._informer(ORDERS)
+        orders = self.informer(ORDERS)
         ready_at: dict[str, float] = {}
         created_at: dict[str, float] = {}
 
@@ -618,21 +367,21 @@ class Benchmark:
                 ready_at[name] = time.monotonic()
 
         orders.add_handler(on_order)
-        before, cpu0 = request_counts(self.admin), self._cpu()
+        before, cpu0 = request_counts(self.admin), self.cpu()
         passes0 = self.order_passes()
         started = time.monotonic()
         try:
             for index in range(n):
                 name = f"order-{index:04d}"
                 created_at[name] = time.monotonic()
-                self._create(ORDERS, _order(namespace, name))
-            self._wait(
+                self.create(ORDERS, order_manifest(namespace, name))
+            self.wait(
                 lambda: all(k in ready_at for k in created_at),
                 self.options.ready_timeout,
                 "every order Ready",
             )
             wall = time.monotonic() - started
-            after, cpu1 = request_counts(self.admin), self._cpu()
+            after, cpu1 = request_counts(self.admin), self.cpu()
             passes = self.order_passes() - passes0
             ready_rss = controller.rss()
         finally:
@@ -701,10 +450,10 @@ class Benchmark:
     def idle(self) -> dict[str, Any]:
         """Nothing changing for the window: what is written, what is spent."""
         window = self.options.idle_seconds
-        before, cpu0 = request_counts(self.admin), self._cpu()
+        before, cpu0 = request_counts(self.admin), self.cpu()
         passes = self.order_passes()
         time.sleep(window)
-        after, cpu1 = request_counts(self.admin), self._cpu()
+        after, cpu1 = request_counts(self.admin), self.cpu()
         passes = self.order_passes() - passes
         writes = writes_between(before, after)
         return {
@@ -737,104 +486,6 @@ class Benchmark:
         """Decode + upcast + fold every stream, beside a raw msgpack decode of the payloads."""
         return replay_rate.measure(self.store_url)
 
-    def large_log(self, events: int) -> dict[str, Any]:
-        """The run's streams copied under new UIDs until the log holds `events` events, in
-        SQLite and in PostgreSQL (127.0.0.1:5432, a database made and dropped here); then
-        one order's history read among them, and a sample replayed beside raw decoding."""
-        source = sa.create_engine(self.store_url)
-        with source.connect() as conn:
-            stream_rows = [dict(r._mapping) for r in conn.execute(sa.select(schema.streams))]
-            event_rows = [dict(r._mapping) for r in conn.execute(sa.select(schema.events))]
-        source.dispose()
-        if not event_rows:
-            return {}
-        by_stream: dict[str, list[dict[str, Any]]] = {}
-        for row in event_rows:
-            row.pop("position", None)
-            by_stream.setdefault(row["stream_uid"], []).append(row)
-        out: dict[str, Any] = {"events": events}
-        for backend, url, drop in self._large_backends():
-            try:
-                out[backend] = self._fill_and_read(url, stream_rows, by_stream, events)
-            finally:
-                drop()
-        return out
-
-    def _large_backends(self) -> list[tuple[str, str, Callable[[], None]]]:
-        path = self.workdir / "large.sqlite"
-        path.unlink(missing_ok=True)
-        backends = [("sqlite", f"sqlite:///{path}", lambda: path.unlink(missing_ok=True))]
-        try:
-            import psycopg  # noqa: PLC0415 - the dev extra; only this figure needs it
-        except ImportError:
-            return backends
-        name = f"ai_inference_bench_{uuid.uuid4().hex[:8]}"
-
-        def admin(statement: str) -> None:
-            with psycopg.connect(
-                host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True
-            ) as conn:
-                conn.execute(statement)
-
-        try:
-            admin(f'CREATE DATABASE "{name}"')
-        except psycopg.OperationalError:
-            return backends  # no server here: SQLite only
-        backends.append(
-            (
-                "postgresql",
-                f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}",
-                lambda: admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'),
-            )
-        )
-        return backends
-
-    def _fill_and_read(
-        self,
-        url: str,
-        stream_rows: list[dict[str, Any]],
-        by_stream: dict[str, list[dict[str, Any]]],
-        events: int,
-    ) -> dict[str, Any]:
-        store.open_log(url).close()  # migrated
-        engine = sa.create_engine(url)
-        per_copy = sum(len(v) for v in by_stream.values())
-        copies = max(1, math.ceil(events / per_copy))
-        started = time.perf_counter()
-        middle = ""
-        with engine.begin() as conn:
-            for copy_index in range(copies):
-                streams, rows = [], []
-                for stream in stream_rows:
-                    uid = f"{copy_index:07d}-{stream['uid']}"[:64]
-                    streams.append({**stream, "uid": uid})
-                    rows += [
-                        {**r, "stream_uid": uid, "event_id": uuid.uuid4()}
-                        for r in by_stream.get(stream["uid"], ())
-                    ]
-                    if copy_index == copies // 2 and not middle and by_stream.get(stream["uid"]):
-                        middle = uid
-                conn.execute(sa.insert(schema.streams), streams)
-                conn.execute(sa.insert(schema.events), rows)
-        filled = time.perf_counter() - started
-        engine.dispose()
-        log = store.open_log(url)
-        try:
-            log.read(f"{0:07d}-{stream_rows[0]['uid']}"[:64])  # connections and caches warm
-            timings = []
-            for _ in range(5):
-                began = time.perf_counter()
-                history = log.read(middle)
-                timings.append(time.perf_counter() - began)
-        finally:
-            log.close()
-        return {
-            "filled_events": copies * per_copy,
-            "fill_s": round(filled, 1),
-            "one_history_events": len(history),
-            "one_history_ms": round(statistics.median(timings) * 1000, 2),
-        }
-
     def run(self, *, clean_up: bool = True) -> dict[str, Any]:
         """Every phase the options ask for. `clean_up=False`: the control plane goes down
         after the run, so its orders are not deleted and waited for."""
@@ -844,7 +495,7 @@ class Benchmark:
         self.start_simulator()
         try:
             if options.simulator_only:
-                self.result["simulator_only"] = self.simulator_only()
+                self.result["simulator_only"] = bed_only.measure(self)
                 return self.result
             if options.floor:
                 self.start_controller()
@@ -878,7 +529,9 @@ class Benchmark:
             if options.replay:
                 self.result["replay"] = self.replay()
             if options.large_log:
-                self.result["large_log"] = self.large_log(options.large_log)
+                self.result["large_log"] = large_log.measure(
+                    self.store_url, self.workdir, options.large_log
+                )
         finally:
             if self.controller is not None:
                 self.controller.stop()
@@ -888,101 +541,6 @@ class Benchmark:
             finally:
                 self.stop()
         return self.result
-
-    def simulator_only(self) -> dict[str, Any]:
-        """The bed alone: N bare pods with a device claim each, driven to Ready by the
-        simulator; its CPU beside the API server's, idle, and how fast the stubs answer."""
-        n = self.options.orders
-        namespace = self.options.namespace
-        template = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "bench-gpu", "namespace": namespace},
-            "spec": {
-                "spec": {
-                    "devices": {
-                        "requests": [
-                            {
-                                "name": "gpu",
-                                "exactly": {"deviceClassName": "nvidia-a100-80gb-physical"},
-                            }
-                        ]
-                    }
-                }
-            },
-        }
-        with contextlib.suppress(errors.APIConflictError):
-            self._create(CHILD_KINDS[4], template)
-        claims = json.dumps([{"name": "gpu", "resourceClaimTemplateName": "bench-gpu"}])
-        pods = self._informer(PODS)
-        ready_at: dict[str, float] = {}
-
-        def on_pod(_event: str, obj: dict[str, Any]) -> None:
-            conditions = (obj.get("status") or {}).get("conditions") or ()
-            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
-                ready_at.setdefault(obj["metadata"]["name"], time.monotonic())
-
-        pods.add_handler(on_pod)
-        before, cpu0 = request_counts(self.admin), self._cpu()
-        started = time.monotonic()
-        try:
-            for index in range(n):
-                self._create(
-                    PODS,
-                    {
-                        "metadata": {
-                            "name": f"pod-{index:04d}",
-                            "annotations": {
-                                "simulator.ai-inference.deckhouse.io/resource-claims": claims
-                            },
-                        },
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "vllm",
-                                    "image": "vllm/vllm-openai:v0.10.1",
-                                    "args": ["--model", MODEL, "--served-model-name", f"m{index}"],
-                                    "readinessProbe": {
-                                        "httpGet": {"path": "/health", "port": 8000}
-                                    },
-                                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
-                                }
-                            ]
-                        },
-                    },
-                )
-            self._wait(lambda: len(ready_at) >= n, self.options.ready_timeout, "every pod Ready")
-            wall = time.monotonic() - started
-            after, cpu1 = request_counts(self.admin), self._cpu()
-            window = min(60.0, self.options.idle_seconds)
-            cpu2 = self._cpu()
-            time.sleep(window)
-            cpu3 = self._cpu()
-            urls = [
-                str((p["metadata"].get("annotations") or {}).get(ENDPOINT, ""))
-                for p in pods.objects()
-            ]
-        finally:
-            pods.stop()
-        latencies = []
-        with httpx.Client(timeout=5) as web:
-            for url in urls:
-                began = time.perf_counter()
-                web.get(url + "/v1/models").raise_for_status()
-                latencies.append(time.perf_counter() - began)
-        return {
-            "pods": n,
-            "wall_s": round(wall, 2),
-            "cpu_s": {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1},
-            "writes_per_pod": per_order(writes_between(before, after), n),
-            "idle_window_s": window,
-            "idle_core_fraction": {k: round((cpu3[k] - cpu2[k]) / window, 4) for k in cpu3},
-            "stub_ms": {
-                "p50": round(percentile(latencies, 0.5) * 1000, 2),
-                "p95": round(percentile(latencies, 0.95) * 1000, 2),
-                "max": round(max(latencies, default=0.0) * 1000, 2),
-            },
-        }
 
     def clean_up(self) -> None:
         """Delete the run's orders and wait until their pods and claims are gone (the
@@ -995,7 +553,7 @@ class Benchmark:
                     call(
                         self.admin, "DELETE", kind.object_path(namespace, item["metadata"]["name"])
                     )
-        claims, pods = self._informer(CLAIMS), self._informer(PODS)
+        claims, pods = self.informer(CLAIMS), self.informer(PODS)
         try:
             self._wait_free(claims, pods)
         finally:
