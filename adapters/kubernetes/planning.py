@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from adapters.kubernetes.watching import Informer, Obj
 from adapters.kubernetes.world import ClusterCache
 from fsm import effects
-from fsm.placement import capacity, demand, planner, recipes
+from fsm.placement import capacity, demand, inventory, planner, recipes
 from fsm.state import OrderState
 from fsm.values import ModelOutcome, PlanOutcome
 
@@ -70,15 +70,15 @@ class Planning:
         makes the next call parse again."""
         world = self._world
         parts = (
-            self._part(world.device_classes, capacity.parse_device_classes),
-            self._part(world.resource_slices, capacity.parse_devices),
-            self._part(world.resource_claims, capacity.parse_allocations),
-            self._part(world.priority_classes, capacity.parse_priority_classes),
+            self._part(world.device_classes, inventory.parse_device_classes),
+            self._part(world.resource_slices, inventory.parse_devices),
+            self._part(world.resource_claims, inventory.parse_allocations),
+            self._part(world.priority_classes, inventory.parse_priority_classes),
         )
         cached = self._parsed_at
         if cached is not None and all(a is b for a, b in zip(cached[0], parts, strict=True)):
             return cached[1]
-        parsed = capacity.assemble(*parts)
+        parsed = inventory.assemble(*parts)
         self._parsed_at = (parts, parsed)
         return parsed
 
@@ -121,7 +121,7 @@ class Planning:
         (every waiting plan placed again) was O(waiting plans x devices) in each pass of
         an order whose pod waits. The priority classes alone are read: the whole parse
         would read every claim again after each allocation of a rollout."""
-        names, default = self._part(self._world.priority_classes, capacity.parse_priority_classes)
+        names, default = self._part(self._world.priority_classes, inventory.parse_priority_classes)
         values = dict(names)
 
         def value(name: str | None) -> int | None:

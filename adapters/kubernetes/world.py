@@ -138,7 +138,7 @@ DEPLOYMENT_SHAPE: Shape = {
     ),
 }
 # A ResourceClaim (any workload's: they are capacity): who holds it (metadata), the devices
-# it was allocated and its sharing (fsm/placement/capacity.py `_allocation`). Not its
+# it was allocated and its sharing (fsm/placement/inventory.py `_allocation`). Not its
 # requests, node selector or reservations.
 CLAIM_SHAPE: Shape = {
     **_TYPED,

@@ -27,7 +27,8 @@ from fractions import Fraction
 from typing import Any
 
 from fsm.placement import cel
-from fsm.placement.capacity import Device, DeviceClassInfo, parse_snapshot
+from fsm.placement.capacity import Device, DeviceClassInfo
+from fsm.placement.inventory import parse_snapshot
 from fsm.quantity import QuantityError, parse_quantity
 
 __all__ = [

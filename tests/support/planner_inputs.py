@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from fsm.placement.capacity import ORDER_UID_LABEL, Snapshot, parse_snapshot
+from fsm.placement.capacity import ORDER_UID_LABEL, Snapshot
+from fsm.placement.inventory import parse_snapshot
 from fsm.placement.recipes import Recipe, parse_recipes
 from fsm.values import (
     ClassSpec,

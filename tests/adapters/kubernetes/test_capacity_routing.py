@@ -16,7 +16,7 @@ from adapters.kubernetes.rendering import UID_LABEL
 from adapters.kubernetes.world import BY_UNBOUND
 from fsm import decide
 from fsm import events as ev
-from fsm.placement import capacity
+from fsm.placement import inventory
 from tests.adapters.kubernetes.test_pass import Bed, external_token_class
 from tests.support import fakes
 from tests.support.planner_inputs import A100, claim, gpu, priority_class, resource_slice
@@ -265,9 +265,9 @@ def test_a_claim_event_parses_the_claims_again_not_the_slices(
     planning = bed.reconciler.planning
     parsed: list[str] = []
     for name in ("parse_devices", "parse_allocations", "parse_device_classes"):
-        real = getattr(capacity, name)
+        real = getattr(inventory, name)
         monkeypatch.setattr(
-            capacity, name, lambda objs, *a, _n=name, _r=real: parsed.append(_n) or _r(objs, *a)
+            inventory, name, lambda objs, *a, _n=name, _r=real: parsed.append(_n) or _r(objs, *a)
         )
     fakes.put(bed.world, claim("llm-0-gpu", "node-a", "gpu-0", holder=uid, namespace="support"))
     assert planning.free_units("gpu.nvidia.com") == (SERVING - 1) * 100

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from adapters.simulator import capacity
-from fsm.placement.capacity import parse_snapshot
+from fsm.placement.inventory import parse_snapshot
 from fsm.values import PlacementMode, SharingMode
 
 

@@ -20,7 +20,7 @@ from adapters.simulator import capacity, kubelet, podclaims, scheduler
 from adapters.simulator.catalog import CatalogPublisher
 from adapters.simulator.kube import Kube, path
 from adapters.simulator.world import is_ready_node
-from fsm.placement.capacity import parse_snapshot
+from fsm.placement.inventory import parse_snapshot
 
 pytestmark = pytest.mark.cluster
 

@@ -1,0 +1,270 @@
+"""The inventory: the cluster's DRA and priority objects, read into a capacity snapshot.
+
+The controller lists DeviceClasses, ResourceSlices and ResourceClaims (`resource.k8s.io/v1`)
+and PriorityClasses, and hands them over as plain dicts; this module turns them into the
+frozen values of `capacity`. It is its own module because it is the one part of placement
+that knows those objects' shapes (labels, pools, typed attributes, allocation results, MPS
+configs): a change of the API is read here, and the rest works on the model.
+
+Pools follow the scheduler: per (driver, pool) only the newest generation counts, and an
+incomplete pool or one with duplicate device names offers nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+from typing import Any
+
+from fsm.placement.capacity import (
+    DEFAULT_SHARE_PERCENT,
+    FULL_SHARE,
+    ORDER_UID_LABEL,
+    PLACEMENT_LABEL,
+    SHARE_PERCENT_LABEL,
+    SHARING_LABEL,
+    Allocation,
+    AttributeValue,
+    Device,
+    DeviceClassInfo,
+    Snapshot,
+    Version,
+)
+from fsm.quantity import QuantityError, parse_quantity
+from fsm.values import PlacementMode, SharingMode
+
+__all__ = [
+    "Devices",
+    "Priorities",
+    "assemble",
+    "parse_allocations",
+    "parse_device_classes",
+    "parse_devices",
+    "parse_priority_classes",
+    "parse_snapshot",
+]
+
+
+def parse_snapshot(
+    device_classes: Iterable[Mapping[str, Any]] = (),
+    resource_slices: Iterable[Mapping[str, Any]] = (),
+    resource_claims: Iterable[Mapping[str, Any]] = (),
+    *,
+    priority_classes: Iterable[Mapping[str, Any]] = (),
+    holder_priorities: Mapping[str, int] | None = None,
+) -> Snapshot:
+    """Read the API's objects (dicts shaped as `resource.k8s.io/v1` returns them).
+
+    `holder_priorities` maps an order UID to its priority value; a claim whose holder is
+    not in it (another workload, or an order of unknown priority) is never reclaimable.
+    """
+    return assemble(
+        parse_device_classes(device_classes),
+        parse_devices(resource_slices),
+        parse_allocations(resource_claims, holder_priorities),
+        parse_priority_classes(priority_classes),
+    )
+
+
+# The parts of a snapshot, each read from one kind: a caller that knows which kind
+# changed (the controller, by its informers' versions) parses only that one again — in a
+# rollout the claims change with every order, the slices and classes hardly ever.
+Devices = tuple[tuple[Device, ...], tuple[str, ...]]  # sorted by id; problems
+Priorities = tuple[tuple[tuple[str, int], ...], int]  # sorted (name, value); the default
+
+
+def parse_device_classes(objs: Iterable[Mapping[str, Any]]) -> tuple[DeviceClassInfo, ...]:
+    return tuple(sorted((_device_class(obj) for obj in objs), key=lambda dc: dc.name))
+
+
+def parse_devices(resource_slices: Iterable[Mapping[str, Any]]) -> Devices:
+    problems: list[str] = []
+    devices = _devices(resource_slices, problems)
+    return tuple(sorted(devices, key=lambda d: d.id)), tuple(problems)
+
+
+def parse_allocations(
+    resource_claims: Iterable[Mapping[str, Any]], holder_priorities: Mapping[str, int] | None = None
+) -> tuple[Allocation, ...]:
+    allocations = [
+        alloc
+        for obj in resource_claims
+        if (alloc := _allocation(obj, holder_priorities or {})) is not None
+    ]
+    return tuple(sorted(allocations, key=lambda a: a.key))
+
+
+def parse_priority_classes(objs: Iterable[Mapping[str, Any]]) -> Priorities:
+    prios: dict[str, int] = {}
+    default = 0
+    for obj in objs:
+        name = str(obj.get("metadata", {}).get("name", ""))
+        value = int(obj.get("value", 0))
+        prios[name] = value
+        if obj.get("globalDefault"):
+            default = value
+    return tuple(sorted(prios.items())), default
+
+
+def assemble(
+    device_classes: tuple[DeviceClassInfo, ...],
+    devices: Devices,
+    allocations: tuple[Allocation, ...],
+    priorities: Priorities,
+) -> Snapshot:
+    """A snapshot of parsed parts; the claims that hold unpublished devices are named."""
+    published, problems = devices
+    known = {device.id for device in published}
+    held_unknown = [
+        f"claim {alloc.key} holds unpublished device(s) {', '.join(unknown)}"
+        for alloc in allocations
+        if (unknown := [device for device in alloc.devices if device not in known])
+    ]
+    return Snapshot(
+        device_classes=device_classes,
+        devices=published,
+        allocations=allocations,
+        priority_classes=priorities[0],
+        default_priority=priorities[1],
+        problems=(*problems, *held_unknown),
+    )
+
+
+def _device_class(obj: Mapping[str, Any]) -> DeviceClassInfo:
+    meta = obj.get("metadata") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    selectors = tuple(
+        str((sel.get("cel") or {}).get("expression", ""))
+        for sel in (obj.get("spec") or {}).get("selectors") or ()
+    )
+    name = str(meta.get("name", ""))
+    generation = int(meta.get("generation") or 0)
+    errors: list[str] = []
+    placement: PlacementMode | None = None
+    if PLACEMENT_LABEL in labels:
+        try:
+            placement = PlacementMode(labels[PLACEMENT_LABEL])
+        except ValueError:
+            errors.append(
+                f"{PLACEMENT_LABEL}={labels[PLACEMENT_LABEL]!r} is not WholeDevice|Partition"
+            )
+    sharing = SharingMode.DEDICATED
+    if SHARING_LABEL in labels:
+        try:
+            sharing = SharingMode(labels[SHARING_LABEL])
+        except ValueError:
+            errors.append(f"{SHARING_LABEL}={labels[SHARING_LABEL]!r} is not Dedicated|Shared")
+    share: int | None = None
+    if sharing is SharingMode.SHARED:
+        raw = labels.get(SHARE_PERCENT_LABEL, str(DEFAULT_SHARE_PERCENT))
+        if raw.isdigit() and 1 <= int(raw) <= FULL_SHARE:
+            share = int(raw)
+        else:
+            errors.append(f"{SHARE_PERCENT_LABEL}={raw!r} is not a whole percent in 1..100")
+    return DeviceClassInfo(
+        name=name,
+        generation=generation,
+        selectors=selectors,
+        placement=placement,
+        sharing=sharing,
+        share_percent=share,
+        label_error="; ".join(errors) or None,
+    )
+
+
+def _devices(slices: Iterable[Mapping[str, Any]], problems: list[str]) -> list[Device]:
+    pools: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for obj in slices:
+        spec = obj.get("spec") or {}
+        pools.setdefault(
+            (str(spec.get("driver", "")), str((spec.get("pool") or {}).get("name", ""))), []
+        ).append(obj)
+    devices: list[Device] = []
+    for (driver, pool), members in sorted(pools.items()):
+        newest = max(int(m["spec"]["pool"].get("generation", 0)) for m in members)
+        current = [m for m in members if int(m["spec"]["pool"].get("generation", 0)) == newest]
+        expected = {int(m["spec"]["pool"].get("resourceSliceCount", 1)) for m in current}
+        if expected != {len(current)}:
+            problems.append(
+                f"pool {driver}/{pool} generation {newest} is incomplete: "
+                f"{len(current)} of {sorted(expected)} slice(s)"
+            )
+            continue
+        pool_devices = [
+            _device(driver, pool, m["spec"], dev)
+            for m in current
+            for dev in m["spec"].get("devices") or ()
+        ]
+        names = [d.name for d in pool_devices]
+        if len(names) != len(set(names)):
+            problems.append(f"pool {driver}/{pool} is invalid: duplicate device names")
+            continue
+        devices.extend(pool_devices)
+    return devices
+
+
+def _device(driver: str, pool: str, spec: Mapping[str, Any], dev: Mapping[str, Any]) -> Device:
+    body = dev.get("basic") or dev  # v1beta1 nested devices under `basic`; v1 does not
+    attributes: list[tuple[str, AttributeValue]] = []
+    for key, typed in (body.get("attributes") or {}).items():
+        qualified = key if "/" in key else f"{driver}/{key}"
+        if "version" in typed:
+            attributes.append((qualified, Version(str(typed["version"]))))
+        elif "bool" in typed:
+            attributes.append((qualified, bool(typed["bool"])))
+        elif "int" in typed:
+            attributes.append((qualified, int(typed["int"])))
+        elif "string" in typed:
+            attributes.append((qualified, str(typed["string"])))
+    capacity: list[tuple[str, Fraction]] = []
+    for key, cap in (body.get("capacity") or {}).items():
+        qualified = key if "/" in key else f"{driver}/{key}"
+        try:
+            capacity.append((qualified, parse_quantity(cap.get("value", 0))))
+        except QuantityError:
+            continue  # an unreadable capacity is as good as unpublished
+    node = spec.get("nodeName") or f"{driver}/{pool}"
+    return Device(
+        driver=driver,
+        pool=pool,
+        name=str(dev["name"]),
+        node=str(node),
+        attributes=tuple(sorted(attributes)),
+        capacity=tuple(sorted(capacity)),
+        allow_multiple_allocations=bool(body.get("allowMultipleAllocations", False)),
+    )
+
+
+def _allocation(obj: Mapping[str, Any], priorities: Mapping[str, int]) -> Allocation | None:
+    results = (((obj.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+        "results"
+    ) or ()
+    if not results:
+        return None  # pending claims hold nothing
+    meta = obj.get("metadata") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    holder = labels.get(ORDER_UID_LABEL)
+    return Allocation(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        devices=tuple(f"{r['driver']}/{r['pool']}/{r['device']}" for r in results),
+        share_percent=_claim_share(obj, labels),
+        holder=holder,
+        priority=priorities.get(holder) if holder is not None else None,
+    )
+
+
+def _claim_share(obj: Mapping[str, Any], labels: Mapping[str, str]) -> int:
+    raw = labels.get(SHARE_PERCENT_LABEL, "")
+    if raw.isdigit() and 1 <= int(raw) <= FULL_SHARE:
+        return int(raw)
+    for config in ((obj.get("spec") or {}).get("devices") or {}).get("config") or ():
+        sharing = ((config.get("opaque") or {}).get("parameters") or {}).get("sharing") or {}
+        percent = (sharing.get("mpsConfig") or {}).get("defaultActiveThreadPercentage")
+        if (
+            sharing.get("strategy") == "MPS"
+            and isinstance(percent, int)
+            and 1 <= percent <= FULL_SHARE
+        ):
+            return percent
+    return FULL_SHARE
