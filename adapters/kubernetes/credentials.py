@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,34 +29,41 @@ REFRESH_EVERY = 1.0  # seconds; far under the loaders' own margins (a minute and
 Hook = Callable[[Any], None]
 
 
+class _SeldomRefresh:
+    """A loader's refresh hook, run at most once every `every` seconds per configuration.
+
+    Per configuration: the controller and the simulator copy their configurations for
+    pools of their own, and a shallow copy shares this hook. Were the due times shared,
+    a busy copy could keep another from ever renewing its token.
+    """
+
+    def __init__(self, hook: Hook, every: float, clock: Callable[[], float]) -> None:
+        self._hook = hook
+        self._every = every
+        self._clock = clock
+        # configuration -> when its hook may run again; a configuration dropped is forgotten
+        self._due: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+    def __call__(self, target: client.Configuration) -> None:
+        now = self._clock()
+        if now < self._due.get(target, -math.inf):
+            return
+        self._due[target] = now + self._every
+        self._hook(target)
+        # The loaders install a hook of their own again on every call.
+        target.refresh_api_key_hook = self
+
+
 def refresh_seldom(
     configuration: client.Configuration,
     every: float = REFRESH_EVERY,
     clock: Callable[[], float] = time.monotonic,
 ) -> client.Configuration:
-    """Let `configuration`'s refresh hook run at most once every `every` seconds.
-
-    Per configuration: the controller copies its configuration for pools of their own,
-    and the copies keep this hook. Were the due times shared, a busy copy could keep
-    another from ever renewing its token.
-    """
+    """Let `configuration`'s refresh hook, if it has one, run at most once every `every`
+    seconds (for it and for each copy of it)."""
     hook: Hook | None = configuration.refresh_api_key_hook
-    if hook is None or getattr(hook, "refreshes_seldom", False):
-        return configuration
-    original: Hook = hook
-    due: dict[int, float] = {}  # id of a configuration -> when its hook may run again
-
-    def refresh(target: client.Configuration) -> None:
-        now = clock()
-        if now < due.get(id(target), -math.inf):
-            return
-        due[id(target)] = now + every
-        original(target)
-        # The loaders install a hook of their own again on every call.
-        target.refresh_api_key_hook = refresh
-
-    refresh.refreshes_seldom = True  # type: ignore[attr-defined]
-    configuration.refresh_api_key_hook = refresh
+    if hook is not None and not isinstance(hook, _SeldomRefresh):
+        configuration.refresh_api_key_hook = _SeldomRefresh(hook, every, clock)
     return configuration
 
 

@@ -109,8 +109,8 @@ def test_a_token_that_rotates_is_renewed_within_a_second(cluster: Cluster, tmp_p
 def test_copies_of_a_configuration_renew_their_tokens_each_on_its_own(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    """The controller copies its configuration for pools of its own: one copy set up
-    lately must not put off another's renewal."""
+    """The simulator copies its configuration for its watches' pool, and the copy shares
+    the hook: one configuration set up lately must not put off another's renewal."""
     tokens = _tokens(cluster)
     token_file = tmp_path / "token"
     token_file.write_text(tokens["admin"], encoding="utf-8")
@@ -119,7 +119,7 @@ def test_copies_of_a_configuration_renew_their_tokens_each_on_its_own(
     )
     now = [0.0]
     credentials.refresh_seldom(first.configuration, clock=lambda: now[0])
-    second = client.ApiClient(copy.deepcopy(first.configuration))
+    second = client.ApiClient(copy.copy(first.configuration))
     call(second, "GET", NAMESPACES)  # the second copy set up at 0
     token_file.write_text(tokens["alice"], encoding="utf-8")
     now[0] = credentials.REFRESH_EVERY / 2
