@@ -29,7 +29,7 @@ from adapters.bench.measuring import cpu_seconds
 from adapters.cluster import bootstrap, local
 from adapters.kubernetes import kinds, oldservers
 from adapters.kubernetes.rendering import OrderRef, render_workload
-from adapters.kubernetes.watching import CONFIG_MAPS, EVENTS, Resource, call
+from adapters.kubernetes.rest import CONFIG_MAPS, EVENTS, Resource, call
 from tests.adapters.kubernetes.workload_samples import FACTS, HF_REF, PLAN, RECIPE, SETTINGS, policy
 
 NAMESPACE = "costs"

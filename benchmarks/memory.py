@@ -42,8 +42,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from adapters.cluster import bootstrap, local  # noqa: E402
-from adapters.kubernetes import compacting, kinds, sharing, watching, writing  # noqa: E402
-from adapters.kubernetes.watching import Informer, Resource, call  # noqa: E402
+from adapters.kubernetes import compacting, kinds, rest, sharing, watching, writing  # noqa: E402
+from adapters.kubernetes.rest import Resource, call  # noqa: E402
+from adapters.kubernetes.watching import Informer  # noqa: E402
 from adapters.kubernetes.world import ClusterCache  # noqa: E402
 from adapters.platform import LocalPlatform  # noqa: E402
 from fsm import decide  # noqa: E402
@@ -170,14 +171,14 @@ def list_all(fixture: dict[str, Any], n: int) -> tuple[str, int, int]:
         return dict(json.loads(body.encode()))
 
     world = cache()
-    real, watching.call = watching.call, answer
+    real, rest.call = rest.call, answer
     try:
         before = _heap()
         tracemalloc.reset_peak()
         world.deployments._relist()
         peak = tracemalloc.get_traced_memory()[1]
     finally:
-        watching.call = real
+        rest.call = real
     held = _heap() - before
     return "LIST of N Deployments (a start)", held // n, max(0, peak - before - held)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.kubernetes.controller import DEFAULT_WORKERS
-from adapters.kubernetes.watching import Resource
+from adapters.kubernetes.rest import Resource
 from adapters.simulator import capacity
 
 __all__ = [

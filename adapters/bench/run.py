@@ -66,7 +66,8 @@ from adapters.bench.measuring import (
 from adapters.bench.processes import Process
 from adapters.cluster import bootstrap, local
 from adapters.kubernetes import errors
-from adapters.kubernetes.watching import Informer, Resource, call
+from adapters.kubernetes.rest import Resource, call
+from adapters.kubernetes.watching import Informer
 from adapters.platform import DEMO_SETTINGS, install_module
 from fsm import fold, status
 

@@ -15,7 +15,7 @@ from kubernetes import client
 
 from adapters.kubernetes import credentials
 from adapters.kubernetes.manifests import Applier, load_documents, manifest_files
-from adapters.kubernetes.watching import call
+from adapters.kubernetes.rest import call
 from adapters.resources import resource_dir
 
 __all__ = ["USER_NAMESPACES", "api_client", "bootstrap", "bootstrap_documents"]

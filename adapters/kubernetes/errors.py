@@ -23,7 +23,7 @@ replaced without touching the controller:
 connection trouble); the work queue and the watch loop back off on those.
 
 Foreign exceptions are translated once, at one boundary: wrap every client call in
-`with errors.translating():` (watching.call and the leader elector do it for you).
+`with errors.translating():` (rest.call and the leader elector do it for you).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every kind the controller reads or writes, as `watching.Resource` values.
+"""Every kind the controller reads or writes, as `rest.Resource` values.
 
 One list, so the informers, the RBAC in deploy/ and the tests speak of the same kinds.
 `OPTIONAL` are the kinds a plain cluster may not serve: the ai-models catalog, Deckhouse's
@@ -7,7 +7,7 @@ ModuleConfig and DRA v1. The controller runs without them and picks them up late
 
 from __future__ import annotations
 
-from adapters.kubernetes.watching import Resource
+from adapters.kubernetes.rest import Resource
 
 __all__ = [
     "CLUSTER_MODELS",

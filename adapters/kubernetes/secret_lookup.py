@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from kubernetes.client import ApiClient
 
 from adapters.kubernetes import errors, kinds
-from adapters.kubernetes.watching import Handler, Informer, Obj, call
+from adapters.kubernetes.rest import call
+from adapters.kubernetes.watching import Handler, Informer, Obj
 
 __all__ = ["NamedSecrets"]
 

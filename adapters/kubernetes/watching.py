@@ -1,8 +1,8 @@
 """Informers: a local cache of one kind, kept current by LIST-then-WATCH, feeding handlers.
 
 The controller's loop makes one `Informer` per kind it reads (orders, classes, children),
-adds a handler that enqueues UIDs, and reads the cache in its passes; writing.py and the
-leader elector reuse `Resource` and `call`, the one raw request seam of the adapter.
+adds a handler that enqueues UIDs, and reads the cache in its passes. Its LISTs go
+through `rest`, as every other request of the adapter does.
 
 What the watch loop does, and why (ENGINEERING.md items 1-9):
 
@@ -46,22 +46,19 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import watch
 from kubernetes.client import ApiClient
-from kubernetes.client.exceptions import ApiException
 
 from adapters import metrics
-from adapters.kubernetes import compacting, errors, queueing
+from adapters.kubernetes import compacting, errors, queueing, rest
 from adapters.kubernetes.cache_index import Indexer, NameIndex, ValueIndex
+from adapters.kubernetes.rest import Obj, Resource
 
 __all__ = [
-    "CONFIG_MAPS",
-    "EVENTS",
-    "LEASES",
     "RESYNC",
     "CacheBehind",
     "Handler",
@@ -69,11 +66,9 @@ __all__ = [
     "Informer",
     "InformerStats",
     "Obj",
-    "Resource",
     "Timeouts",
     "by_label",
     "by_owner_uid",
-    "call",
 ]
 
 log = logging.getLogger(__name__)
@@ -81,9 +76,7 @@ log = logging.getLogger(__name__)
 # Our own generator, so jittered timeouts never perturb the process-wide one.
 _JITTER = random.Random()  # noqa: S311 - jitter, not secrets
 
-Obj = dict[str, Any]
 Handler = Callable[[str, Obj], None]
-Timeout = float | tuple[float, float]
 
 RESYNC = "RESYNC"  # the event type of a periodic resync: every cached object again
 _RECENT_RVS = 16  # RVs an object passed through remembered for read-your-writes
@@ -95,90 +88,6 @@ _GONE_MEMORY = 10_000  # deleted UIDs remembered for read-your-writes
 # Objects per LIST page. A page is parsed whole before its objects are trimmed: 500
 # Deployments were ~17 MB at once, and every informer lists at the same time at a start.
 _PAGE = 100
-
-
-@dataclass(frozen=True)
-class Resource:
-    """Where a kind lives: `group` is "" for the core API."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def _root(self) -> str:
-        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-
-    def collection_path(self, namespace: str | None = None) -> str:
-        """The list/watch path; all namespaces when `namespace` is None."""
-        if self.namespaced and namespace:
-            return f"{self._root()}/namespaces/{namespace}/{self.plural}"
-        return f"{self._root()}/{self.plural}"
-
-    def object_path(self, namespace: str | None, name: str, subresource: str = "") -> str:
-        if self.namespaced and not namespace:
-            raise ValueError(f"{self.kind} is namespaced: a namespace is required")
-        path = f"{self.collection_path(namespace if self.namespaced else None)}/{name}"
-        return f"{path}/{subresource}" if subresource else path
-
-
-CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")
-EVENTS = Resource("", "v1", "events", "Event")
-LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
-
-
-def _send(
-    api: ApiClient,
-    method: str,
-    path: str,
-    *,
-    query: Sequence[tuple[str, Any]] = (),
-    body: Any = None,
-    content_type: str | None = None,
-    timeout: Timeout | None = None,
-) -> Any:
-    headers = {"Accept": "application/json"}
-    if content_type:
-        headers["Content-Type"] = content_type
-    request = api.param_serialize(
-        method,
-        path,
-        query_params=list(query),
-        header_params=headers,
-        body=body,
-        auth_settings=["BearerToken"],
-    )
-    response = api.call_api(*request, _request_timeout=timeout)
-    if not 200 <= response.status <= 299:
-        response.read()
-        raise ApiException.from_response(
-            http_resp=response, body=response.data.decode("utf-8", "replace"), data=None
-        )
-    return response
-
-
-def call(
-    api: ApiClient,
-    method: str,
-    path: str,
-    *,
-    query: Sequence[tuple[str, Any]] = (),
-    body: Any = None,
-    content_type: str | None = None,
-    timeout: Timeout | None = (10.0, 60.0),
-) -> Obj:
-    """One request, its JSON answer as a dict (also for 201 Created); errors translated."""
-    with errors.translating():
-        response = _send(
-            api, method, path, query=query, body=body, content_type=content_type, timeout=timeout
-        )
-        response.read()
-        return dict(json.loads(response.data)) if response.data else {}
 
 
 def by_owner_uid(obj: Obj) -> list[str]:
@@ -546,7 +455,7 @@ class Informer:
             query: list[tuple[str, Any]] = [*self._selectors, ("limit", _PAGE)]
             if token:
                 query.append(("continue", token))
-            page = call(self._api, "GET", path, query=query, timeout=timeout)
+            page = rest.call(self._api, "GET", path, query=query, timeout=timeout)
             meta = page.get("metadata") or {}
             # Every page of a paged LIST is served at the first page's RV.
             rv = rv or str(meta.get("resourceVersion", ""))
@@ -633,7 +542,7 @@ class Informer:
             timeout = kwargs.pop("_request_timeout", None)
             kwargs.pop("_preload_content", None)  # always streamed
             query = [*self._selectors, *((names[k], v) for k, v in kwargs.items())]
-            response = _send(self._api, "GET", path, query=query, timeout=timeout)
+            response = rest.send(self._api, "GET", path, query=query, timeout=timeout)
             self.stats.opened += 1
             return response.response
 

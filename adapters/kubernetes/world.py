@@ -16,9 +16,10 @@ from kubernetes.client import ApiClient
 from adapters.kubernetes import kinds
 from adapters.kubernetes.global_settings import GLOBAL_NAME
 from adapters.kubernetes.rendering import UID_LABEL
+from adapters.kubernetes.rest import Resource
 from adapters.kubernetes.secret_lookup import NamedSecrets
 from adapters.kubernetes.settings import MODULE_NAME
-from adapters.kubernetes.watching import Informer, Obj, Resource, Timeouts, by_label
+from adapters.kubernetes.watching import Informer, Obj, Timeouts, by_label
 from fsm.placement.arbitration import TAKEN_ANNOTATION
 
 __all__ = ["SETTINGS_SOURCES", "ClusterCache"]

@@ -45,7 +45,8 @@ from typing import Any, Literal, TypeVar
 from kubernetes.client import ApiClient
 
 from adapters.kubernetes import errors
-from adapters.kubernetes.watching import EVENTS, Obj, Resource, call
+from adapters.kubernetes.rest import EVENTS, Resource, call
+from adapters.kubernetes.watching import Obj
 
 __all__ = ["COMPONENT", "FIELD_MANAGER", "EventType", "Writer", "status_differs"]
 

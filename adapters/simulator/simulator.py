@@ -40,7 +40,8 @@ from types import TracebackType
 from kubernetes import client
 
 from adapters.kubernetes import queueing
-from adapters.kubernetes.watching import Informer, Resource
+from adapters.kubernetes.rest import Resource
+from adapters.kubernetes.watching import Informer
 from adapters.simulator import capacity as capacity_file
 from adapters.simulator import world
 from adapters.simulator.catalog import CATALOG, CatalogPublisher

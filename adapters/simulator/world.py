@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from adapters.kubernetes.watching import Resource
+from adapters.kubernetes.rest import Resource
 from adapters.simulator import allocation
 from adapters.simulator.kube import JSON
 from fsm.quantity import QuantityError, parse_quantity

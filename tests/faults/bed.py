@@ -26,7 +26,7 @@ from adapters.cluster import bootstrap, local
 from adapters.kubernetes import kinds
 from adapters.kubernetes.controller import LEASE_NAME, LEASE_NAMESPACE
 from adapters.kubernetes.rendering import UID_LABEL
-from adapters.kubernetes.watching import call
+from adapters.kubernetes.rest import call
 from adapters.platform import DEMO_SETTINGS, install_module
 from adapters.simulator.capacity import CapacitySpec, DeviceClassSpec, GpuSpec, NodeSpec
 from adapters.simulator.hub import StandInHub

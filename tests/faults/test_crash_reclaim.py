@@ -33,7 +33,7 @@ import pytest
 import store
 from adapters import faults
 from adapters.kubernetes import kinds
-from adapters.kubernetes.watching import call
+from adapters.kubernetes.rest import call
 from fsm import events as ev
 from tests.faults.bed import NAMESPACE, QWEN_SMALL, Bed, hf
 from tests.faults.crashing import (

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from adapters.kubernetes import errors
-from adapters.kubernetes.watching import Informer, Obj, Resource
+from adapters.kubernetes.rest import Resource
+from adapters.kubernetes.watching import Informer, Obj
 from adapters.kubernetes.world import ClusterCache
 from adapters.models import ModelFound, ModelUnavailable
 from fsm.reasons import Reason

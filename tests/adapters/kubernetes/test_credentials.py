@@ -22,7 +22,7 @@ from kubernetes.config import incluster_config, kube_config
 
 from adapters.cluster import identities
 from adapters.kubernetes import credentials, errors
-from adapters.kubernetes.watching import call
+from adapters.kubernetes.rest import call
 from tests.conftest import Cluster
 
 NAMESPACES = "/api/v1/namespaces"

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from kubernetes import client, config
 
-from adapters.kubernetes import watching
+from adapters.kubernetes import rest, watching
 from tests.support.polling import eventually
 from tests.support.relay import Relay
 
@@ -84,7 +84,7 @@ def test_list_then_watch_sees_creates_updates_deletes(admin, namespace, informer
     seen: list[tuple[str, str, str]] = []
     informer = watching.Informer(
         admin,
-        watching.CONFIG_MAPS,
+        rest.CONFIG_MAPS,
         namespace=namespace,
         indexers={"app": watching.by_label("app")},
     )
@@ -123,7 +123,7 @@ def test_list_then_watch_sees_creates_updates_deletes(admin, namespace, informer
 
 def test_a_recreated_name_is_another_object(admin, namespace, informers) -> None:
     core = client.CoreV1Api(admin)
-    informer = start(informers, watching.Informer(admin, watching.CONFIG_MAPS, namespace=namespace))
+    informer = start(informers, watching.Informer(admin, rest.CONFIG_MAPS, namespace=namespace))
     first = core.create_namespaced_config_map(namespace, config_map("same"))
     core.delete_namespaced_config_map("same", namespace)
     second = core.create_namespaced_config_map(namespace, config_map("same"))
@@ -138,7 +138,7 @@ def test_the_cache_holds_no_field_managers(admin, namespace, informers) -> None:
     core = client.CoreV1Api(admin)
     listed = core.create_namespaced_config_map(namespace, config_map("listed"))
     assert listed.metadata.managed_fields  # the server keeps them
-    informer = start(informers, watching.Informer(admin, watching.CONFIG_MAPS, namespace=namespace))
+    informer = start(informers, watching.Informer(admin, rest.CONFIG_MAPS, namespace=namespace))
     watched = core.create_namespaced_config_map(namespace, config_map("watched"))
     informer.fresh(watched)
     for obj in informer.objects(copy_=False):
@@ -154,7 +154,7 @@ def test_bookmarks_advance_the_resource_version(admin, namespace, informers) -> 
         # A short server timeout: the 1.20 watch cache bookmarks just before it ends.
         timeouts = watching.Timeouts(server=(3, 3), inactivity=None)
         informer = watching.Informer(
-            admin, watching.CONFIG_MAPS, namespace=namespace, timeouts=timeouts
+            admin, rest.CONFIG_MAPS, namespace=namespace, timeouts=timeouts
         )
         start(informers, informer)
         listed = informer.resource_version
@@ -205,7 +205,7 @@ def test_gone_relists_and_emits_a_synthetic_deletion(
     doomed = core.create_namespaced_event(namespace, _event(namespace, "doomed"))
     seen: list[tuple[str, str]] = []
     timeouts = watching.Timeouts(server=(60, 60), inactivity=1.0, read=30)
-    informer = watching.Informer(relayed, watching.EVENTS, namespace=namespace, timeouts=timeouts)
+    informer = watching.Informer(relayed, rest.EVENTS, namespace=namespace, timeouts=timeouts)
     informer.add_handler(lambda t, o: seen.append((t, o["metadata"]["name"])))
     start(informers, informer)
     assert {n for _, n in seen} == {"kept", "doomed"}
@@ -246,9 +246,7 @@ def test_a_silent_watch_is_restarted(
     admin, relayed, relay, namespace, informers, timeouts, counter
 ) -> None:
     core = client.CoreV1Api(admin)
-    informer = watching.Informer(
-        relayed, watching.CONFIG_MAPS, namespace=namespace, timeouts=timeouts
-    )
+    informer = watching.Informer(relayed, rest.CONFIG_MAPS, namespace=namespace, timeouts=timeouts)
     start(informers, informer)
     eventually(lambda: informer.stats.opened >= 1)
     relay.black_hole()
@@ -265,9 +263,7 @@ def test_resync_replays_the_cache(admin, namespace, informers) -> None:
     core = client.CoreV1Api(admin)
     created = core.create_namespaced_config_map(namespace, config_map("steady"))
     resynced: list[str] = []
-    informer = watching.Informer(
-        admin, watching.CONFIG_MAPS, namespace=namespace, resync_period=0.5
-    )
+    informer = watching.Informer(admin, rest.CONFIG_MAPS, namespace=namespace, resync_period=0.5)
 
     def on_event(event_type: str, obj: dict[str, Any]) -> None:
         if event_type == watching.RESYNC:
@@ -279,14 +275,14 @@ def test_resync_replays_the_cache(admin, namespace, informers) -> None:
 
 
 def test_resource_paths() -> None:
-    assert watching.CONFIG_MAPS.collection_path("ns") == "/api/v1/namespaces/ns/configmaps"
-    assert watching.CONFIG_MAPS.collection_path() == "/api/v1/configmaps"
-    lease = watching.LEASES.object_path("ns", "l")
+    assert rest.CONFIG_MAPS.collection_path("ns") == "/api/v1/namespaces/ns/configmaps"
+    assert rest.CONFIG_MAPS.collection_path() == "/api/v1/configmaps"
+    lease = rest.LEASES.object_path("ns", "l")
     assert lease == "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l"
-    nodes = watching.Resource("", "v1", "nodes", "Node", namespaced=False)
+    nodes = rest.Resource("", "v1", "nodes", "Node", namespaced=False)
     assert nodes.object_path(None, "n1", "status") == "/api/v1/nodes/n1/status"
     with pytest.raises(ValueError, match="namespaced"):
-        watching.CONFIG_MAPS.object_path(None, "x")
+        rest.CONFIG_MAPS.object_path(None, "x")
 
 
 def test_a_watch_event_is_parsed_once_and_still_tracks_its_version(monkeypatch) -> None:

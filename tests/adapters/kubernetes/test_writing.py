@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from adapters.kubernetes import errors, writing
-from adapters.kubernetes.watching import CONFIG_MAPS, EVENTS, Resource, call
+from adapters.kubernetes.rest import CONFIG_MAPS, EVENTS, Resource, call
 from tests.support import polling
 
 GROUP = "testing.ai-inference.io"
