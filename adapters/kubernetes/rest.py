@@ -3,8 +3,9 @@
 `Resource` builds a kind's paths, core kinds and custom resources alike; `send` makes
 one request with the client's connection pool and auth and raises on a non-2xx answer;
 `call` is `send` with the answer parsed and the error translated (`errors.py`). The
-informers' LISTs, the Writer, the leader elector, the bench and the tests all build
-their requests here, so a change of how a request is made is made once.
+informers' LISTs, the Writer, the bench and the tests build their requests here, so a
+change of how a request is made is made once (the leader elector keeps the client's
+typed Lease API).
 """
 
 from __future__ import annotations
