@@ -218,6 +218,15 @@ class Benchmark:
         timeout = 300 + 2 * self.options.orders
         self.wait(lambda: not claims.uids() and not pods.uids(), timeout, "claims and pods gone")
 
+    def _wait_free_watching(self) -> None:
+        """`_wait_free` with informers of its own, for a phase that holds none."""
+        claims, pods = self.informer(CLAIMS), self.informer(PODS)
+        try:
+            self._wait_free(claims, pods)
+        finally:
+            claims.stop()
+            pods.stop()
+
     # --- phases ---------------------------------------------------------------------------
 
     def warm_up(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -248,12 +257,7 @@ class Benchmark:
                         children.append(child_template(item))
             call(self.admin, "DELETE", ORDERS.object_path(self.options.namespace, name))
             self.wait(lambda: orders.get(uid) is None, 120, "the warm-up order deleted")
-            claims, pods = self.informer(CLAIMS), self.informer(PODS)
-            try:
-                self._wait_free(claims, pods)
-            finally:
-                claims.stop()
-                pods.stop()
+            self._wait_free_watching()
         finally:
             orders.stop()
         self._replace = (name, uid)
@@ -557,12 +561,7 @@ class Benchmark:
                     call(
                         self.admin, "DELETE", kind.object_path(namespace, item["metadata"]["name"])
                     )
-        claims, pods = self.informer(CLAIMS), self.informer(PODS)
-        try:
-            self._wait_free(claims, pods)
-        finally:
-            claims.stop()
-            pods.stop()
+        self._wait_free_watching()
 
 
 def run_bench(folder: Path, options: BenchOptions, *, keep: bool = False) -> dict[str, Any]:
