@@ -86,18 +86,27 @@ def _exec_kubeconfig(cluster: Cluster, folder: Path, token_file: Path) -> Path:
     return path
 
 
-def test_a_token_that_rotates_is_renewed_within_a_second(cluster: Cluster, tmp_path: Path) -> None:
-    tokens = _tokens(cluster)
-    token_file = tmp_path / "token"
-    token_file.write_text(tokens["admin"], encoding="utf-8")
+def _rotating_client(cluster: Cluster, tmp_path: Path) -> tuple[client.ApiClient, list[float]]:
+    """A client whose exec credential starts as the admin's token, its refresh hook made
+    seldom on a clock the test moves (`now[0]`); `_rotate_to_alice` changes the token."""
+    (tmp_path / "token").write_text(_tokens(cluster)["admin"], encoding="utf-8")
     api = config.new_client_from_config(
-        config_file=str(_exec_kubeconfig(cluster, tmp_path, token_file))
+        config_file=str(_exec_kubeconfig(cluster, tmp_path, tmp_path / "token"))
     )
     now = [0.0]
     credentials.refresh_seldom(api.configuration, clock=lambda: now[0])
+    return api, now
+
+
+def _rotate_to_alice(cluster: Cluster, tmp_path: Path) -> None:
+    (tmp_path / "token").write_text(_tokens(cluster)["alice"], encoding="utf-8")
+
+
+def test_a_token_that_rotates_is_renewed_within_a_second(cluster: Cluster, tmp_path: Path) -> None:
+    api, now = _rotating_client(cluster, tmp_path)
     assert call(api, "GET", NAMESPACES)["items"]
 
-    token_file.write_text(tokens["alice"], encoding="utf-8")  # the credential rotates
+    _rotate_to_alice(cluster, tmp_path)  # the credential rotates
     now[0] += credentials.REFRESH_EVERY / 2
     call(api, "GET", NAMESPACES)  # within the second: the admin's token still
     now[0] += credentials.REFRESH_EVERY / 2
@@ -111,17 +120,10 @@ def test_copies_of_a_configuration_renew_their_tokens_each_on_its_own(
 ) -> None:
     """The simulator copies its configuration for its watches' pool, and the copy shares
     the hook: one configuration set up lately must not put off another's renewal."""
-    tokens = _tokens(cluster)
-    token_file = tmp_path / "token"
-    token_file.write_text(tokens["admin"], encoding="utf-8")
-    first = config.new_client_from_config(
-        config_file=str(_exec_kubeconfig(cluster, tmp_path, token_file))
-    )
-    now = [0.0]
-    credentials.refresh_seldom(first.configuration, clock=lambda: now[0])
+    first, now = _rotating_client(cluster, tmp_path)
     second = client.ApiClient(copy.copy(first.configuration))
     call(second, "GET", NAMESPACES)  # the second copy set up at 0
-    token_file.write_text(tokens["alice"], encoding="utf-8")
+    _rotate_to_alice(cluster, tmp_path)
     now[0] = credentials.REFRESH_EVERY / 2
     with pytest.raises(errors.APIForbiddenError):  # the first copy set up at 0.5
         call(first, "GET", NAMESPACES)
