@@ -61,8 +61,14 @@ def _up(args: argparse.Namespace) -> int:
 def _down(args: argparse.Namespace) -> int:
     from adapters.cluster import local
 
-    stopped = local.down(args.dir)
-    _say(f"stopped: {', '.join(stopped) or 'nothing was running'}; removed {args.dir}")
+    existed = args.dir.exists()
+    try:
+        stopped = local.down(args.dir)
+    except local.ClusterError as exc:
+        sys.stderr.write(f"cluster down refused: {exc}\n")
+        return 1
+    removed = f"removed {args.dir}" if existed else f"{args.dir} does not exist"
+    _say(f"stopped: {', '.join(stopped) or 'nothing was running'}; {removed}")
     return 0
 
 

@@ -200,17 +200,23 @@ def up(folder: Path, *, timeout: float = 90, audit: bool = False) -> ClusterStat
         return running
     if _load(folder) is not None:
         down(folder)  # a half-dead previous run: clean it before starting anew
+    elif folder.exists() and any(folder.iterdir()):
+        # `down` removes the folder whole, so only a new or empty one becomes a plane's.
+        raise ClusterError(
+            f"{folder} holds files but no control plane ({STATE_FILE} is missing): "
+            "choose a new or empty folder"
+        )
     bindir = ensure_binaries()
     folder.mkdir(parents=True, exist_ok=True)
-    logs = folder / "logs"
-    logs.mkdir(exist_ok=True)
-    certs = pki.make_pki(folder / "pki")
-    tokens = identities.write_token_file(folder / "tokens.csv")
-
     etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
     etcd_url = f"http://127.0.0.1:{etcd_port}"
     server = f"https://127.0.0.1:{api_port}"
     state = ClusterState(folder=str(folder), server=server, etcd_url=etcd_url)
+    _write_state(folder, state)  # first: it marks the folder as one `down` may remove
+    logs = folder / "logs"
+    logs.mkdir(exist_ok=True)
+    certs = pki.make_pki(folder / "pki")
+    tokens = identities.write_token_file(folder / "tokens.csv")
 
     _start(
         state,
@@ -394,9 +400,21 @@ def _is_ours(pid: int, folder: Path) -> bool:
 
 
 def down(folder: Path, *, keep_data: bool = False, timeout: float = 15) -> list[str]:
-    """Stop the processes recorded in `folder` and remove its state; returns what was stopped."""
+    """Stop the processes recorded in `folder` and remove it; returns what was stopped.
+
+    Only a folder `up` made (its state file says so) is removed: `--dir` is whatever the
+    user typed, and a folder that holds files but no control plane is left as it is
+    (`ClusterError`). One that does not exist has nothing to stop.
+    """
     folder = folder.resolve()
     state = _load(folder)
+    if state is None and folder.exists() and any(folder.iterdir()):
+        inner = sorted(p.parent for p in folder.glob(f"*/{STATE_FILE}"))
+        hint = f"; the control plane's folder is {inner[0]}" if inner else ""  # the bench's
+        raise ClusterError(
+            f"{folder} holds no control plane ({STATE_FILE} is missing): "
+            f"nothing was stopped or removed{hint}"
+        )
     stopped: list[str] = []
     if state is not None:
         order = ["kube-controller-manager", "kube-apiserver", "etcd"]

@@ -10,6 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from adapters.cli.main import main
 from adapters.cluster import bootstrap, local
 from tests.support.polling import eventually
 
@@ -93,3 +94,33 @@ def _bound(port: int) -> socket.socket | None:
         return socket.create_server(("127.0.0.1", port))
     except OSError:
         return None
+
+
+def test_down_leaves_a_folder_that_holds_no_control_plane(tmp_path, capsys) -> None:
+    """`--dir` is whatever the user typed: a folder without the plane's state file is
+    neither stopped nor removed (it used to be removed whole), and the error says which
+    folder inside it is the plane's, as the bench's `--dir` holds one."""
+    bench = tmp_path / "bench"
+    (bench / "cluster").mkdir(parents=True)
+    (bench / "cluster" / local.STATE_FILE).write_text("{}")
+    (bench / "controller.log").write_text("kept")
+    with pytest.raises(local.ClusterError, match="holds no control plane") as refused:
+        local.down(bench)
+    assert f"the control plane's folder is {bench / 'cluster'}" in str(refused.value)
+    assert (bench / "controller.log").read_text() == "kept"
+
+    assert main(["cluster", "down", "--dir", str(bench)]) == 1
+    assert "cluster down refused" in capsys.readouterr().err
+    assert (bench / "controller.log").read_text() == "kept"
+    assert local.down(tmp_path / "never-made") == []
+
+
+def test_up_takes_only_a_new_or_empty_folder(tmp_path) -> None:
+    """What `up` makes, `down` removes: a folder holding files of its own is refused before
+    anything starts or is written into it."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("mine")
+    with pytest.raises(local.ClusterError, match="choose a new or empty folder"):
+        local.up(notes)
+    assert [p.name for p in notes.iterdir()] == ["todo.txt"]
