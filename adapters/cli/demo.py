@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import signal
 import subprocess
 import sys
@@ -164,7 +165,9 @@ def run(args: argparse.Namespace) -> int:
             for platform in started:
                 platform.stop()
         finally:
-            local.down(args.dir)
+            # Refused only for a folder `up` refused too: left as it was, said already.
+            with contextlib.suppress(local.ClusterError):
+                local.down(args.dir)
             signal.signal(signal.SIGTERM, previous)
 
 

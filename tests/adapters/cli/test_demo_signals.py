@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.cli.main import main
 from adapters.cluster import local
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -91,3 +92,14 @@ def test_sigterm_stops_the_control_plane_and_the_demo(tmp_path: Path) -> None:
         if demo.stdout is not None:
             demo.stdout.close()
         local.down(folder)  # whatever the outcome, leave nothing running
+
+
+def test_a_folder_of_the_users_own_is_refused_and_left_as_it_was(tmp_path: Path, capsys) -> None:
+    """`demo --dir` on a folder holding files of its own: a clear error and exit 1, not a
+    control plane started among those files (and removed with them at the end)."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("mine")
+    assert main(["demo", "--dir", str(notes)]) == 1
+    assert "choose a new or empty folder" in capsys.readouterr().err
+    assert [p.name for p in notes.iterdir()] == ["todo.txt"]
