@@ -51,6 +51,7 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from adapters.bench import BenchOptions, run_bench
+    from adapters.cluster.local import ClusterError
 
     options = BenchOptions(
         orders=args.orders,
@@ -63,6 +64,10 @@ def _run(args: argparse.Namespace) -> int:
         large_log=args.large_log,
     )
     args.dir.mkdir(parents=True, exist_ok=True)
-    result = run_bench(args.dir.resolve(), options, keep=args.keep)
+    try:
+        result = run_bench(args.dir.resolve(), options, keep=args.keep)
+    except ClusterError as exc:
+        sys.stderr.write(f"bench: {exc}\n")
+        return 1
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
     return 0

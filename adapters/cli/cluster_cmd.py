@@ -75,7 +75,11 @@ def _down(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from adapters.cluster import local
 
-    state = local.status(args.dir)
+    try:
+        state = local.status(args.dir)
+    except local.ClusterError as exc:
+        sys.stderr.write(f"cluster status: {exc}\n")
+        return 1
     if state is None:
         _say(f"no control plane runs in {args.dir}")
         return 1

@@ -158,7 +158,13 @@ def _load(folder: Path) -> ClusterState | None:
     path = folder / STATE_FILE
     if not path.exists():
         return None
-    return ClusterState(**json.loads(path.read_text(encoding="utf-8")))
+    try:
+        return ClusterState(**json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError) as exc:
+        raise ClusterError(
+            f"{path} cannot be read ({exc}): stop the processes whose command line names "
+            f"{folder}, then remove it"
+        ) from exc
 
 
 def status(folder: Path) -> ClusterState | None:
@@ -386,8 +392,12 @@ def _audit_flags(folder: Path, audit: bool) -> list[str]:
 
 
 def _write_state(folder: Path, state: ClusterState) -> None:
+    # Whole or not at all: a file cut short by a crash would leave a folder that neither
+    # `up` nor `down` could read.
     path = folder / STATE_FILE
-    path.write_text(json.dumps(asdict(state), indent=2), encoding="utf-8")
+    partial = path.with_name(f".{STATE_FILE}.partial")
+    partial.write_text(json.dumps(asdict(state), indent=2), encoding="utf-8")
+    partial.replace(path)
 
 
 def _is_ours(pid: int, folder: Path) -> bool:

@@ -124,3 +124,19 @@ def test_up_takes_only_a_new_or_empty_folder(tmp_path) -> None:
     with pytest.raises(local.ClusterError, match="choose a new or empty folder"):
         local.up(notes)
     assert [p.name for p in notes.iterdir()] == ["todo.txt"]
+
+
+def test_a_state_file_cut_short_is_an_error_that_says_what_to_do(tmp_path, capsys) -> None:
+    """A crash while the state was written used to leave a folder whose every `up`,
+    `down` and `status` ended in a traceback; the state is now written whole or not at
+    all, and one cut short some other way is a clear error that leaves the folder."""
+    folder = tmp_path / "plane"
+    folder.mkdir()
+    local._write_state(folder, local.ClusterState(str(folder), "https://127.0.0.1:1", ""))
+    assert [p.name for p in folder.iterdir()] == [local.STATE_FILE]  # no partial file left
+    assert local._load(folder) == local.ClusterState(str(folder), "https://127.0.0.1:1", "")
+    (folder / local.STATE_FILE).write_text('{"folder": "/x", "ser')
+    for verb in ("status", "down", "up"):
+        assert main(["cluster", verb, "--dir", str(folder)]) == 1, verb
+        assert "cannot be read" in capsys.readouterr().err, verb
+    assert (folder / local.STATE_FILE).exists()
