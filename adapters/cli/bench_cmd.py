@@ -70,4 +70,8 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"bench: {exc}\n")
         return 1
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    if args.keep:  # the plane is in a folder of its own inside --dir
+        plane = args.dir.resolve() / "cluster"
+        stop = f"ai-inference cluster down --dir {plane}"
+        sys.stderr.write(f"control plane left up; to stop it: {stop}\n")
     return 0
