@@ -34,8 +34,10 @@ from adapters.logs import LEVELS
 if TYPE_CHECKING:
     from kubernetes import client
 
+    from adapters.faults import CrashAfter
     from adapters.kubernetes.controller import Controller
     from adapters.kubernetes.health import HealthServer
+    from adapters.kubernetes.settings import Source
     from adapters.metrics import MetricsServer
 
 
@@ -138,7 +140,6 @@ def _terminate(*_: object) -> None:
 def _run(args: argparse.Namespace) -> int:
     import store
     from adapters import faults, logs
-    from adapters.kubernetes import settings
     from adapters.kubernetes.controller import Controller, LeadershipLost
     from adapters.probes.targets import AnnotatedPodTarget, ServiceTarget, TargetResolver
 
@@ -147,15 +148,8 @@ def _run(args: argparse.Namespace) -> int:
         AnnotatedPodTarget() if args.probe_target == "simulator" else ServiceTarget()
     )
     try:
-        overrides = setting_overrides(args)
-        source = (
-            settings.Source.from_file(args.settings, overrides)
-            if args.settings
-            else settings.Source(None, overrides)
-        )
-        source.resolve(None)
-        fault = faults.from_environment()  # a test hook; None unless the crash tests set it
-    except (settings.SettingsError, faults.FaultSpecError) as exc:
+        source, fault, api = _inputs(args)
+    except _Refused as exc:
         sys.stderr.write(f"ai-inference controller: {exc}\n")
         return 2
     try:
@@ -166,10 +160,11 @@ def _run(args: argparse.Namespace) -> int:
         # the log's return works). The driver's message names host and port, never the
         # password.
         sys.stderr.write(f"ai-inference controller: cannot open the event log: {exc}\n")
+        api.close()
         return 1
     with log_store:
         controller = Controller(
-            api_client_for(args.kubeconfig),
+            api,
             log_store,
             settings=source,
             targets=targets,
@@ -206,6 +201,30 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"controller stopped leading: {controller.failure}\n")
         return 1
     return 0
+
+
+class _Refused(Exception):
+    """A flag or the environment gives what the controller cannot start with."""
+
+
+def _inputs(args: argparse.Namespace) -> tuple[Source, CrashAfter | None, client.ApiClient]:
+    """The settings, the crash tests' fault hook and the API client, each checked before
+    anything is opened: a typo is refused with its reason, and the log not created."""
+    from adapters import faults
+    from adapters.kubernetes import credentials, settings
+
+    try:
+        overrides = setting_overrides(args)
+        source = (
+            settings.Source.from_file(args.settings, overrides)
+            if args.settings
+            else settings.Source(None, overrides)
+        )
+        source.resolve(None)
+        fault = faults.from_environment()  # a test hook; None unless the crash tests set it
+        return source, fault, api_client_for(args.kubeconfig)
+    except (settings.SettingsError, faults.FaultSpecError, credentials.CredentialsError) as exc:
+        raise _Refused(str(exc)) from None
 
 
 def _exit_if_stuck(code: int) -> None:

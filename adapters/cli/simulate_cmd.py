@@ -72,11 +72,15 @@ def _run(args: argparse.Namespace) -> int:
     except capacity.CapacityError as err:
         sys.stderr.write(f"simulate: {err}\n")
         return 2
+    try:
+        api = credentials.from_kubeconfig(args.kubeconfig)
+    except credentials.CredentialsError as err:
+        sys.stderr.write(f"simulate: {err}\n")
+        return 2
     hub = None
     if not args.no_hub:
         hub = StandInHub(port=args.hub_port)
         _say(f"stand-in hub: {hub.url}")
-    api = credentials.from_kubeconfig(args.kubeconfig)
     simulator = Simulator(
         api,
         args.capacity if args.capacity is not None else spec,

@@ -20,9 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client, config
 
-__all__ = ["REFRESH_EVERY", "from_kubeconfig", "in_cluster", "refresh_seldom"]
+__all__ = ["REFRESH_EVERY", "CredentialsError", "from_kubeconfig", "in_cluster", "refresh_seldom"]
 
 REFRESH_EVERY = 1.0  # seconds; far under the loaders' own margins (a minute and more)
 
@@ -67,9 +68,23 @@ def refresh_seldom(
     return configuration
 
 
+class CredentialsError(RuntimeError):
+    """No client can be made from what was given; the message says why, never a secret."""
+
+
 def from_kubeconfig(path: Path | str) -> client.ApiClient:
     """A client for the kubeconfig at `path` (its current context)."""
-    api = config.new_client_from_config(config_file=str(path))
+    if not Path(path).exists():
+        raise CredentialsError(f"cannot load the kubeconfig {path}: no such file")
+    try:
+        api = config.new_client_from_config(config_file=str(path))
+    except yaml.MarkedYAMLError as exc:
+        # Only where: the lines of a kubeconfig may hold its tokens.
+        mark = exc.problem_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise CredentialsError(f"cannot load the kubeconfig {path}: not YAML{where}") from None
+    except (config.ConfigException, yaml.YAMLError, OSError) as exc:
+        raise CredentialsError(f"cannot load the kubeconfig {path}: {exc}") from None
     refresh_seldom(api.configuration)
     return api
 
@@ -77,5 +92,10 @@ def from_kubeconfig(path: Path | str) -> client.ApiClient:
 def in_cluster() -> client.ApiClient:
     """A client for the pod's service account (its token file, renewed as it rotates)."""
     configuration = client.Configuration()
-    config.load_incluster_config(client_configuration=configuration)
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException as exc:
+        raise CredentialsError(
+            f"no service account to run as ({exc}): run in a pod, or give --kubeconfig"
+        ) from None
     return client.ApiClient(refresh_seldom(configuration))

@@ -148,3 +148,18 @@ def test_the_workers_default_is_the_controllers(command: list[str]) -> None:
     args = build_parser().parse_args(command)
     assert args.workers == DEFAULT_WORKERS
     assert inspect.signature(Controller).parameters["workers"].default == DEFAULT_WORKERS
+
+
+def test_a_kubeconfig_that_cannot_be_used_is_refused_before_the_log_is_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 2 with the reason, as for any flag the controller cannot start with; the
+    event log is opened after it, so a typo leaves no new log file behind."""
+    log = tmp_path / "log.sqlite"
+    absent = tmp_path / "absent.kubeconfig"
+    ports = ["--health-port", "0", "--metrics-port", "0"]
+    assert main(["controller", f"--kubeconfig={absent}", f"--store=sqlite:///{log}", *ports]) == 2
+    assert f"cannot load the kubeconfig {absent}: no such file" in capsys.readouterr().err
+    assert not log.exists()
+    assert main(["simulate", f"--kubeconfig={absent}", "--no-hub"]) == 2
+    assert f"simulate: cannot load the kubeconfig {absent}" in capsys.readouterr().err

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import stat
 import sys
 import time
@@ -156,3 +157,27 @@ def test_an_in_cluster_client_reads_the_service_account_and_is_set_up_seldom(
     seconds = time.monotonic() - started
     assert len(setups) <= 2 + int(seconds / credentials.REFRESH_EVERY)
     api.close()
+
+
+def test_what_no_client_can_be_made_from_is_said_without_its_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A missing or broken kubeconfig, or no service account, is a `CredentialsError`
+    that names the file and the place, never the lines (they may hold tokens); these
+    were the client's own exceptions, a traceback at start-up."""
+    absent = tmp_path / "absent"
+    with pytest.raises(credentials.CredentialsError, match=re.escape(f"{absent}: no such file")):
+        credentials.from_kubeconfig(absent)
+    broken = tmp_path / "broken.kubeconfig"
+    broken.write_text("users:\n- name: x\n  user:\n    token: s3cr3t-token\n  : [\n")
+    with pytest.raises(credentials.CredentialsError) as refused:
+        credentials.from_kubeconfig(broken)
+    assert str(refused.value).endswith("not YAML (line 5, column 3)")
+    assert "s3cr3t" not in str(refused.value) and refused.value.__cause__ is None
+    empty = tmp_path / "empty.kubeconfig"
+    empty.write_text("apiVersion: v1\nkind: Config\n")
+    with pytest.raises(credentials.CredentialsError, match=r"\.kubeconfig: Invalid kube-config"):
+        credentials.from_kubeconfig(empty)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(credentials.CredentialsError, match="run in a pod, or give --kubeconfig"):
+        credentials.in_cluster()
