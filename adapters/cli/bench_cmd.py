@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from adapters.cli import options
+
 __all__ = ["register"]
 
 
@@ -20,7 +22,9 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "bench", help="what the controller costs beside the floor, on a local control plane"
     )
-    parser.add_argument("--orders", "-n", type=int, default=20, help="orders per phase")
+    parser.add_argument(
+        "--orders", "-n", type=options.positive_int, default=20, help="orders per phase"
+    )
     parser.add_argument(
         "--dir", type=Path, default=Path(".ai-inference/bench"), help="state and logs"
     )
@@ -43,7 +47,10 @@ def register(subparsers: Any) -> None:
         help="also read one order's history among this many events (SQLite, PostgreSQL)",
     )
     parser.add_argument(
-        "--workers", type=int, default=4, help="the controller's workers (default 4)"
+        "--workers",
+        type=options.positive_int,
+        default=4,
+        help="the controller's workers (default 4)",
     )
     parser.add_argument("--keep", action="store_true", help="leave the control plane up")
     parser.set_defaults(run=_run)

@@ -80,7 +80,7 @@ def register(subparsers: Any) -> None:
     )
     sub.add_argument(
         "--workers",
-        type=int,
+        type=options.positive_int,
         default=4,  # Controller's DEFAULT_WORKERS; that module is too heavy for --help
         help="orders reconciled at once (default 4)",
     )

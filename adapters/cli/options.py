@@ -20,6 +20,7 @@ __all__ = [
     "OUTPUTS",
     "add_output",
     "add_store",
+    "positive_int",
     "store_url",
 ]
 
@@ -41,6 +42,17 @@ def store_url(value: str) -> str:
     if not value:
         raise argparse.ArgumentTypeError("empty event log path")
     return f"sqlite:///{value}"
+
+
+def positive_int(value: str) -> int:
+    """A count that must be at least 1 (workers, orders): 0 would run, and do nothing."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
 
 
 def add_store(parser: argparse.ArgumentParser, *, default: str = DEFAULT_STORE) -> None:

@@ -318,6 +318,8 @@ class Workers:
         name: str = "reconcile",
         on_outcome: Callable[[str, Outcome], None] | None = None,
     ) -> None:
+        if workers < 1:  # none would take anything from the queue, and say nothing
+            raise ValueError(f"workers must be at least 1, not {workers}")
         self._queue = queue
         self._reconcile = reconcile
         self._count = workers

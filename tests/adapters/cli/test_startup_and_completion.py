@@ -163,3 +163,21 @@ def test_a_kubeconfig_that_cannot_be_used_is_refused_before_the_log_is_made(
     assert not log.exists()
     assert main(["simulate", f"--kubeconfig={absent}", "--no-hub"]) == 2
     assert f"simulate: cannot load the kubeconfig {absent}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["controller", "--workers", "0"],
+        ["bench", "--workers", "-2"],
+        ["bench", "-n", "0"],
+        ["bench", "-n", "many"],
+    ],
+)
+def test_a_count_below_one_is_a_usage_error(argv: list[str], capsys) -> None:
+    """0 workers led and reconciled nothing, silently; 0 orders measured nothing."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "must be at least 1" in err or "not a whole number" in err

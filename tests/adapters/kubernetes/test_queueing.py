@@ -230,3 +230,9 @@ def test_worker_threads_never_run_one_key_concurrently() -> None:
     assert overlaps == []
     assert set(passes) == {"a", "b", "c"}
     assert len(passes) < 60  # duplicate adds collapsed
+
+
+@pytest.mark.parametrize("count", [0, -1])
+def test_no_workers_at_all_is_refused_not_a_queue_nobody_takes_from(queue, count) -> None:
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        queueing.Workers(queue, lambda _key: queueing.Done(), workers=count)
