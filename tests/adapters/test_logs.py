@@ -10,22 +10,15 @@ from collections.abc import Iterator
 import pytest
 
 from adapters import logs
+from tests.support.root_logging import kept_root_logging
 
 
 @pytest.fixture
 def captured() -> Iterator[io.StringIO]:
-    root = logging.getLogger()
-    saved_handlers, saved_level = list(root.handlers), root.level
-    out = io.StringIO()
-    logs.configure("debug", stream=out)
-    try:
+    with kept_root_logging():
+        out = io.StringIO()
+        logs.configure("debug", stream=out)
         yield out
-    finally:
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        for handler in saved_handlers:
-            root.addHandler(handler)
-        root.setLevel(saved_level)
 
 
 def _records(out: io.StringIO) -> list[dict[str, object]]:

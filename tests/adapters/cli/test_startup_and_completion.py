@@ -20,6 +20,7 @@ import pytest
 import store
 from adapters.cli.main import build_parser, main
 from adapters.kubernetes.controller import DEFAULT_WORKERS, Controller
+from tests.support.root_logging import kept_root_logging
 
 ROOT = Path(__file__).resolve().parents[3]
 HEAVY = (
@@ -158,10 +159,12 @@ def test_a_kubeconfig_that_cannot_be_used_is_refused_before_the_log_is_made(
     log = tmp_path / "log.sqlite"
     absent = tmp_path / "absent.kubeconfig"
     ports = ["--health-port", "0", "--metrics-port", "0"]
-    assert main(["controller", f"--kubeconfig={absent}", f"--store=sqlite:///{log}", *ports]) == 2
-    assert f"cannot load the kubeconfig {absent}: no such file" in capsys.readouterr().err
-    assert not log.exists()
-    assert main(["simulate", f"--kubeconfig={absent}", "--no-hub"]) == 2
+    with kept_root_logging():  # both commands set the root logger up, as processes do
+        controller = ["controller", f"--kubeconfig={absent}", f"--store=sqlite:///{log}"]
+        assert main([*controller, *ports]) == 2
+        assert f"cannot load the kubeconfig {absent}: no such file" in capsys.readouterr().err
+        assert not log.exists()
+        assert main(["simulate", f"--kubeconfig={absent}", "--no-hub"]) == 2
     assert f"simulate: cannot load the kubeconfig {absent}" in capsys.readouterr().err
 
 
