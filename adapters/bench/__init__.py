@@ -5,6 +5,13 @@ what they read off the bed, `processes` the simulator and the controller they st
 
 from adapters.bench.bed import BenchOptions, bench_capacity
 from adapters.bench.measuring import request_counts
-from adapters.bench.run import Benchmark, run_bench
+from adapters.bench.run import Benchmark, plane_folder, run_bench
 
-__all__ = ["BenchOptions", "Benchmark", "bench_capacity", "request_counts", "run_bench"]
+__all__ = [
+    "BenchOptions",
+    "Benchmark",
+    "bench_capacity",
+    "plane_folder",
+    "request_counts",
+    "run_bench",
+]

@@ -71,7 +71,7 @@ from adapters.kubernetes.watching import Informer
 from adapters.platform import DEMO_SETTINGS, install_module
 from fsm import fold, status
 
-__all__ = ["Benchmark", "run_bench"]
+__all__ = ["Benchmark", "plane_folder", "run_bench"]
 
 
 class Benchmark:
@@ -564,12 +564,17 @@ class Benchmark:
         self._wait_free_watching()
 
 
+def plane_folder(folder: Path) -> Path:
+    """Where in the bench's `folder` its control plane lives (what `cluster down` takes)."""
+    return folder / "cluster"
+
+
 def run_bench(folder: Path, options: BenchOptions, *, keep: bool = False) -> dict[str, Any]:
     """Bring up a control plane in `folder` (or reuse it), run, bring it down unless `keep`."""
-    state = local.up(folder / "cluster")
+    state = local.up(plane_folder(folder))
     bootstrap.bootstrap(state.kubeconfig("admin"))
     try:
         return Benchmark(state, folder, options).run(clean_up=keep)
     finally:
         if not keep:
-            local.down(folder / "cluster")
+            local.down(plane_folder(folder))

@@ -57,7 +57,7 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from adapters.bench import BenchOptions, run_bench
+    from adapters.bench import BenchOptions, plane_folder, run_bench
     from adapters.cluster.local import ClusterError
 
     options = BenchOptions(
@@ -71,14 +71,14 @@ def _run(args: argparse.Namespace) -> int:
         large_log=args.large_log,
     )
     args.dir.mkdir(parents=True, exist_ok=True)
+    folder = args.dir.resolve()
     try:
-        result = run_bench(args.dir.resolve(), options, keep=args.keep)
+        result = run_bench(folder, options, keep=args.keep)
     except ClusterError as exc:
         sys.stderr.write(f"bench: {exc}\n")
         return 1
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
     if args.keep:  # the plane is in a folder of its own inside --dir
-        plane = args.dir.resolve() / "cluster"
-        stop = f"ai-inference cluster down --dir {plane}"
+        stop = f"ai-inference cluster down --dir {plane_folder(folder)}"
         sys.stderr.write(f"control plane left up; to stop it: {stop}\n")
     return 0

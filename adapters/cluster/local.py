@@ -206,7 +206,7 @@ def up(folder: Path, *, timeout: float = 90, audit: bool = False) -> ClusterStat
         return running
     if _load(folder) is not None:
         down(folder)  # a half-dead previous run: clean it before starting anew
-    elif folder.exists() and any(folder.iterdir()):
+    elif _holds_files(folder):
         # `down` removes the folder whole, so only a new or empty one becomes a plane's.
         raise ClusterError(
             f"{folder} holds files but no control plane ({STATE_FILE} is missing): "
@@ -400,6 +400,11 @@ def _write_state(folder: Path, state: ClusterState) -> None:
     partial.replace(path)
 
 
+def _holds_files(folder: Path) -> bool:
+    """Anything in `folder`: without the plane's state file, files that are not ours."""
+    return folder.exists() and any(folder.iterdir())
+
+
 def _is_ours(pid: int, folder: Path) -> bool:
     """Only stop a PID whose command line still names this cluster's folder or etcd."""
     try:
@@ -418,7 +423,7 @@ def down(folder: Path, *, keep_data: bool = False, timeout: float = 15) -> list[
     """
     folder = folder.resolve()
     state = _load(folder)
-    if state is None and folder.exists() and any(folder.iterdir()):
+    if state is None and _holds_files(folder):
         inner = sorted(p.parent for p in folder.glob(f"*/{STATE_FILE}"))
         hint = f"; the control plane's folder is {inner[0]}" if inner else ""  # the bench's
         raise ClusterError(
