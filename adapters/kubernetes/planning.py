@@ -46,8 +46,15 @@ class Planning:
         self._parts: dict[str, tuple[str | None, Any]] = {}  # by kind: (version, parsed)
         self._parsed_at: tuple[tuple[Any, ...], capacity.Snapshot] | None = None
         self._free: tuple[capacity.Snapshot | None, dict[str, int]] = (None, {})
+        self._claims = inventory.ClaimReader()
+        self._judged: capacity.JudgedClaims = {}
         self.parses = 0  # kinds of capacity parsed anew (for tests: per change, not per pass)
         self.snapshots = 0  # demand snapshots built (for tests: none where none can matter)
+
+    @property
+    def claims_parsed(self) -> int:
+        """Claims parsed anew (for tests: each changed claim, once)."""
+        return self._claims.parsed
 
     def recipes(self) -> tuple[recipes.Recipe, ...]:
         """The launch recipes, parsed once per change of any of them (not every pass)."""
@@ -72,7 +79,7 @@ class Planning:
         parts = (
             self._part(world.device_classes, inventory.parse_device_classes),
             self._part(world.resource_slices, inventory.parse_devices),
-            self._part(world.resource_claims, inventory.parse_allocations),
+            self._part(world.resource_claims, self._claims),
             self._part(world.priority_classes, inventory.parse_priority_classes),
         )
         cached = self._parsed_at
@@ -142,14 +149,14 @@ class Planning:
         self.snapshots += 1
         states = self._states()
         parsed = self._parsed()
+        value = parsed.priority_values()  # a map built per plan, not per order
         priorities = {
             other: prio
             for other, state in states.items()
             if state.policy is not None
-            and (prio := parsed.priority_value(state.policy.constraints.priority_class_name))
-            is not None
+            and (prio := value(state.policy.constraints.priority_class_name)) is not None
         }
-        base = capacity.with_holder_priorities(parsed, priorities)
+        base = capacity.with_holder_priorities(parsed, priorities, self._judged)
         held = Counter(a.holder for a in parsed.allocations if a.holder is not None)
         demands = []
         for other, state in states.items():

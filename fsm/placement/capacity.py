@@ -14,7 +14,7 @@ whole device.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -31,6 +31,7 @@ __all__ = [
     "Allocation",
     "Device",
     "DeviceClassInfo",
+    "JudgedClaims",
     "Place",
     "Snapshot",
     "Version",
@@ -148,9 +149,12 @@ class Snapshot:
 
     def priority_value(self, priority_class_name: str | None) -> int | None:
         """A PriorityClass's value; the cluster default for None; None if it is missing."""
-        if priority_class_name is None:
-            return self.default_priority
-        return dict(self.priority_classes).get(priority_class_name)
+        return self.priority_values()(priority_class_name)
+
+    def priority_values(self) -> Callable[[str | None], int | None]:
+        """`priority_value` for many names in turn, the classes read into a map once."""
+        values, default = dict(self.priority_classes), self.default_priority
+        return lambda name: default if name is None else values.get(name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,16 +169,35 @@ class Place:
         return tuple(device for replica in self.replicas for device in replica)
 
 
-def with_holder_priorities(snapshot: Snapshot, holder_priorities: Mapping[str, int]) -> Snapshot:
+def with_holder_priorities(
+    snapshot: Snapshot, holder_priorities: Mapping[str, int], kept: JudgedClaims | None = None
+) -> Snapshot:
     """`snapshot` as `inventory.parse_snapshot(..., holder_priorities=...)` would have read
-    it: the same objects, parsed once, judged by the holders' priorities of the moment."""
-    return replace(
-        snapshot,
-        allocations=tuple(
-            a if a.holder is None else replace(a, priority=holder_priorities.get(a.holder))
-            for a in snapshot.allocations
-        ),
-    )
+    it: the same objects, parsed once, judged by the holders' priorities of the moment.
+
+    `kept`, for a caller judging much the same claims for every plan: a claim judged
+    before, whose holder's priority has not changed, is not made anew (every claim was,
+    O(claims) new objects a plan)."""
+    judged = []
+    fresh: JudgedClaims = {}
+    for alloc in snapshot.allocations:
+        if alloc.holder is None:
+            judged.append(alloc)
+            continue
+        priority = holder_priorities.get(alloc.holder)
+        hit = kept.get(id(alloc)) if kept is not None else None
+        if hit is None or hit[0] is not alloc or hit[1].priority != priority:
+            hit = (alloc, replace(alloc, priority=priority))
+        fresh[id(alloc)] = hit
+        judged.append(hit[1])
+    if kept is not None:  # only the claims of this snapshot: the others' ids may be reused
+        kept.clear()
+        kept.update(fresh)
+    return replace(snapshot, allocations=tuple(judged))
+
+
+# A parsed claim's id: (that claim, held so the id stays its own; it judged).
+JudgedClaims = dict[int, tuple[Allocation, Allocation]]
 
 
 # --- accounting -------------------------------------------------------------------

@@ -34,6 +34,7 @@ from fsm.quantity import QuantityError, parse_quantity
 from fsm.values import PlacementMode, SharingMode
 
 __all__ = [
+    "ClaimReader",
     "Devices",
     "Priorities",
     "assemble",
@@ -92,6 +93,34 @@ def parse_allocations(
         if (alloc := _allocation(obj, holder_priorities or {})) is not None
     ]
     return tuple(sorted(allocations, key=lambda a: a.key))
+
+
+class ClaimReader:
+    """`parse_allocations` for a caller that reads the same claims again and again (the
+    controller, on each change of any claim): each claim is parsed once per
+    resourceVersion. In a rollout one claim changes at a time, and parsing every claim
+    again on each change made an allocation cost O(claims): 80,000 claims parsed for 500
+    orders in `benchmarks/rollout.py -n 500 --lag 100`. A claim with no version (never
+    so from the API server) is parsed every time."""
+
+    def __init__(self) -> None:
+        # by "namespace/name" (an allocation's key): (resourceVersion, what it holds)
+        self._kept: dict[str, tuple[str | None, Allocation | None]] = {}
+        self.parsed = 0  # claims parsed (for tests: each changed claim, once)
+
+    def __call__(self, resource_claims: Iterable[Mapping[str, Any]]) -> tuple[Allocation, ...]:
+        kept, fresh = self._kept, {}
+        for obj in resource_claims:
+            meta = obj.get("metadata") or {}
+            key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+            version = meta.get("resourceVersion")
+            hit = kept.get(key)
+            if hit is None or version is None or hit[0] != version:
+                hit = (version, _allocation(obj, {}))
+                self.parsed += 1
+            fresh[key] = hit
+        self._kept = fresh  # a deleted claim is forgotten with the call that misses it
+        return tuple(alloc for _, (_, alloc) in sorted(fresh.items()) if alloc is not None)
 
 
 def parse_priority_classes(objs: Iterable[Mapping[str, Any]]) -> Priorities:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from fsm.placement import capacity
+from fsm.placement import capacity, inventory
 from fsm.placement.capacity import FULL_SHARE, find_place, usage_by_device
 from fsm.values import PlacementMode, SharingMode
 from tests.support.planner_inputs import (
@@ -167,6 +169,79 @@ def test_claims_record_devices_share_holder_and_priority() -> None:
     assert (first.holder, first.priority) == ("uid-a", 500)
     assert (second.holder, second.priority) == (None, None)  # never reclaimable
     assert usage_by_device(snap) == {_ids("gpu-0")[0]: 75}
+
+
+def _versioned(obj: dict[str, Any], version: str | None) -> dict[str, Any]:
+    meta = (
+        dict(obj["metadata"])
+        if version is None
+        else {**obj["metadata"], "resourceVersion": version}
+    )
+    return {**obj, "metadata": meta}
+
+
+def test_a_claim_reader_parses_each_claim_once_per_version() -> None:
+    read = inventory.ClaimReader()
+    first = [
+        _versioned(claim("a-gpu", "node1", "gpu-0", holder="uid-a"), "1"),
+        _versioned(claim("b-gpu", "node1", "gpu-1", holder="uid-b"), "2"),
+        _versioned({"metadata": {"name": "pending", "namespace": "team"}, "status": {}}, "3"),
+    ]
+    kept = read(first)
+    assert kept == inventory.parse_allocations(first)
+    assert read.parsed == 3
+    # b's claim changed (its allocation moved); a's did not; the pending one is gone.
+    second = [first[0], _versioned(claim("b-gpu", "node1", "gpu-2", holder="uid-b"), "4")]
+    again = read(second)
+    assert again == inventory.parse_allocations(second)
+    assert again[0] is kept[0]  # not made anew: the planner's memos key on it
+    assert read.parsed == 4
+    # Without a version a claim cannot be known unchanged: it is parsed each time.
+    unversioned = [_versioned(claim("c-gpu", "node1", "gpu-3"), None)]
+    assert read(unversioned) == read(unversioned) == inventory.parse_allocations(unversioned)
+    assert read.parsed == 6
+
+
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(st.sampled_from("abc"), st.sampled_from(["0", "1", "2", "3"])), max_size=4
+        ),
+        max_size=5,
+    )
+)
+def test_a_claim_reader_reads_what_a_parse_reads(rounds: list[list[tuple[str, str]]]) -> None:
+    """Whatever the claims do between calls — move, change version, vanish, come back —
+    the reader's answer is the parse's. A device follows the version, as on the API
+    server (a claim's content changes only with it)."""
+    read = inventory.ClaimReader()
+    for claims in rounds:
+        objs = {
+            name: _versioned(claim(f"{name}-gpu", "node1", f"gpu-{name}{version}"), version)
+            for name, version in claims
+        }
+        assert read(objs.values()) == inventory.parse_allocations(objs.values())
+
+
+def test_priorities_judged_again_only_where_they_changed() -> None:
+    snap = snapshot(
+        slices=[resource_slice("node1", gpu("gpu-0", T4, "16Gi"), gpu("gpu-1", T4, "16Gi"))],
+        claims=[
+            claim("a-gpu", "node1", "gpu-0", holder="uid-a"),
+            claim("b-gpu", "node1", "gpu-1", holder="uid-b"),
+            claim("other", "node1", "gpu-1"),
+        ],
+    )
+    kept: capacity.JudgedClaims = {}
+    before = capacity.with_holder_priorities(snap, {"uid-a": 100, "uid-b": 200}, kept)
+    assert before == capacity.with_holder_priorities(snap, {"uid-a": 100, "uid-b": 200})
+    after = capacity.with_holder_priorities(snap, {"uid-a": 100, "uid-b": 300}, kept)
+    assert after == capacity.with_holder_priorities(snap, {"uid-a": 100, "uid-b": 300})
+    assert after.allocations[0] is before.allocations[0]  # a's priority stayed
+    assert (after.allocations[1].key, after.allocations[1].priority) == ("team/b-gpu", 300)
+    assert len(kept) == 2  # a holder's claims only, and only this snapshot's
+    assert capacity.with_holder_priorities(snapshot(), {}, kept).allocations == ()
+    assert kept == {}
 
 
 def test_priority_classes_and_the_global_default() -> None:

@@ -254,28 +254,32 @@ def test_the_priorities_in_use_follow_the_kept_states(tmp_path: Path) -> None:
     bed.log.close()
 
 
-def test_a_claim_event_parses_the_claims_again_not_the_slices(
+def test_a_claim_event_parses_that_claim_again_not_the_slices(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
     """In a rollout the claims change with every order and the slices hardly ever: each
-    kind is parsed again only when it changed (the slices were most of a parse)."""
+    kind is parsed again only when it changed (the slices were most of a parse), and of
+    the claims only the one that changed (all of them were, O(claims) an allocation)."""
     bed = Bed(tmp_path, a100s=SERVING)
+    for index in range(3):
+        fakes.put(bed.world, claim(f"other-{index}", "node-a", f"gpu-{index + 1}"))
     uid = bed.order("llm-0")
     bed.settle(uid)
     planning = bed.reconciler.planning
     parsed: list[str] = []
-    for name in ("parse_devices", "parse_allocations", "parse_device_classes"):
+    for name in ("parse_devices", "parse_device_classes"):
         real = getattr(inventory, name)
         monkeypatch.setattr(
             inventory, name, lambda objs, *a, _n=name, _r=real: parsed.append(_n) or _r(objs, *a)
         )
+    claims_before = planning.claims_parsed
     fakes.put(bed.world, claim("llm-0-gpu", "node-a", "gpu-0", holder=uid, namespace="support"))
-    assert planning.free_units("gpu.nvidia.com") == (SERVING - 1) * 100
-    assert planning.free_units("gpu.nvidia.com") == (SERVING - 1) * 100
-    assert parsed == ["parse_allocations"]
+    assert planning.free_units("gpu.nvidia.com") == (SERVING - 4) * 100
+    assert planning.free_units("gpu.nvidia.com") == (SERVING - 4) * 100
+    assert (parsed, planning.claims_parsed - claims_before) == ([], 1)
     fakes.put(bed.world, resource_slice("node-b", gpu("gpu-b0", A100, "80Gi")))
-    assert planning.free_units("gpu.nvidia.com") == SERVING * 100
-    assert parsed == ["parse_allocations", "parse_devices"]
+    assert planning.free_units("gpu.nvidia.com") == (SERVING - 3) * 100
+    assert (parsed, planning.claims_parsed - claims_before) == (["parse_devices"], 1)
     bed.log.close()
 
 
