@@ -47,6 +47,8 @@ class Planning:
         self._parsed_at: tuple[tuple[Any, ...], capacity.Snapshot] | None = None
         self._free: tuple[capacity.Snapshot | None, dict[str, int]] = (None, {})
         self._claims = inventory.ClaimReader()
+        # Read by plans (under the lock) and the arbiter (not): an entry is used only for
+        # its very claim at the same priority, so a race costs a copy, never a wrong one.
         self._judged: capacity.JudgedClaims = {}
         self.parses = 0  # kinds of capacity parsed anew (for tests: per change, not per pass)
         self.snapshots = 0  # demand snapshots built (for tests: none where none can matter)

@@ -169,6 +169,11 @@ class Place:
         return tuple(device for replica in self.replicas for device in replica)
 
 
+# By a parsed claim's id: that claim (held, so no other object takes its id while it is
+# kept) and its copy judged by its holder's priority.
+JudgedClaims = dict[int, tuple[Allocation, Allocation]]
+
+
 def with_holder_priorities(
     snapshot: Snapshot, holder_priorities: Mapping[str, int], kept: JudgedClaims | None = None
 ) -> Snapshot:
@@ -194,10 +199,6 @@ def with_holder_priorities(
         kept.clear()
         kept.update(fresh)
     return replace(snapshot, allocations=tuple(judged))
-
-
-# A parsed claim's id: (that claim, held so the id stays its own; it judged).
-JudgedClaims = dict[int, tuple[Allocation, Allocation]]
 
 
 # --- accounting -------------------------------------------------------------------
