@@ -130,12 +130,9 @@ class Planning:
         (every waiting plan placed again) was O(waiting plans x devices) in each pass of
         an order whose pod waits. The priority classes alone are read: the whole parse
         would read every claim again after each allocation of a rollout."""
-        names, default = self._part(self._world.priority_classes, inventory.parse_priority_classes)
-        values = dict(names)
-
-        def value(name: str | None) -> int | None:
-            return default if name is None else values.get(name)
-
+        value = capacity.priority_lookup(
+            *self._part(self._world.priority_classes, inventory.parse_priority_classes)
+        )
         in_use = {value(name) for name in self._priorities_in_use()}
         lowest = min((v for v in in_use if v is not None), default=None)
 

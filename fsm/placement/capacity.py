@@ -36,6 +36,7 @@ __all__ = [
     "Snapshot",
     "Version",
     "find_place",
+    "priority_lookup",
     "usage_by_device",
     "with_holder_priorities",
 ]
@@ -153,8 +154,16 @@ class Snapshot:
 
     def priority_values(self) -> Callable[[str | None], int | None]:
         """`priority_value` for many names in turn, the classes read into a map once."""
-        values, default = dict(self.priority_classes), self.default_priority
-        return lambda name: default if name is None else values.get(name)
+        return priority_lookup(self.priority_classes, self.default_priority)
+
+
+def priority_lookup(
+    priority_classes: Iterable[tuple[str, int]], default: int
+) -> Callable[[str | None], int | None]:
+    """A PriorityClass's value by name (the cluster default for None; None if missing),
+    from (name, value) pairs read into a map once."""
+    values = dict(priority_classes)
+    return lambda name: default if name is None else values.get(name)
 
 
 @dataclass(frozen=True, slots=True)
