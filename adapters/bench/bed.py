@@ -84,6 +84,7 @@ class BenchOptions:
     workers: int = DEFAULT_WORKERS
     simulator_only: bool = False
     large_log: int = 0  # events of the large log to read one history among (0: skip)
+    rounds: int = 1  # floor and project, in turn, this many times (ratios: the medians)
 
 
 def order_manifest(namespace: str, name: str) -> dict[str, Any]:

@@ -6,17 +6,21 @@ from __future__ import annotations
 import math
 import os
 import re
+import statistics
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from kubernetes.client import ApiClient
 
 __all__ = [
     "Requests",
     "busy_cores",
+    "compared",
     "cpu_seconds",
     "gets_between",
+    "medians",
     "per_order",
     "percentile",
     "request_counts",
@@ -111,3 +115,31 @@ def percentile(values: list[float], q: float) -> float:
         return math.nan
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+# The controller manager and the simulator do nearly the same work in both phases (the
+# same Deployments, ReplicaSets, pods and claims): their CPU, phase against phase, is how
+# much the machine's own speed moved between them. Nearly: the project adds the
+# controller's probes, and its slower pace costs the controller manager a few more status
+# writes (docs/performance.md, "A fifth machine").
+SAME_WORK = ("controller_manager", "simulator")
+
+
+def compared(floor: Mapping[str, Any], project: Mapping[str, Any]) -> dict[str, float]:
+    """A project phase against the floor phase before it: the walls; the CPU of the whole
+    bed (with both phases keeping the cores busy, the wall follows the work, and this is
+    the ratio the noise of a shared machine moves least); and the same work's CPU, which,
+    well away from 1, says the two ratios moved with the machine rather than the code."""
+    floor_cpu, project_cpu = floor["cpu_s"], project["cpu_s"]
+    return {
+        "ratio_to_floor": round(project["wall_s"] / floor["wall_s"], 2),
+        "cpu_ratio_to_floor": round(sum(project_cpu.values()) / sum(floor_cpu.values()), 2),
+        "same_work_cpu_ratio_to_floor": round(
+            sum(project_cpu[k] for k in SAME_WORK) / sum(floor_cpu[k] for k in SAME_WORK), 2
+        ),
+    }
+
+
+def medians(rounds: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Each figure's median over the rounds (their keys are the first round's)."""
+    return {key: round(statistics.median(r[key] for r in rounds), 2) for key in rounds[0]}

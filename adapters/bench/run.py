@@ -31,7 +31,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +56,10 @@ from adapters.bench.bed import (
 )
 from adapters.bench.measuring import (
     busy_cores,
+    compared,
     cpu_seconds,
     gets_between,
+    medians,
     per_order,
     percentile,
     request_counts,
@@ -301,23 +303,21 @@ class Benchmark:
                     body["metadata"]["ownerReferences"] = [owner]
                     self.create(kinds[(child["apiVersion"], child["kind"])], body)
             available: dict[str, float] = {}
+            # By the owner's UID: an earlier round's order of the same name is another.
+            names = {uid: name for name, uid in uids.items()}
 
             def all_available() -> bool:
                 for obj in deployments.objects():
-                    owner_name = next(
+                    owner = next(
                         (
-                            r["name"]
+                            names.get(str(r.get("uid")))
                             for r in obj["metadata"].get("ownerReferences") or ()
                             if r.get("kind") == ORDERS.kind
                         ),
                         None,
                     )
-                    if (
-                        owner_name in created_at
-                        and owner_name not in available
-                        and deployment_available(obj)
-                    ):
-                        available[owner_name] = time.monotonic()
+                    if owner is not None and owner not in available and deployment_available(obj):
+                        available[owner] = time.monotonic()
                 return len(available) >= n
 
             self.wait(
@@ -363,13 +363,15 @@ class Benchmark:
         controller = self.start_controller()
         base_rss = controller.peak_rss()
         orders = self.informer(ORDERS)
+        # By UID: a reused plane (`--dir`) and every round but the first hold earlier
+        # orders of the same names, their Events and their streams in the log.
         ready_at: dict[str, float] = {}
         created_at: dict[str, float] = {}
 
         def on_order(_event: str, obj: dict[str, Any]) -> None:
-            name = obj["metadata"]["name"]
-            if (obj.get("status") or {}).get("phase") == "Ready" and name not in ready_at:
-                ready_at[name] = time.monotonic()
+            uid = obj["metadata"]["uid"]
+            if (obj.get("status") or {}).get("phase") == "Ready" and uid not in ready_at:
+                ready_at[uid] = time.monotonic()
 
         orders.add_handler(on_order)
         before, cpu0 = request_counts(self.admin), self.cpu()
@@ -377,9 +379,9 @@ class Benchmark:
         started = time.monotonic()
         try:
             for index in range(n):
-                name = f"order-{index:04d}"
-                created_at[name] = time.monotonic()
-                self.create(ORDERS, order_manifest(namespace, name))
+                created = time.monotonic()
+                order = self.create(ORDERS, order_manifest(namespace, f"order-{index:04d}"))
+                created_at[order["metadata"]["uid"]] = created
             self.wait(
                 lambda: all(k in ready_at for k in created_at),
                 self.options.ready_timeout,
@@ -396,8 +398,7 @@ class Benchmark:
         order_events = [
             e
             for e in events.get("items") or ()
-            if (e.get("involvedObject") or {}).get("kind") == ORDERS.kind
-            and str((e.get("involvedObject") or {}).get("name", "")).startswith("order-")
+            if (e.get("involvedObject") or {}).get("uid") in created_at
         ]
         to_ready = [ready_at[k] - created_at[k] for k in created_at]
         status_writes = sum(
@@ -415,7 +416,7 @@ class Benchmark:
             "status_writes_per_order": round(status_writes / n, 2),
             # Each capacity event wakes only the orders it can affect: O(1) passes an order.
             "passes_per_order": round(passes / n, 2),
-            "distinct_statuses_per_order": round(self._distinct_statuses("order-") / n, 2),
+            "distinct_statuses_per_order": round(self._distinct_statuses(created_at) / n, 2),
             "events_per_order": round(sum(int(e.get("count") or 1) for e in order_events) / n, 2),
             "cpu_s": {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1},
             "busy_cores": busy_cores(cpu0, cpu1, wall),
@@ -427,17 +428,12 @@ class Benchmark:
             "controller_ready_rss_kb_per_order": round((ready_rss - base_rss) / 1024 / n, 1),
         }
 
-    def _distinct_statuses(self, prefix: str) -> int:
-        """How many times the rendered status of the run's orders changed, replayed from
-        their streams: a status write per change is the most there may be."""
+    def _distinct_statuses(self, wanted: Collection[str]) -> int:
+        """How many times the rendered status of the orders (by UID) changed, replayed
+        from their streams: a status write per change is the most there may be."""
         log = store.open_log(self.store_url)
         try:
             total = 0
-            wanted = {
-                info.uid
-                for info in log.streams()
-                if info.namespace == self.options.namespace and info.name.startswith(prefix)
-            }
             for uid, records in log.read_all():
                 if uid not in wanted:
                     continue
@@ -491,6 +487,42 @@ class Benchmark:
         """Decode + upcast + fold every stream, beside a raw msgpack decode of the payloads."""
         return replay_rate.measure(self.store_url)
 
+    def _rounds(self) -> None:
+        """The floor and the project, `rounds` times in turn. One pair of phases is at
+        the mercy of the machine's speed between them (a shared machine's moved by a
+        fifth and more within the hour: docs/performance.md); the medians of several
+        pairs, each phase beside the one before it, are not. The first round's phases
+        are reported in full, every round's walls and ratios under `rounds`."""
+        options = self.options
+        final: Mapping[str, Any] = {}
+        children: list[dict[str, Any]] = []
+        if options.floor:
+            self.start_controller()
+            final, children = self.warm_up()
+            self._stop_controller()
+        rounds: list[dict[str, float]] = []
+        for index in range(options.rounds):
+            if index:  # the last round's orders gone, and the next floor without a controller
+                self.clean_up()
+                self._stop_controller()
+            floor = self.floor(final, children) if options.floor else None
+            project = self.project()
+            if not index:
+                self.result.update({"floor": floor} if floor else {})
+                self.result["project"] = project
+            if floor is not None and floor["wall_s"]:
+                walls = {"floor_wall_s": floor["wall_s"], "project_wall_s": project["wall_s"]}
+                rounds.append({**walls, **compared(floor, project)})
+        if rounds:
+            self.result.update({k: v for k, v in medians(rounds).items() if "wall" not in k})
+        if options.rounds > 1:
+            self.result["rounds"] = rounds
+
+    def _stop_controller(self) -> None:
+        if self.controller is not None:
+            self.controller.stop()
+            self.controller = None
+
     def run(self, *, clean_up: bool = True) -> dict[str, Any]:
         """Every phase the options ask for. `clean_up=False`: the control plane goes down
         after the run, so its orders are not deleted and waited for."""
@@ -502,35 +534,7 @@ class Benchmark:
             if options.simulator_only:
                 self.result["simulator_only"] = bed_only.measure(self)
                 return self.result
-            if options.floor:
-                self.start_controller()
-                final, children = self.warm_up()
-                assert self.controller is not None
-                self.controller.stop()
-                self.controller = None
-                self.result["floor"] = self.floor(final, children)
-            self.result["project"] = project = self.project()
-            if "floor" in self.result and self.result["floor"]["wall_s"]:
-                floor = self.result["floor"]
-                self.result["ratio_to_floor"] = round(project["wall_s"] / floor["wall_s"], 2)
-                # With both phases keeping the cores busy, the wall follows the work: the
-                # CPU of the whole bed, phase against phase, is the ratio the noise of
-                # a shared machine moves least.
-                self.result["cpu_ratio_to_floor"] = round(
-                    sum(project["cpu_s"].values()) / sum(floor["cpu_s"].values()), 2
-                )
-                # The controller manager and the simulator do nearly the same work in
-                # both phases (the same Deployments, ReplicaSets, pods and claims): their
-                # CPU, phase against phase, is how much the machine's own speed moved
-                # between them. Well away from 1, the two ratios above moved with it.
-                # Nearly: the project adds the controller's probes, and its slower pace
-                # costs the controller manager a few more status writes
-                # (docs/performance.md, "A fifth machine").
-                same = ("controller_manager", "simulator")
-                self.result["same_work_cpu_ratio_to_floor"] = round(
-                    sum(project["cpu_s"][k] for k in same) / sum(floor["cpu_s"][k] for k in same),
-                    2,
-                )
+            self._rounds()
             self.result["idle"] = self.idle()
             if options.restart:
                 self.result["restart"] = self.restart(min(30.0, options.idle_seconds))

@@ -52,6 +52,12 @@ def register(subparsers: Any) -> None:
         default=4,
         help="the controller's workers (default 4)",
     )
+    parser.add_argument(
+        "--rounds",
+        type=options.positive_int,
+        default=1,
+        help="floor and project in turn this many times; the ratios are the medians",
+    )
     parser.add_argument("--keep", action="store_true", help="leave the control plane up")
     parser.set_defaults(run=_run)
 
@@ -69,6 +75,7 @@ def _run(args: argparse.Namespace) -> int:
         workers=args.workers,
         simulator_only=args.simulator_only,
         large_log=args.large_log,
+        rounds=args.rounds,
     )
     args.dir.mkdir(parents=True, exist_ok=True)
     folder = args.dir.resolve()

@@ -103,3 +103,46 @@ def test_an_order_makes_its_token_without_reading_it(result: dict[str, Any]) -> 
     # controller read it 1.1 times more: a 404 before creating it, and again at once when
     # the render found the cache not holding it yet. Now it waits for its cache instead.
     assert result["project"]["gets_per_order"].get("secrets GET", 0.0) < 1.5
+
+
+@pytest.fixture(scope="module")
+def rounds(
+    cluster: Any, tmp_path_factory: pytest.TempPathFactory, result: dict[str, Any]
+) -> Iterator[dict[str, Any]]:
+    """Floor and project twice in turn, in the namespace the smoke run used: its orders
+    of the same names left their Events there, and their streams in a log of their own."""
+    folder: Path = tmp_path_factory.mktemp("bench-rounds")
+    options = BenchOptions(
+        orders=3,
+        namespace="bench-smoke",
+        idle_seconds=1,
+        restart=False,
+        replay=False,
+        ready_timeout=120,
+        rounds=2,
+    )
+    try:
+        yield Benchmark(cluster.state, folder, options).run()
+    finally:
+        Publisher(Kube(cluster.api_client("simulator"))).publish(capacity.load_capacity())
+
+
+def test_rounds_report_each_pair_and_the_medians(rounds: dict[str, Any]) -> None:
+    assert len(rounds["rounds"]) == 2
+    for pair in rounds["rounds"]:
+        assert pair["floor_wall_s"] > 0 and pair["project_wall_s"] > 0
+        assert pair["ratio_to_floor"] == pytest.approx(
+            pair["project_wall_s"] / pair["floor_wall_s"], abs=0.01
+        )
+    for key in ("ratio_to_floor", "cpu_ratio_to_floor", "same_work_cpu_ratio_to_floor"):
+        both = [pair[key] for pair in rounds["rounds"]]
+        assert rounds[key] == pytest.approx(sum(both) / 2, abs=0.01), key
+
+
+def test_a_round_counts_its_own_orders_only(rounds: dict[str, Any]) -> None:
+    project = rounds["project"]
+    # Counted by name, the smoke run's Events and this run's second round's would be in.
+    assert 1.0 <= project["events_per_order"] <= 7.0
+    assert project["writes_per_order"]["inferenceservices POST"] == 1.0
+    assert 1.0 <= project["status_writes_per_order"] <= project["distinct_statuses_per_order"]
+    assert rounds["floor"]["writes_per_order"]["inferenceservices POST"] == 1.0
