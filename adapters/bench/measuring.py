@@ -140,6 +140,7 @@ def compared(floor: Mapping[str, Any], project: Mapping[str, Any]) -> dict[str, 
     }
 
 
-def medians(rounds: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """Each figure's median over the rounds (their keys are the first round's)."""
-    return {key: round(statistics.median(r[key] for r in rounds), 2) for key in rounds[0]}
+def medians(rounds: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Each figure's median over the rounds (the first round's numbers, by key)."""
+    numbers = [k for k, v in rounds[0].items() if isinstance(v, int | float)]
+    return {key: round(statistics.median(r[key] for r in rounds), 2) for key in numbers}

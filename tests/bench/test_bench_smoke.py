@@ -134,6 +134,8 @@ def test_rounds_report_each_pair_and_the_medians(rounds: dict[str, Any]) -> None
         assert pair["ratio_to_floor"] == pytest.approx(
             pair["project_wall_s"] / pair["floor_wall_s"], abs=0.01
         )
+        # Each phase's CPU by process: what moved between the rounds, and whose it was.
+        assert pair["project_cpu_s"]["controller"] > 0 == pair["floor_cpu_s"]["controller"]
     for key in ("ratio_to_floor", "cpu_ratio_to_floor", "same_work_cpu_ratio_to_floor"):
         both = [pair[key] for pair in rounds["rounds"]]
         assert rounds[key] == pytest.approx(sum(both) / 2, abs=0.01), key

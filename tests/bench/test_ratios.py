@@ -29,5 +29,8 @@ def test_a_project_is_compared_by_wall_by_the_beds_cpu_and_by_the_same_work() ->
     [([1.5], 1.5), ([1.3, 1.9], 1.6), ([1.72, 1.25, 1.3], 1.3)],
 )
 def test_the_rounds_give_each_figures_median(ratios: list[float], median: float) -> None:
-    rounds = [{"ratio_to_floor": r, "project_wall_s": 10 * r} for r in ratios]
+    rounds = [
+        {"ratio_to_floor": r, "project_wall_s": 10 * r, "project_cpu_s": {"controller": r}}
+        for r in ratios
+    ]
     assert medians(rounds) == {"ratio_to_floor": median, "project_wall_s": round(10 * median, 2)}
