@@ -131,19 +131,12 @@ def compared(floor: Mapping[str, Any], project: Mapping[str, Any]) -> dict[str, 
     the ratio the noise of a shared machine moves least); and the same work's CPU, which,
     well away from 1, says the two ratios moved with the machine rather than the code."""
     floor_cpu, project_cpu = floor["cpu_s"], project["cpu_s"]
-    cpu_ratio = sum(project_cpu.values()) / sum(floor_cpu.values())
-    # The machine's own speed in each phase (yardstick.py): > 1, it ran slower in the
-    # project's, and every process needed more CPU for the same work.
-    slower = project.get("yardstick_us", math.nan) / floor.get("yardstick_us", math.nan)
     return {
         "ratio_to_floor": round(project["wall_s"] / floor["wall_s"], 2),
-        "cpu_ratio_to_floor": round(cpu_ratio, 2),
+        "cpu_ratio_to_floor": round(sum(project_cpu.values()) / sum(floor_cpu.values()), 2),
         "same_work_cpu_ratio_to_floor": round(
             sum(project_cpu[k] for k in SAME_WORK) / sum(floor_cpu[k] for k in SAME_WORK), 2
         ),
-        "yardstick_ratio_to_floor": round(slower, 2),
-        # The CPU ratio as it would be had the machine run at one speed in both phases.
-        "cpu_ratio_to_floor_at_one_speed": round(cpu_ratio / slower, 2),
     }
 
 

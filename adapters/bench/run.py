@@ -66,7 +66,6 @@ from adapters.bench.measuring import (
     writes_between,
 )
 from adapters.bench.processes import Process
-from adapters.bench.yardstick import SCRIPT, Yardstick
 from adapters.cluster import bootstrap, local
 from adapters.kubernetes import errors
 from adapters.kubernetes.rest import Resource, call
@@ -138,12 +137,6 @@ class Benchmark:
         self.controller = process
         process.wait_line("controller leading", 120)
         return process
-
-    def speed_sampler(self) -> Yardstick:
-        """How fast the machine runs, sampled beside a phase (yardstick.py)."""
-        # Run as a script, not `-m`: the package's imports would take a second to start.
-        argv = [sys.executable, str(SCRIPT)]
-        return Yardstick.start(Process("yardstick", argv, self.workdir / "yardstick.log"))
 
     def stop(self) -> None:
         for process in (self.controller, self.simulator):
@@ -300,7 +293,6 @@ class Benchmark:
             for c in children
             if k.api_version == c["apiVersion"] and k.kind == c["kind"]
         }
-        sampler = self.speed_sampler()
         before, cpu0 = request_counts(self.admin), self.cpu()
         started = time.monotonic()
         created_at: dict[str, float] = {}
@@ -360,13 +352,11 @@ class Benchmark:
                 )
             wall = time.monotonic() - started
             after, cpu1 = request_counts(self.admin), self.cpu()
-            speed = sampler.stop()
             to_ready = [available[k] - created_at[k] for k in available]
             for name in uids:
                 call(self.admin, "DELETE", ORDERS.object_path(namespace, name))
             self._wait_free(claims, pods)
         finally:
-            sampler.stop()
             for informer in (deployments, claims, pods):
                 informer.stop()
         return {
@@ -378,7 +368,6 @@ class Benchmark:
             "gets_per_order": per_order(gets_between(before, after), n),
             "cpu_s": {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1},
             "busy_cores": busy_cores(cpu0, cpu1, wall),
-            "yardstick_us": speed,
             "children": sorted(c["kind"] for c in children),
         }
 
@@ -400,7 +389,6 @@ class Benchmark:
                 ready_at[uid] = time.monotonic()
 
         orders.add_handler(on_order)
-        sampler = self.speed_sampler()
         before, cpu0 = request_counts(self.admin), self.cpu()
         passes0 = self.order_passes()
         started = time.monotonic()
@@ -418,9 +406,7 @@ class Benchmark:
             after, cpu1 = request_counts(self.admin), self.cpu()
             passes = self.order_passes() - passes0
             ready_rss = controller.rss()
-            speed = sampler.stop()
         finally:
-            sampler.stop()
             orders.stop()
         writes = writes_between(before, after)
         events = call(self.admin, "GET", EVENTS.collection_path(namespace))
@@ -449,7 +435,6 @@ class Benchmark:
             "events_per_order": round(sum(int(e.get("count") or 1) for e in order_events) / n, 2),
             "cpu_s": {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1},
             "busy_cores": busy_cores(cpu0, cpu1, wall),
-            "yardstick_us": speed,
             "controller_peak_rss_mb": round(controller.peak_rss() / 2**20, 1),
             "controller_base_rss_mb": round(base_rss / 2**20, 1),
             "controller_rss_kb_per_order": round((controller.peak_rss() - base_rss) / 1024 / n, 1),
