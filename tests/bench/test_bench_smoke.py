@@ -136,7 +136,11 @@ def test_rounds_report_each_pair_and_the_medians(rounds: dict[str, Any]) -> None
         )
         # Each phase's CPU by process: what moved between the rounds, and whose it was.
         assert pair["project_cpu_s"]["controller"] > 0 == pair["floor_cpu_s"]["controller"]
-    for key in ("ratio_to_floor", "cpu_ratio_to_floor", "same_work_cpu_ratio_to_floor"):
+        assert pair["cpu_ratio_to_floor_at_one_speed"] == pytest.approx(
+            pair["cpu_ratio_to_floor"] / pair["same_work_cpu_ratio_to_floor"], abs=0.02
+        )
+    figures = ("ratio_to_floor", "cpu_ratio_to_floor", "same_work_cpu_ratio_to_floor")
+    for key in (*figures, "cpu_ratio_to_floor_at_one_speed"):
         both = [pair[key] for pair in rounds["rounds"]]
         assert rounds[key] == pytest.approx(sum(both) / 2, abs=0.01), key
 
