@@ -9,11 +9,14 @@ simulator (separate processes, as in a cluster), and prints one JSON line:
   deleted and the controller stopped;
 - floor: with no controller running, a bare client creates N orders and the same
   children, waits until every Deployment is available, writes one final status per
-  order, then deletes the orders and waits until their claims are gone (capacity free);
+  order, then deletes the orders and waits until their children, pods and claims are
+  gone (capacity free, and no deletion left to carry into the next phase);
 - project: a fresh controller drives N fresh orders to Ready — wall time, p50/p95 time
   to Ready, the ratio to the floor; API writes per order by resource and verb (from the
   API server's `apiserver_request_total`), Events and status writes per order; CPU
   seconds of controller, simulator, API server and etcd; the controller's peak RSS;
+- rounds (`--rounds R`): the floor and the project again, R times in turn; the ratios
+  printed are the medians, and the CPU ratio at one speed (over the same work's) beside;
 - idle: writes (Leases apart) and CPU over a window with nothing changing;
 - restart: SIGTERM to the controller, a new one started at once: seconds until it leads
   with synced caches (its first pass starts then), and the writes that caused;
@@ -207,12 +210,12 @@ class Benchmark:
             self.admin, "POST", kind.collection_path(self.options.namespace), body=dict(body)
         )
 
-    def wait(self, done: Callable[[], bool], timeout: float, what: str) -> None:
+    def wait(self, done: Callable[[], bool], timeout: float, what: str, every: float = 0.2) -> None:
         deadline = time.monotonic() + timeout
         while not done():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"not within {timeout}s: {what}")
-            time.sleep(0.2)
+            time.sleep(every)
 
     def _wait_free(self, claims: Informer, pods: Informer) -> None:
         # The controller manager's garbage collector takes its time with hundreds of
@@ -221,7 +224,7 @@ class Benchmark:
         self.wait(lambda: not claims.uids() and not pods.uids(), timeout, "claims and pods gone")
         # And the rest of the orders' children: the collector deleting them is work of
         # the phase before, which the next phase's CPU and wall must not carry.
-        self.wait(lambda: not self._children_left(), timeout, "the orders' children gone")
+        self.wait(lambda: not self._children_left(), timeout, "the orders' children", every=1)
 
     def _children_left(self) -> bool:
         for kind in CHILD_KINDS:
@@ -507,7 +510,7 @@ class Benchmark:
         the mercy of the machine's speed between them (a shared machine's moved by a
         fifth and more within the hour: docs/performance.md); the medians of several
         pairs, each phase beside the one before it, are not. The first round's phases
-        are reported in full, every round's walls and ratios under `rounds`."""
+        are reported in full, every round's walls, ratios and CPU under `rounds`."""
         options = self.options
         final: Mapping[str, Any] = {}
         children: list[dict[str, Any]] = []
@@ -531,7 +534,7 @@ class Benchmark:
                 rounds.append({**walls, **compared(floor, project), **cpu})
         if rounds:
             self.result.update({k: v for k, v in medians(rounds).items() if "wall" not in k})
-        if options.rounds > 1:
+        if len(rounds) > 1:
             self.result["rounds"] = rounds
 
     def _stop_controller(self) -> None:

@@ -147,7 +147,7 @@ def test_rounds_report_each_pair_and_the_medians(rounds: dict[str, Any]) -> None
 
 def test_a_round_counts_its_own_orders_only(rounds: dict[str, Any]) -> None:
     project = rounds["project"]
-    # Counted by name, the smoke run's Events and this run's second round's would be in.
+    # Counted by name, the smoke run's Events (the same names, in this namespace) would be in.
     assert 1.0 <= project["events_per_order"] <= 7.0
     assert project["writes_per_order"]["inferenceservices POST"] == 1.0
     assert 1.0 <= project["status_writes_per_order"] <= project["distinct_statuses_per_order"]
