@@ -34,7 +34,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -227,16 +227,21 @@ class Benchmark:
         self.wait(lambda: not self._children_left(), timeout, "the orders' children", every=1)
 
     def _children_left(self) -> bool:
+        return any(self._children(lambda ref: ref.get("kind") == ORDERS.kind))
+
+    def _children(self, owned_by: Callable[[Mapping[str, Any]], bool]) -> Iterator[dict[str, Any]]:
+        """The namespace's objects of the child kinds with an owner reference `owned_by`
+        accepts, typed (a LIST's items carry no apiVersion and kind), kind by kind."""
         for kind in CHILD_KINDS:
             try:
                 page = call(self.admin, "GET", kind.collection_path(self.options.namespace))
             except errors.APINotFoundError:  # a kind this server does not serve
                 continue
             for item in page.get("items") or ():
-                owners = item["metadata"].get("ownerReferences") or ()
-                if any(ref.get("kind") == ORDERS.kind for ref in owners):
-                    return True
-        return False
+                if any(owned_by(ref) for ref in item["metadata"].get("ownerReferences") or ()):
+                    item.setdefault("apiVersion", kind.api_version)
+                    item.setdefault("kind", kind.kind)
+                    yield item
 
     def _wait_free_watching(self) -> None:
         """`_wait_free` with informers of its own, for a phase that holds none."""
@@ -263,18 +268,9 @@ class Benchmark:
 
             self.wait(ready, 300, "the warm-up order Ready")
             final = (orders.get(uid) or {}).get("status") or {}
-            children = []
-            for kind in CHILD_KINDS:
-                try:
-                    page = call(self.admin, "GET", kind.collection_path(self.options.namespace))
-                except errors.APINotFoundError:  # a kind this server does not serve
-                    page = {}
-                for item in page.get("items") or ():
-                    owners = item["metadata"].get("ownerReferences") or ()
-                    if any(ref.get("uid") == uid for ref in owners):
-                        item.setdefault("apiVersion", kind.api_version)
-                        item.setdefault("kind", kind.kind)
-                        children.append(child_template(item))
+            children = [
+                child_template(item) for item in self._children(lambda ref: ref.get("uid") == uid)
+            ]
             call(self.admin, "DELETE", ORDERS.object_path(self.options.namespace, name))
             self.wait(lambda: orders.get(uid) is None, 120, "the warm-up order deleted")
             self._wait_free_watching()
@@ -519,6 +515,7 @@ class Benchmark:
             final, children = self.warm_up()
             self._stop_controller()
         rounds: list[dict[str, Any]] = []
+        ratios: list[dict[str, float]] = []  # each round's project against its floor
         for index in range(options.rounds):
             if index:  # the last round's orders gone, and the next floor without a controller
                 self.clean_up()
@@ -526,14 +523,16 @@ class Benchmark:
             floor = self.floor(final, children) if options.floor else None
             project = self.project()
             if not index:
-                self.result.update({"floor": floor} if floor else {})
+                if floor is not None:
+                    self.result["floor"] = floor
                 self.result["project"] = project
             if floor is not None and floor["wall_s"]:
+                ratios.append(compared(floor, project))
                 walls = {"floor_wall_s": floor["wall_s"], "project_wall_s": project["wall_s"]}
                 cpu = {"floor_cpu_s": floor["cpu_s"], "project_cpu_s": project["cpu_s"]}
-                rounds.append({**walls, **compared(floor, project), **cpu})
-        if rounds:
-            self.result.update({k: v for k, v in medians(rounds).items() if "wall" not in k})
+                rounds.append({**walls, **ratios[-1], **cpu})
+        if ratios:
+            self.result.update(medians(ratios))
         if len(rounds) > 1:
             self.result["rounds"] = rounds
 

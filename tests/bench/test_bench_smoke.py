@@ -47,6 +47,10 @@ def result(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
         replay=True,
         ready_timeout=120,
     )
+    yield from _run(cluster, folder, options)
+
+
+def _run(cluster: Any, folder: Path, options: BenchOptions) -> Iterator[dict[str, Any]]:
     try:
         yield Benchmark(cluster.state, folder, options).run()
     finally:
@@ -121,10 +125,7 @@ def rounds(
         ready_timeout=120,
         rounds=2,
     )
-    try:
-        yield Benchmark(cluster.state, folder, options).run()
-    finally:
-        Publisher(Kube(cluster.api_client("simulator"))).publish(capacity.load_capacity())
+    yield from _run(cluster, folder, options)
 
 
 def test_rounds_report_each_pair_and_the_medians(rounds: dict[str, Any]) -> None:
