@@ -467,6 +467,31 @@ class Run(Restarting):
         assert self.restart_offset is not None
         return per_object(self.bed.writes(self.restart_offset), mix)
 
+    def writes_told(self, mix: Mix, request: str, generic: str) -> str:
+        """An object's writes since the restart, for a failure message: each with its time
+        and answer (the audit log holds no bodies), beside its order's stream and what the
+        controller said of that order — a repair is in the log only as such a line."""
+        assert self.restart_offset is not None
+        name = generic.replace("<mix>-", f"{mix.prefix}-")
+        sent = [
+            f"{entry.get('stageTimestamp')} {entry.get('verb')} "
+            f"{(entry.get('responseStatus') or {}).get('code')}"
+            for entry in self.bed.writes(self.restart_offset)
+            if per_object([entry], mix).get((request, generic))
+        ]
+        order = next((mix.name(kind) for kind in KINDS if name.startswith(mix.name(kind))), name)
+        path = self.bed.store_url.removeprefix("sqlite:///")
+        with contextlib.closing(sqlite3.connect(path)) as db:  # the order may be deleted
+            found = db.execute("SELECT uid FROM streams WHERE name = ?", (order,)).fetchone()
+        uid = str(found[0]) if found else ""
+        about = [line for line in self.proc.stderr.splitlines() if order in line][-20:]
+        return (
+            f"{request} {name} since the restart (at {self.crashed_at}): {'; '.join(sent)}\n"
+            f"the test: {'; '.join(f'{at} {what}' for at, what in self.moments if order in what)}\n"
+            f"{order}'s stream: {self.events_of(uid)}\n"
+            f"the controller's lines about {order}:\n" + "\n".join(about)
+        )
+
     def writes_of_run(self, mix: Mix) -> Counter[tuple[str, str]]:
         return per_object(self.bed.writes(self.start_offset), mix)
 

@@ -137,7 +137,8 @@ def _holds(run: Run, clean: Clean, mix: Mix, crash: State, end: State) -> None:
             continue  # bounded by the log below: how many intermediate steps is timing
         assert count <= clean.writes[(request, name)], (
             f"{mix.prefix} {request} {name}: {count} write(s) after the restart, "
-            f"{clean.writes[(request, name)]} in the whole clean run"
+            f"{clean.writes[(request, name)]} in the whole clean run\n"
+            + run.writes_told(mix, request, name)
         )
     for kind in KINDS:
         name = mix.name(kind)
