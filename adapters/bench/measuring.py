@@ -121,7 +121,7 @@ def percentile(values: list[float], q: float) -> float:
 # same Deployments, ReplicaSets, pods and claims): their CPU, phase against phase, is how
 # much the machine's own speed moved between them. Nearly: the project adds the
 # controller's probes, and its slower pace costs the controller manager a few more status
-# writes (docs/performance.md, "A fifth machine").
+# writes (docs/performance-journal.md, "A fifth machine").
 SAME_WORK = ("controller_manager", "simulator")
 
 
@@ -139,7 +139,7 @@ def compared(floor: Mapping[str, Any], project: Mapping[str, Any]) -> dict[str, 
         "same_work_cpu_ratio_to_floor": round(same_work, 2),
         # The CPU ratio with the machine's speed taken out, the same work as its gauge:
         # over twelve rounds here it held at 1.26-1.31 while the wall ratio went from
-        # 0.95 to 1.67 (docs/performance.md, "Rounds"). A little low, if anything: the
+        # 0.95 to 1.67 (docs/performance.md, "in rounds"). A little low, if anything: the
         # project's same work is a little more than the floor's.
         "cpu_ratio_to_floor_at_one_speed": round(cpu_ratio / same_work, 2),
     }

@@ -504,7 +504,7 @@ class Benchmark:
     def _rounds(self) -> None:
         """The floor and the project, `rounds` times in turn. One pair of phases is at
         the mercy of the machine's speed between them (a shared machine's moved by a
-        fifth and more within the hour: docs/performance.md); the medians of several
+        fifth and more within the hour: docs/performance-journal.md); the medians of several
         pairs, each phase beside the one before it, are not. The first round's phases
         are reported in full, every round's walls, ratios and CPU under `rounds`."""
         options = self.options

@@ -66,7 +66,7 @@ BACKGROUND_GRAIN_SECONDS = 1.0
 # after this long (the elector renews every 2 s).
 LATE_RENEWAL_RETRY = 1.0
 # Passes wait on the API server far more than they compute: with two, 500 new orders took
-# 1.34 times a bare client's time; with four, 100 took 1.02 (docs/performance.md).
+# 1.34 times a bare client's time; with four, 100 took 1.02 (docs/performance-journal.md).
 DEFAULT_WORKERS = 4
 
 log = logging.getLogger(__name__)

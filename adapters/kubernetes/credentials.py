@@ -5,7 +5,7 @@ The Kubernetes client's kubeconfig and in-cluster loaders both install a
 configuration up again from the loader: the host among the rest, and the host's setter
 reads the proxy settings from the whole environment. That was 14 % of the client's CPU
 for a GET here (0.065 of 0.47 ms) and about 4 % of the controller's CPU in a rollout
-(py-spy, docs/performance.md). Yet the hooks renew a token only when it can have
+(py-spy, docs/performance-journal.md). Yet the hooks renew a token only when it can have
 changed: the kubeconfig's when its expiry is less than five minutes away, the in-cluster
 token file once a minute. Asked at most once a second, a hook renews each token as it
 did; nothing else it sets changes.
