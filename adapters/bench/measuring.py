@@ -139,8 +139,9 @@ def compared(floor: Mapping[str, Any], project: Mapping[str, Any]) -> dict[str, 
         "same_work_cpu_ratio_to_floor": round(same_work, 2),
         # The CPU ratio with the machine's speed taken out, the same work as its gauge:
         # over twelve rounds here it held at 1.26-1.31 while the wall ratio went from
-        # 0.95 to 1.67 (docs/performance.md, "in rounds"). A little low, if anything: the
-        # project's same work is a little more than the floor's.
+        # 0.95 to 1.67 (docs/performance.md, "The controller beside the floor, in
+        # rounds"). A little low, if anything: the project's same work is a little more
+        # than the floor's.
         "cpu_ratio_to_floor_at_one_speed": round(cpu_ratio / same_work, 2),
     }
 

@@ -380,18 +380,14 @@ class Run(Restarting):
         children = sorted(
             f"{c['kind']}/{c['metadata']['name']}" for c in self.bed.children(str(meta.get("uid")))
         )
-        # The tail shows the controller's last lines, often only the watches' restarts:
-        # what it said of this order at any time is told apart.
-        about = [line for line in self.proc.stderr.splitlines() if name in line][-20:]
         return (
             f"{name}: generation {meta.get('generation')}, observed "
             f"{status.get('observedGeneration')}, phase {status.get('phase')}, stream head "
             f"{self.head(name)}\nconditions {conditions}\nchildren {children}\n"
-            f"the test: {'; '.join(f'{at} {what}' for at, what in self.moments if name in what)}"
-            f"; the crash seen at {self.crashed_at}\n"
+            f"the test: {self._moments_of(name)}; the crash seen at {self.crashed_at}\n"
             f"its stream: {self.events_of(str(meta.get('uid')))}\n"
             f"crashes {self.crashes}; the controller's lines about {name}:\n"
-            + "\n".join(about)
+            + "\n".join(self._lines_about(name))
             + f"\nthe controller's log:\n{self.proc.stderr[-4000:]}"
             + f"\nits threads (the project's frames):\n{_ours(self.proc.stacks())}"
         )
@@ -480,17 +476,27 @@ class Run(Restarting):
             if per_object([entry], mix).get((request, generic))
         ]
         order = next((mix.name(kind) for kind in KINDS if name.startswith(mix.name(kind))), name)
-        path = self.bed.store_url.removeprefix("sqlite:///")
-        with contextlib.closing(sqlite3.connect(path)) as db:  # the order may be deleted
-            found = db.execute("SELECT uid FROM streams WHERE name = ?", (order,)).fetchone()
-        uid = str(found[0]) if found else ""
-        about = [line for line in self.proc.stderr.splitlines() if order in line][-20:]
         return (
             f"{request} {name} since the restart (at {self.crashed_at}): {'; '.join(sent)}\n"
-            f"the test: {'; '.join(f'{at} {what}' for at, what in self.moments if order in what)}\n"
-            f"{order}'s stream: {self.events_of(uid)}\n"
-            f"the controller's lines about {order}:\n" + "\n".join(about)
+            f"the test: {self._moments_of(order)}\n"
+            f"{order}'s stream: {self.events_of(self._uid_in_log(order))}\n"
+            f"the controller's lines about {order}:\n" + "\n".join(self._lines_about(order))
         )
+
+    def _moments_of(self, name: str) -> str:
+        return "; ".join(f"{at} {what}" for at, what in self.moments if name in what)
+
+    def _lines_about(self, name: str) -> list[str]:
+        # The tail shows the controller's last lines, often only the watches' restarts:
+        # what it said of this order at any time is told apart.
+        return [line for line in self.proc.stderr.splitlines() if name in line][-20:]
+
+    def _uid_in_log(self, name: str) -> str:
+        """The order's UID as its stream records it (the order may be deleted by now)."""
+        path = self.bed.store_url.removeprefix("sqlite:///")
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            found = db.execute("SELECT uid FROM streams WHERE name = ?", (name,)).fetchone()
+        return str(found[0]) if found else ""
 
     def writes_of_run(self, mix: Mix) -> Counter[tuple[str, str]]:
         return per_object(self.bed.writes(self.start_offset), mix)
