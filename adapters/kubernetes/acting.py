@@ -186,7 +186,11 @@ class Actor:
         if inputs.recipe is None:
             raise RenderError(f"launch recipe {command.plan.recipe!r} is gone")
         docs = render_workload(
-            order,
+            # Stamped with the generation its content comes from, not the live order's:
+            # a repair between an edit and its replan renders the plan in force from what
+            # it was applied with, and the new generation alone made every child differ,
+            # re-applied with the old plan and then again with the new one.
+            replace(order, generation=command.generation),
             command.plan,
             inputs.recipe,
             command.policy,
