@@ -483,34 +483,38 @@ def test_an_edit_whose_model_is_still_being_asked_rewrites_no_child(
     generation, then the replan applied them again (the crash matrix's replan orders,
     three template patches where the clean run made two)."""
     bed = Bed(tmp_path, a100s=2)  # the rolling update's new pod beside the old one
-    bigger = "Qwen/Qwen2.5-7B-Instruct"
-    bed.hub.facts[bigger] = model(bigger, params=7.6, weights_gb=15.2)
-    uid = bed.order("llm")
-    bed.settle(uid)
-    applied = {kind: bed.writer.calls[("apply", kind)] for kind in CHILDREN}
-    # The rollout moves the Deployment as the deployment controller does: the pass
-    # compares what it renders with the live objects again, not from its last note.
-    deployment = bed.child("Deployment", "llm")
-    assert deployment is not None
-    deployment["metadata"].setdefault("annotations", {})["deployment.kubernetes.io/revision"] = "1"
-    fakes.put(bed.world, deployment)
-    edited = order("llm")
-    edited["metadata"].update(uid=uid, generation=2)
-    edited["spec"]["model"]["ref"]["name"] = bigger
-    fakes.put(bed.world, edited)
-    background = bed.reconciler.background
-    with monkeypatch.context() as answer_on_its_way:
-        answer_on_its_way.setattr(background, "start", lambda key, call: None)
-        bed.reconciler.reconcile(uid)
-    assert bed.events(uid, ev.SpecObserved)[-1].generation == 2
-    assert not bed.events(uid, ev.ModelResolved)[1:]  # the answer is still on its way
-    assert {kind: bed.writer.calls[("apply", kind)] for kind in CHILDREN} == applied
-    bed.settle(uid)  # the answer: a new plan, applied once
-    assert len(bed.events(uid, ev.WorkloadApplied)) == 2
-    deployment = bed.child("Deployment", "llm")
-    assert deployment is not None
-    assert deployment["metadata"]["annotations"]["ai.deckhouse.io/order-generation"] == "2"
-    assert bed.writer.calls[("apply", "Deployment")] == applied["Deployment"] + 1
+    try:
+        bigger = "Qwen/Qwen2.5-7B-Instruct"
+        bed.hub.facts[bigger] = model(bigger, params=7.6, weights_gb=15.2)
+        uid = bed.order("llm")
+        bed.settle(uid)
+        applied = {kind: bed.writer.calls[("apply", kind)] for kind in CHILDREN}
+        # The rollout moves the Deployment as the deployment controller does: the pass
+        # compares what it renders with the live objects again, not from its last note.
+        deployment = bed.child("Deployment", "llm")
+        assert deployment is not None
+        annotations = deployment["metadata"].setdefault("annotations", {})
+        annotations["deployment.kubernetes.io/revision"] = "1"
+        fakes.put(bed.world, deployment)
+        edited = order("llm")
+        edited["metadata"].update(uid=uid, generation=2)
+        edited["spec"]["model"]["ref"]["name"] = bigger
+        fakes.put(bed.world, edited)
+        background = bed.reconciler.background
+        with monkeypatch.context() as answer_on_its_way:
+            answer_on_its_way.setattr(background, "start", lambda key, call: None)
+            bed.reconciler.reconcile(uid)
+        assert bed.events(uid, ev.SpecObserved)[-1].generation == 2
+        assert not bed.events(uid, ev.ModelResolved)[1:]  # the answer is still on its way
+        assert {kind: bed.writer.calls[("apply", kind)] for kind in CHILDREN} == applied
+        bed.settle(uid)  # the answer: a new plan, applied once
+        assert len(bed.events(uid, ev.WorkloadApplied)) == 2
+        deployment = bed.child("Deployment", "llm")
+        assert deployment is not None
+        assert deployment["metadata"]["annotations"]["ai.deckhouse.io/order-generation"] == "2"
+        assert bed.writer.calls[("apply", "Deployment")] == applied["Deployment"] + 1
+    finally:
+        bed.log.close()
 
 
 def test_a_repair_pass_over_what_it_found_converged_renders_nothing(bed: Bed) -> None:
