@@ -412,24 +412,22 @@ class Run(Restarting):
 
     def events_of(self, uid: str) -> str:
         """The order's stream as the log holds it: version, type, time, epoch."""
-        path = self.bed.store_url.removeprefix("sqlite:///")
-        with contextlib.closing(sqlite3.connect(path)) as db:
-            rows = db.execute(
-                "SELECT version, type, recorded_at, leader_epoch FROM events"
-                " WHERE stream_uid = ? ORDER BY version",
-                (uid,),
-            ).fetchall()
+        rows = _log_rows(
+            self.bed,
+            "SELECT version, type, recorded_at, leader_epoch FROM events"
+            " WHERE stream_uid = ? ORDER BY version",
+            uid,
+        )
         return "; ".join(f"{v} {t.rsplit('.', 1)[-1]} {at} e{epoch}" for v, t, at, epoch in rows)
 
     def head(self, name: str) -> int:
         """The version of the order's stream in the log (0: none yet)."""
-        path = self.bed.store_url.removeprefix("sqlite:///")
-        with contextlib.closing(sqlite3.connect(path)) as db:
-            (head,) = db.execute(
-                "SELECT COALESCE(MAX(e.version), 0) FROM events e"
-                " JOIN streams s ON s.uid = e.stream_uid WHERE s.name = ?",
-                (name,),
-            ).fetchone()
+        ((head,),) = _log_rows(
+            self.bed,
+            "SELECT COALESCE(MAX(e.version), 0) FROM events e"
+            " JOIN streams s ON s.uid = e.stream_uid WHERE s.name = ?",
+            name,
+        )
         return int(head)
 
     def allowed_after_restart(self, name: str) -> tuple[int, int]:
@@ -493,10 +491,8 @@ class Run(Restarting):
 
     def _uid_in_log(self, name: str) -> str:
         """The order's UID as its stream records it (the order may be deleted by now)."""
-        path = self.bed.store_url.removeprefix("sqlite:///")
-        with contextlib.closing(sqlite3.connect(path)) as db:
-            found = db.execute("SELECT uid FROM streams WHERE name = ?", (name,)).fetchone()
-        return str(found[0]) if found else ""
+        found = _log_rows(self.bed, "SELECT uid FROM streams WHERE name = ?", name)
+        return str(found[0][0]) if found else ""
 
     def writes_of_run(self, mix: Mix) -> Counter[tuple[str, str]]:
         return per_object(self.bed.writes(self.start_offset), mix)
@@ -529,12 +525,19 @@ def boundary_counts(bed: Bed, run: Run) -> dict[str, int]:
         for e in bed.writes(run.start_offset)
     )
     out = {b: sum(counts[r] for r in requests) for b, requests in _REQUESTS.items()}
-    path = bed.store_url.removeprefix("sqlite:///")
-    with sqlite3.connect(path) as db:
-        # Appends of one pass share their time: distinct (stream, time) undercounts them.
-        (out["append"],) = db.execute(
-            "SELECT COUNT(*) FROM (SELECT DISTINCT e.stream_uid, e.recorded_at, e.leader_epoch"
-            " FROM events e JOIN streams s ON s.uid = e.stream_uid WHERE s.name LIKE ?)",
-            (f"{run.mixes[0].prefix}-%",),
-        ).fetchone()
+    # Appends of one pass share their time: distinct (stream, time) undercounts them.
+    ((out["append"],),) = _log_rows(
+        bed,
+        "SELECT COUNT(*) FROM (SELECT DISTINCT e.stream_uid, e.recorded_at, e.leader_epoch"
+        " FROM events e JOIN streams s ON s.uid = e.stream_uid WHERE s.name LIKE ?)",
+        f"{run.mixes[0].prefix}-%",
+    )
     return out
+
+
+def _log_rows(bed: Bed, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """Rows of one query on the run's SQLite event log, read directly (the orders may
+    be deleted by now), its connection closed after."""
+    path = bed.store_url.removeprefix("sqlite:///")
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return db.execute(sql, args).fetchall()
