@@ -168,13 +168,20 @@ def test_gone_after_etcd_compaction_and_restart_relists_and_misses_nothing(
         plane.change_model("gone-change", QWEN_SMALL)
         plane.delete("gone-gone")
         plane.create("gone-new")
-        # One more write anywhere, so the API server's cache of orders is behind the head
-        # too; then compact etcd past every revision the controller has seen.
+        # After etcd's restart the API server's watch of orders resumes from the revision
+        # after the last order write it saw, and etcd refuses it (so the cache lists
+        # again) only if that revision is below the compaction's. With one write after
+        # the orders' it may be the compaction's very revision: the garbage collector's
+        # deletes of gone-gone's children, when they came in between, were what made it
+        # lower. Two writes of something else make it so, then etcd is compacted past
+        # every revision the controller has seen.
+        orders_written = _etcd_revision(plane.state.etcd_url)
         core = client.CoreV1Api(plane.api("admin"))
-        core.create_namespaced_config_map(
-            "support", {"metadata": {"generateName": "compaction-"}, "data": {}}
-        )
-        _compact(plane.state.etcd_url)
+        for _ in range(2):
+            core.create_namespaced_config_map(
+                "support", {"metadata": {"generateName": "compaction-"}, "data": {}}
+            )
+        assert _compact(plane.state.etcd_url) >= orders_written + 2
         # etcd restarted: the API server's watches of etcd resume from a compacted
         # revision, so its caches list again and end every watch; a watch resumed from
         # the controller's RV is answered 410 from then on.
