@@ -168,13 +168,12 @@ def test_gone_after_etcd_compaction_and_restart_relists_and_misses_nothing(
         plane.change_model("gone-change", QWEN_SMALL)
         plane.delete("gone-gone")
         plane.create("gone-new")
-        # After etcd's restart the API server's watch of orders resumes from the revision
-        # after the last order write it saw, and etcd refuses it (so the cache lists
-        # again) only if that revision is below the compaction's. With one write after
-        # the orders' it may be the compaction's very revision: the garbage collector's
-        # deletes of gone-gone's children, when they came in between, were what made it
-        # lower. Two writes of something else make it so, then etcd is compacted past
-        # every revision the controller has seen.
+        # After etcd's restart the API server's watch of orders resumes at the revision
+        # after the last order write it saw; etcd refuses it, and the cache lists again,
+        # only if that revision is below the compaction's. One write after the orders'
+        # could leave it at the compaction's own revision (below only when some other
+        # write, the garbage collector's say, came in between); two make it so. Then
+        # etcd is compacted past every revision the controller has seen.
         orders_written = _etcd_revision(plane.state.etcd_url)
         core = client.CoreV1Api(plane.api("admin"))
         for _ in range(2):
