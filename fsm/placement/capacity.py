@@ -35,9 +35,11 @@ __all__ = [
     "Place",
     "Snapshot",
     "Version",
+    "claim_taken",
     "find_place",
     "priority_lookup",
     "usage_by_device",
+    "with_counted",
     "with_holder_priorities",
 ]
 
@@ -144,6 +146,10 @@ class Snapshot:
     priority_classes: tuple[tuple[str, int], ...] = ()
     default_priority: int = 0  # the globalDefault PriorityClass's value, else 0
     problems: tuple[str, ...] = ()  # pools or objects skipped, and why
+    # `usage_of(self)`, where whoever made this snapshot had counted it already (demand:
+    # `with_counted`). Not an argument, so `dataclasses.replace` drops it: a snapshot made
+    # from this one with other allocations or devices is counted anew. Never changed.
+    counted: Usage | None = field(default=None, init=False, compare=False, repr=False)
 
     def device_class(self, name: str) -> DeviceClassInfo | None:
         return next((dc for dc in self.device_classes if dc.name == name), None)
@@ -260,6 +266,29 @@ def take_units(
             usage[device_id] = _Use(use.used + units, use.claims)
 
 
+def claim_taken(usage: Usage, by_id: Mapping[str, Device], alloc: Allocation) -> None:
+    """Record `alloc` as a claim on its devices in `usage`, whose units `find_place` or
+    `take_units` took for it already: `usage` then holds what counting a snapshot with
+    `alloc` in it would (the claims feed reclaim, which frees whole claims)."""
+    for device_id in alloc.devices:
+        use = usage.get(device_id)
+        if use is not None:
+            entry = (alloc, _units(by_id[device_id], alloc.share_percent))
+            claims = use.claims
+            if claims and claims[-1][0].key > alloc.key:  # in key order, as a count has them
+                taken = tuple(sorted((*claims, entry), key=lambda claim: claim[0].key))
+            else:
+                taken = (*claims, entry)
+            usage[device_id] = _Use(use.used, taken)
+
+
+def with_counted(snapshot: Snapshot, usage: Usage) -> Snapshot:
+    """`snapshot`, carrying `usage` (which must be `usage_of(snapshot)`, and which the
+    caller then no longer changes) as its count: a plan from it counts no claim again."""
+    object.__setattr__(snapshot, "counted", usage)
+    return snapshot
+
+
 def _units(device: Device, share_percent: int) -> int:
     return share_percent if device.allow_multiple_allocations else FULL_SHARE
 
@@ -268,9 +297,39 @@ def _usage(
     snapshot: Snapshot, own_uid: str | None, held: Sequence[str], held_share: int
 ) -> dict[str, _Use]:
     by_id = {device.id: device for device in snapshot.devices}
+    own_devices: set[str] = set()
+    if snapshot.counted is not None:
+        # Counted as the demand was placed: a copy (the entries are never changed), and
+        # the order's own claims found only if a held place needs them.
+        usage = dict(snapshot.counted)
+        if own_uid is not None and held:
+            own_devices = {
+                device_id
+                for alloc in snapshot.allocations
+                if alloc.holder == own_uid
+                for device_id in alloc.devices
+                if device_id in usage
+            }
+    else:
+        usage = _count(snapshot, by_id, own_uid, own_devices)
+    # The held place counts as taken even before its claims show up in the snapshot —
+    # only for what its allocated claims do not cover yet: the scheduler may have given
+    # the order other devices than the plan named, and those it holds are its place.
+    uncovered = max(0, len(held) - len(own_devices))
+    for device_id in [d for d in held if d not in own_devices][:uncovered]:
+        if device_id in usage:
+            use = usage[device_id]
+            usage[device_id] = _Use(use.used + _units(by_id[device_id], held_share), use.claims)
+    return usage
+
+
+def _count(
+    snapshot: Snapshot, by_id: Mapping[str, Device], own_uid: str | None, own_devices: set[str]
+) -> dict[str, _Use]:
+    """Every allocation's units and claim on each published device; the devices of
+    `own_uid`'s claims are added to `own_devices`."""
     usage = dict.fromkeys(by_id, _FREE)
     claims: dict[str, list[tuple[Allocation, int]]] = {}
-    own_devices: set[str] = set()
     for alloc in snapshot.allocations:
         for device_id in alloc.devices:
             if device_id not in usage:
@@ -282,14 +341,6 @@ def _usage(
                 own_devices.add(device_id)
     for device_id, on_device in claims.items():
         usage[device_id] = _Use(sum(units for _, units in on_device), tuple(on_device))
-    # The held place counts as taken even before its claims show up in the snapshot —
-    # only for what its allocated claims do not cover yet: the scheduler may have given
-    # the order other devices than the plan named, and those it holds are its place.
-    uncovered = max(0, len(held) - len(own_devices))
-    for device_id in [d for d in held if d not in own_devices][:uncovered]:
-        if device_id in usage:
-            use = usage[device_id]
-            usage[device_id] = _Use(use.used + _units(by_id[device_id], held_share), use.claims)
     return usage
 
 

@@ -23,10 +23,12 @@ from fsm.placement.capacity import (
     Device,
     FullNodes,
     Snapshot,
+    claim_taken,
     find_place,
     take_units,
     usage_by_device,
     usage_of,
+    with_counted,
 )
 from fsm.placement.planner import plan_devices
 from fsm.values import Plan
@@ -93,17 +95,19 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
             replicas = _named(demand)
             take_units(usage, by_id, (d for devices in replicas for d in devices), share)
         for index, devices in enumerate(replicas):
-            allocations.append(
-                Allocation(
-                    namespace=demand.namespace,
-                    name=f"{demand.name}-planned-{index}",
-                    devices=devices,
-                    share_percent=share,
-                    holder=demand.holder,
-                    priority=demand.priority,
-                )
+            planned = Allocation(
+                namespace=demand.namespace,
+                name=f"{demand.name}-planned-{index}",
+                devices=devices,
+                share_percent=share,
+                holder=demand.holder,
+                priority=demand.priority,
             )
-    return replace(snapshot, allocations=tuple(sorted(allocations, key=lambda a: a.key)))
+            allocations.append(planned)
+            claim_taken(usage, by_id, planned)
+    placed = replace(snapshot, allocations=tuple(sorted(allocations, key=lambda a: a.key)))
+    # The plan this snapshot is for counts from here, not from every claim again.
+    return with_counted(placed, usage)
 
 
 def _named(demand: Demand) -> tuple[tuple[str, ...], ...]:

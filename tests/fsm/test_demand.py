@@ -5,6 +5,8 @@ plans of one or two devices, whole or shared, for one or more replicas."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -66,6 +68,44 @@ def test_demand_takes_the_same_room_as_counting_anew_for_each(
 ) -> None:
     snap, demands = cluster
     assert demand.with_demand(snap, demands) == reference_demand.with_demand(snap, demands)
+
+
+@settings(max_examples=500, deadline=None)
+@given(clusters())
+def test_the_demand_snapshot_carries_the_count_a_recount_of_it_gives(
+    cluster: tuple[Snapshot, list[demand.Demand]],
+) -> None:
+    snap, demands = cluster
+    after = demand.with_demand(snap, demands)
+    recounted = replace(after)  # `counted` is not carried over: this one counts anew
+    assert recounted.counted is None
+    assert after.counted == capacity.usage_of(recounted)
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(), st.data())
+def test_a_plan_from_the_counted_snapshot_finds_what_a_recount_finds(
+    cluster: tuple[Snapshot, list[demand.Demand]], data: st.DataObject
+) -> None:
+    """The order's own claims, its held place and reclaims read the count as they read a
+    recount: the same place, the same claims to free."""
+    snap, demands = cluster
+    after = demand.with_demand(snap, demands)
+    ids = [device.id for device in snap.devices]
+    own = data.draw(st.sampled_from([None, "order-0", "held-0"]))
+    held = data.draw(st.lists(st.sampled_from(ids), max_size=2, unique=True))
+    count, replicas = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))
+    share = data.draw(st.sampled_from([100, 50, 25]))
+    held_share = data.draw(st.sampled_from([100, 50]))
+    priority = data.draw(st.sampled_from([None, 0, 200]))
+
+    def search(of: Snapshot) -> capacity.Place | None:
+        return capacity.find_place(
+            of, of.devices, count=count, share_percent=share, replicas=replicas,
+            priority=priority, own_uid=own, held=held, held_share=held_share,
+        )  # fmt: skip
+
+    assert search(after) == search(replace(after))
 
 
 def test_two_plans_for_the_last_device_are_not_both_given_it() -> None:
