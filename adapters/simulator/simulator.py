@@ -41,7 +41,7 @@ from kubernetes import client
 
 from adapters.kubernetes import queueing
 from adapters.kubernetes.rest import Resource
-from adapters.kubernetes.watching import Informer
+from adapters.kubernetes.watching import Informer, InformerStats
 from adapters.simulator import capacity as capacity_file
 from adapters.simulator import world
 from adapters.simulator.catalog import CATALOG, CatalogPublisher
@@ -179,6 +179,10 @@ class Simulator:
         log.info("capacity published: %s", result)
         return result
 
+    def watch_stats(self) -> dict[str, InformerStats]:
+        """Each watch's counters, by kind: whether one went quiet, restarted or re-listed."""
+        return {informer.resource.plural: informer.stats for informer in self._informers}
+
     def stub(self, namespace: str, name: str) -> Stub | None:
         """The stub serving a pod now, if it runs."""
         return self.kubelet.stub(namespace, name)
@@ -266,6 +270,8 @@ class Simulator:
             self.queue.add_rate_limited(item)
         finally:
             self.queue.done(item)
+        for change in self.store.revealed():
+            self._enqueue(change)
 
     def _handle(self, item: str) -> None:
         kind, _, uid = item.partition("/")

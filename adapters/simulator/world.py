@@ -14,8 +14,11 @@ resourceVersion, compared for equality only) or a deletion arrives. Watch order 
 every event before it older. A write whose event came first (or that changed nothing,
 so its RV is one already seen) is not stored: the store is that new already. A bound
 (`_WRITE_MEMORY`) covers a write whose event is never seen (a re-list after `410
-Gone`). Stored objects are the API's JSON and are never
-mutated once stored, so readers may hold them without copying.
+Gone`). A write whose result shows the object newly deleting (someone deleted it
+between our read and our write, and that event, older than our write, will be skipped)
+is handed back as news (`revealed`): a pod left terminating would never go. Stored
+objects are the API's JSON and are never mutated once stored, so readers may hold them
+without copying.
 """
 
 from __future__ import annotations
@@ -61,6 +64,10 @@ KINDS = (NODES, PODS, CLAIMS, SLICES, CLASSES, DEPLOYMENTS, REPLICA_SETS)
 _TERMINAL = ("Succeeded", "Failed")
 _WRITE_MEMORY = 10.0  # seconds a write of ours masks older events at most
 _RECENT = 8  # RVs remembered per object, to know a write's event came before the write
+
+
+def _deleting(obj: Mapping[str, Any]) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -169,6 +176,7 @@ class Store:
         self._objects: dict[str, dict[str, JSON]] = {k.plural: {} for k in KINDS}
         self._names: dict[str, dict[tuple[str, str], str]] = {k.plural: {} for k in KINDS}
         self._written: dict[str, tuple[str, float]] = {}  # uid -> (our RV, when)
+        self._revealed: list[Change] = []  # deletions our writes brought back (`revealed`)
         self._seen: dict[str, deque[str]] = {}  # uid -> RVs its events brought lately
         self.claims_by_pod = _Index()  # controller pod uid -> generated claims
         self.claims_by_reserver = _Index()  # reserving pod uid -> claims
@@ -280,7 +288,20 @@ class Store:
                 return Change(kind, self._objects[kind.plural].get(uid), None)
             self._written[uid] = (rv, time.monotonic())
             old = self._put(kind, obj)
-            return Change(kind, old, obj)
+            change = Change(kind, old, obj)
+            if _deleting(obj) and not (old is not None and _deleting(old)):
+                # Deleted by someone else between our read and our write: its event is
+                # older than our write, so `apply` will skip it, and this result is all
+                # we hear of it. A deletion is never ours to ignore: handed on as news.
+                self._revealed.append(change)
+            return change
+
+    def revealed(self) -> list[Change]:
+        """Deletions that writes of ours brought back before their own events, each once:
+        the caller handles them as it handles the changes `apply` returns."""
+        with self.lock:
+            taken, self._revealed = self._revealed, []
+        return taken
 
     def assume_bound(self, pod: JSON, node: str) -> None:
         """A binding we made: the pod holds the node's resources from now on."""

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from sim_bed import MIG, RESOURCE, SHARED, TEST_NODE, WHOLE, Bed, eventually
 
-from adapters.simulator import capacity, kubelet, podclaims, scheduler
+from adapters.simulator import capacity, kubelet, podclaims, scheduler, world
 from adapters.simulator.catalog import CatalogPublisher
 from adapters.simulator.kube import Kube, path
 from adapters.simulator.world import is_ready_node
@@ -315,6 +315,32 @@ def test_the_fail_knob_on_the_pod_makes_the_stub_answer_500(bed: Bed) -> None:
     eventually(lambda: status_of(url) == 500, what="the stub answering 500")
     bed.kube.merge_patch(pod_url, {"metadata": {"annotations": {kubelet.FAIL_ANNOTATION: None}}})
     eventually(lambda: status_of(url) == 200, what="the stub healthy again")
+
+
+def test_a_deletion_first_seen_in_our_own_writes_result_still_removes_the_pod(bed: Bed) -> None:
+    """Deleted between the simulator's read and its write: the deletion's event is older
+    than that write and skipped, so the write's result is all it hears (seen: a pod left
+    terminating for good after an API server restart). The pods' watch is stopped here to
+    hold that order; the write is the prober's own report of the pod turning unready."""
+    manifest = bed.pod_manifest("late")
+    manifest["spec"]["containers"][0]["readinessProbe"] = {
+        "httpGet": {"path": "/v1/models", "port": 8000},
+        "periodSeconds": 1,
+        "failureThreshold": 1,
+    }
+    bed.kube.create(path("v1", "pods", namespace=bed.ns), manifest)
+    pod = bed.running("late")
+    assert bed.sim.watch_stats()["pods"].events > 0  # heard of it by its watch, so far
+    pods = next(i for i in bed.sim._informers if i.resource is world.PODS)
+    pods.stop()
+    bed.kube.request("DELETE", path("v1", "pods", "late", namespace=bed.ns), {})
+    stub = bed.sim.stub(bed.ns, "late")
+    assert stub is not None
+    # What a changed fail knob makes the kubelet do: probe again, now failing, and write
+    # the pod's readiness.
+    stub.failure = "500"
+    bed.sim.queue.add(kubelet.probe_key(pod["metadata"]["uid"]))
+    bed.gone("late", timeout=15)
 
 
 def test_nothing_changing_costs_no_work_and_one_change_costs_one_item(bed: Bed) -> None:

@@ -82,6 +82,25 @@ def test_events_older_than_our_write_are_skipped_until_its_own_arrives() -> None
     assert store.get(PODS, "a") == pod("a", "6", node="n1", labels={"x": "y"})
 
 
+def test_a_deletion_our_write_brings_back_is_news_though_its_event_is_skipped() -> None:
+    """Deleted between our read and our write: the deletion's event is older than our
+    write and skipped, our write's own event is ours; only the write's result tells."""
+    store = Store()
+    store.apply(PODS, "ADDED", pod("a", "1", node="n1"))
+    deleting = {"deletionTimestamp": "2026-12-06T09:23:56Z"}
+    store.wrote(PODS, pod("a", "3", node="n1", **deleting))
+    (news,) = store.revealed()
+    assert news.uid == "a" and news.new == pod("a", "3", node="n1", **deleting)
+    assert store.revealed() == []  # told once
+    assert store.apply(PODS, "MODIFIED", pod("a", "2", node="n1", **deleting)) is None
+    assert store.apply(PODS, "MODIFIED", pod("a", "3", node="n1", **deleting)) is None
+    # Known deleting before our write (its event came first): nothing to tell again.
+    store.wrote(PODS, pod("a", "4", node="n1", **deleting))
+    store.apply(PODS, "ADDED", pod("b", "1", node="n1"))
+    store.wrote(PODS, pod("b", "2", node="n1"))  # an ordinary write: nothing to tell
+    assert store.revealed() == []
+
+
 def test_a_write_whose_event_came_first_masks_nothing() -> None:
     store = Store()
     store.apply(PODS, "ADDED", pod("a", "1"))
