@@ -34,6 +34,7 @@ import store
 from adapters.cluster import bootstrap, local
 from adapters.kubernetes.controller import LEASE_NAME, LEASE_NAMESPACE, Controller
 from adapters.probes.targets import AnnotatedPodTarget
+from adapters.simulator import world
 from adapters.simulator.hub import StandInHub
 from adapters.simulator.simulator import Simulator
 from fsm.fold import fold
@@ -220,6 +221,7 @@ class Plane:
             lines.append(f"pod {_pod_line(self, pod)}")
         sim = self.simulator
         lines.append(f"simulator: {sim.stats}, last error {sim.last_error!r}")
+        lines += [f"  its {kind} watch: {stats}" for kind, stats in sim.watch_stats().items()]
         manager = Path(self.state.folder) / "logs" / "kube-controller-manager.log"
         if manager.exists():
             said = manager.read_text(errors="replace").splitlines()
@@ -297,9 +299,19 @@ def _pod_line(plane: Plane, pod: Any) -> str:
             owners = [(r.kind, r.name) for r in meta.owner_references or ()]
             owner = f"there (deleting since {meta.deletion_timestamp}; owners {owners})"
         chain.append(f"{ref.kind} {ref.name} {owner}")
+    # What the simulator's kubelet holds of it: behind the live version, it missed an
+    # event; at it and deleting, it failed to act on what it knows.
+    held = plane.simulator.store.get(world.PODS, pod.metadata.uid)
+    seen = (
+        "nothing"
+        if held is None
+        else f"v{held['metadata'].get('resourceVersion')}, deleting since "
+        f"{held['metadata'].get('deletionTimestamp')}"
+    )
     return (
-        f"{pod.metadata.name} (node {pod.spec.node_name}, phase {pod.status.phase}, "
-        f"deleting since {pod.metadata.deletion_timestamp}, owners: {chain})"
+        f"{pod.metadata.name} v{pod.metadata.resource_version} (node {pod.spec.node_name}, "
+        f"phase {pod.status.phase}, deleting since {pod.metadata.deletion_timestamp}, "
+        f"owners: {chain}; the simulator holds {seen})"
     )
 
 
