@@ -43,10 +43,10 @@ from adapters.kubernetes import queueing
 from adapters.kubernetes.rest import Resource
 from adapters.kubernetes.watching import Informer, InformerStats
 from adapters.simulator import capacity as capacity_file
-from adapters.simulator import world
+from adapters.simulator import podclaims, world
 from adapters.simulator.catalog import CATALOG, CatalogPublisher
 from adapters.simulator.kube import JSON, Kube, KubeError
-from adapters.simulator.kubelet import FAIL_ANNOTATION, Kubelet
+from adapters.simulator.kubelet import ENDPOINT_ANNOTATION, FAIL_ANNOTATION, Kubelet
 from adapters.simulator.publishing import Publisher, PublishResult
 from adapters.simulator.scheduler import Scheduler
 from adapters.simulator.stub import Stub
@@ -97,7 +97,8 @@ class Simulator:
         )
         self._catalog = CatalogPublisher(self.kube, catalog) if catalog is not None else None
         self._publisher = Publisher(self.kube)
-        self.store = Store()
+        # The annotations our own writes set: a write's result showing them is no news.
+        self.store = Store((ENDPOINT_ANNOTATION, podclaims.CLAIM_STATUSES_ANNOTATION))
         self.queue = queueing.WorkQueue()
         self.scheduler = Scheduler(self.kube, self.store, namespaces=namespaces)
         self.kubelet = Kubelet(

@@ -14,9 +14,11 @@ resourceVersion, compared for equality only) or a deletion arrives. Watch order 
 every event before it older. A write whose event came first (or that changed nothing,
 so its RV is one already seen) is not stored: the store is that new already. A bound
 (`_WRITE_MEMORY`) covers a write whose event is never seen (a re-list after `410
-Gone`). A write whose result shows the object newly deleting (someone deleted it
-between our read and our write, and that event, older than our write, will be skipped)
-is handed back as news (`revealed`): a pod left terminating would never go. Stored
+Gone`). A write whose result shows someone else's change made between our read and our
+write (the object newly deleting, its labels or annotations other than the simulator's
+own changed) is handed back as news (`revealed`): that change's event, older than our
+write, will be skipped, and a pod left terminating or a fail knob left unread would stay
+so. Stored
 objects are the API's JSON and are never mutated once stored, so readers may hold them
 without copying.
 """
@@ -68,6 +70,25 @@ _RECENT = 8  # RVs remembered per object, to know a write's event came before th
 
 def _deleting(obj: Mapping[str, Any]) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _changed_by_others(old: JSON | None, new: JSON, own_annotations: frozenset[str]) -> bool:
+    """What a write's result shows that our write did not do and the simulator acts on:
+    a deletion begun, labels or annotations (the fail knob) other than its own changed.
+    Status and the binding are what its writes change; the rest of a pod is immutable."""
+    if _deleting(new) and not (old is not None and _deleting(old)):
+        return True
+    if old is None:
+        return False  # not held before: the caller acts on the whole object anyway
+    was, now = old["metadata"], new["metadata"]
+    if (was.get("labels") or {}) != (now.get("labels") or {}):
+        return True
+    before, after = was.get("annotations") or {}, now.get("annotations") or {}
+    return any(
+        before.get(name) != after.get(name)
+        for name in before.keys() | after.keys()
+        if name not in own_annotations
+    )
 
 
 def key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -171,12 +192,14 @@ class _Index:
 class Store:
     """Objects by kind and UID, their indexes, and what allocated claims and bound pods hold."""
 
-    def __init__(self) -> None:
+    def __init__(self, own_annotations: Iterable[str] = ()) -> None:
+        """`own_annotations`: those the simulator's writes set, never news in a result."""
         self.lock = threading.RLock()
+        self._own_annotations = frozenset(own_annotations)
         self._objects: dict[str, dict[str, JSON]] = {k.plural: {} for k in KINDS}
         self._names: dict[str, dict[tuple[str, str], str]] = {k.plural: {} for k in KINDS}
         self._written: dict[str, tuple[str, float]] = {}  # uid -> (our RV, when)
-        self._revealed: list[Change] = []  # deletions our writes brought back (`revealed`)
+        self._revealed: list[Change] = []  # others' changes our writes brought back
         self._seen: dict[str, deque[str]] = {}  # uid -> RVs its events brought lately
         self.claims_by_pod = _Index()  # controller pod uid -> generated claims
         self.claims_by_reserver = _Index()  # reserving pod uid -> claims
@@ -289,16 +312,16 @@ class Store:
             self._written[uid] = (rv, time.monotonic())
             old = self._put(kind, obj)
             change = Change(kind, old, obj)
-            if _deleting(obj) and not (old is not None and _deleting(old)):
-                # Deleted by someone else between our read and our write: its event is
+            if _changed_by_others(old, obj, self._own_annotations):
+                # Changed by someone else between our read and our write: that event is
                 # older than our write, so `apply` will skip it, and this result is all
-                # we hear of it. A deletion is never ours to ignore: handed on as news.
+                # we hear of it. Handed on as news.
                 self._revealed.append(change)
             return change
 
     def revealed(self) -> list[Change]:
-        """Deletions that writes of ours brought back before their own events, each once:
-        the caller handles them as it handles the changes `apply` returns."""
+        """Others' changes that writes of ours brought back before their own events, each
+        once: the caller handles them as it handles the changes `apply` returns."""
         with self.lock:
             taken, self._revealed = self._revealed, []
         return taken

@@ -343,6 +343,36 @@ def test_a_deletion_first_seen_in_our_own_writes_result_still_removes_the_pod(be
     bed.gone("late", timeout=15)
 
 
+def test_a_fail_knob_first_seen_in_our_own_writes_result_still_reaches_the_stub(
+    bed: Bed,
+) -> None:
+    """Set between the simulator's read and its write: the knob's event is older than that
+    write and skipped, so the write's result is all it hears. The pods' watch is stopped
+    to hold that order; the write is the prober's report of the pod turning unready."""
+    manifest = bed.pod_manifest("knobbed")
+    manifest["spec"]["containers"][0]["readinessProbe"] = {
+        "httpGet": {"path": "/v1/models", "port": 8000},
+        "periodSeconds": 1,
+        "failureThreshold": 1,
+    }
+    bed.kube.create(path("v1", "pods", namespace=bed.ns), manifest)
+    pod = bed.running("knobbed")
+    url = pod["metadata"]["annotations"][kubelet.ENDPOINT_ANNOTATION]
+    pods = next(i for i in bed.sim._informers if i.resource is world.PODS)
+    pods.stop()
+    try:
+        pod_url = path("v1", "pods", "knobbed", namespace=bed.ns)
+        knob = {"metadata": {"annotations": {kubelet.FAIL_ANNOTATION: "503"}}}
+        bed.kube.merge_patch(pod_url, knob)
+        stub = bed.sim.stub(bed.ns, "knobbed")
+        assert stub is not None
+        stub.failure = "500"  # something else turns the pod unready: the simulator writes it
+        bed.sim.queue.add(kubelet.probe_key(pod["metadata"]["uid"]))
+        eventually(lambda: status_of(url) == 503, what="the stub answering as its knob says")
+    finally:
+        pods.start()  # the teardown's deletion must be heard
+
+
 def test_nothing_changing_costs_no_work_and_one_change_costs_one_item(bed: Bed) -> None:
     names = [f"idle-{i}" for i in range(5)]
     for name in names:

@@ -101,6 +101,27 @@ def test_a_deletion_our_write_brings_back_is_news_though_its_event_is_skipped() 
     assert store.revealed() == []
 
 
+def test_a_knob_or_label_our_write_brings_back_is_news_but_our_own_annotation_is_not() -> None:
+    """Someone else's annotation (the fail knob) or label set between our read and our
+    write is in the write's result only; the annotation our write set is ours."""
+    endpoint, knob = kubelet.ENDPOINT_ANNOTATION, kubelet.FAIL_ANNOTATION
+    store = Store((endpoint,))
+    store.apply(PODS, "ADDED", pod("a", "1", node="n1"))
+    store.wrote(PODS, pod("a", "2", node="n1", annotations={endpoint: "http://127.0.0.1:1"}))
+    assert store.revealed() == []
+    store.wrote(PODS, pod("a", "4", node="n1", annotations={endpoint: "x", knob: "500"}))
+    (news,) = store.revealed()
+    assert news.uid == "a" and news.old is not None and news.new is not None
+    assert news.new["metadata"]["annotations"][knob] == "500"
+    assert store.apply(PODS, "MODIFIED", pod("a", "3", node="n1")) is None  # the knob's own
+    store.wrote(PODS, pod("a", "6", node="n1", annotations={endpoint: "x"}))  # knob removed
+    assert [c.uid for c in store.revealed()] == ["a"]
+    store.wrote(PODS, pod("a", "8", node="n1", annotations={endpoint: "x"}, labels={"k": "v"}))
+    assert [c.uid for c in store.revealed()] == ["a"]
+    store.wrote(PODS, pod("a", "9", node="n1", annotations={endpoint: "x"}, labels={"k": "v"}))
+    assert store.revealed() == []  # nothing of anyone else's changed
+
+
 def test_a_write_whose_event_came_first_masks_nothing() -> None:
     store = Store()
     store.apply(PODS, "ADDED", pod("a", "1"))
