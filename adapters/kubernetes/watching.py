@@ -269,6 +269,7 @@ class Informer:
         self._synced = False
         self._lists_started = 0
         self._synced_list = 0  # the sequence number of the last LIST applied
+        self._list_began: float | None = None  # see `list_began`
         self._stream: _Stream | None = None
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -286,6 +287,13 @@ class Informer:
     def resource_version(self) -> str | None:
         """The RV the next watch resumes from (the last LIST's or the last event's)."""
         return self._rv
+
+    @property
+    def list_began(self) -> float | None:
+        """Read by a handler: when (`time.monotonic()`) the LIST whose changes it is being
+        handed was requested; None for a watch event. A LIST requested after a write
+        completed shows that write or something newer, whatever the RVs say."""
+        return self._list_began
 
     def get(self, uid: str, *, copy_: bool = True) -> Obj | None:
         with self._cond:
@@ -470,6 +478,7 @@ class Informer:
         with self._cond:
             self._lists_started += 1
             seq = self._lists_started
+        began = time.monotonic()
         items, rv = self._list_all()
         fresh: dict[str, Obj] = {}
         for obj in items:
@@ -495,8 +504,12 @@ class Informer:
             self.present = True
             self.stats.lists += 1
             self._cond.notify_all()
-        for event_type, obj in changes:
-            self._emit(event_type, obj)
+        self._list_began = began  # handlers run on this thread, one change at a time
+        try:
+            for event_type, obj in changes:
+                self._emit(event_type, obj)
+        finally:
+            self._list_began = None
         with self._cond:
             # Synced only once the handlers have had the first LIST, as in client-go.
             self._synced = True

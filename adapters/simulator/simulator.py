@@ -40,7 +40,6 @@ from types import TracebackType
 from kubernetes import client
 
 from adapters.kubernetes import queueing
-from adapters.kubernetes.rest import Resource
 from adapters.kubernetes.watching import Informer, InformerStats
 from adapters.simulator import capacity as capacity_file
 from adapters.simulator import podclaims, world
@@ -119,7 +118,7 @@ class Simulator:
             Informer(self._watch_api, kind, name=f"simulator {kind.plural}") for kind in world.KINDS
         ]
         for informer in self._informers:
-            informer.add_handler(self._handler(informer.resource))
+            informer.add_handler(self._handler(informer))
         self._lock = threading.RLock()  # one item at a time, and none mid-publish
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
@@ -206,9 +205,11 @@ class Simulator:
 
     # --- events -------------------------------------------------------------------------
 
-    def _handler(self, kind: Resource) -> Callable[[str, JSON], None]:
+    def _handler(self, informer: Informer) -> Callable[[str, JSON], None]:
+        kind = informer.resource
+
         def handle(event_type: str, obj: JSON) -> None:
-            change = self.store.apply(kind, event_type, obj)
+            change = self.store.apply(kind, event_type, obj, listed_at=informer.list_began)
             if change is not None:
                 self.stats.events += 1
                 self._enqueue(change)

@@ -11,16 +11,17 @@ proportion to that change, not to the cluster.
 Read your own writes: what the simulator writes is stored at once (`wrote`), and watch
 events older than that write are skipped until the write's own event (same
 resourceVersion, compared for equality only) or a deletion arrives. Watch order makes
-every event before it older. A write whose event came first (or that changed nothing,
-so its RV is one already seen) is not stored: the store is that new already. A bound
-(`_WRITE_MEMORY`) covers a write whose event is never seen (a re-list after `410
-Gone`). A write whose result shows someone else's change made between our read and our
-write (the object newly deleting, its labels or annotations other than the simulator's
-own changed) is handed back as news (`revealed`): that change's event, older than our
-write, will be skipped, and a pod left terminating or a fail knob left unread would stay
-so. Stored
-objects are the API's JSON and are never mutated once stored, so readers may hold them
-without copying.
+every event before it older. A write whose event came first (or that changed nothing, so
+its RV is one already seen) is not stored: the store is that new already. A LIST
+requested after our write completed shows it or newer, whatever the RV, and is taken (a
+re-list after `410 Gone` or an API server's restart: the watch that would have brought
+our write's event is gone); a bound (`_WRITE_MEMORY`) covers a write whose event is
+never seen otherwise (a LIST begun while it was in flight). A write whose result shows
+someone else's change made between our read and our write (the object newly deleting,
+its labels or annotations other than the simulator's own changed) is handed back as news
+(`revealed`): that change's event, older than our write, will be skipped, and a pod left
+terminating or a fail knob left unread would stay so. Stored objects are the API's JSON
+and are never mutated once stored, so readers may hold them without copying.
 """
 
 from __future__ import annotations
@@ -273,8 +274,12 @@ class Store:
 
     # --- writing ------------------------------------------------------------------------
 
-    def apply(self, kind: Resource, event_type: str, obj: JSON) -> Change | None:
-        """One watch event; None when it changes nothing we keep (older than our write)."""
+    def apply(
+        self, kind: Resource, event_type: str, obj: JSON, *, listed_at: float | None = None
+    ) -> Change | None:
+        """One watch event, or one change a LIST showed (`listed_at`: when that LIST was
+        requested, `time.monotonic()`); None when it changes nothing we keep (older than
+        our write)."""
         uid = _uid(obj)
         if not uid:
             return None
@@ -288,7 +293,11 @@ class Store:
             mine = self._written.get(uid)
             if mine is not None:
                 our_rv, when = mine
-                if rv != our_rv and time.monotonic() - when < _WRITE_MEMORY:
+                # A LIST requested after our write completed shows it or newer (a re-list
+                # after an API server restart: the watch that had our write's event is
+                # gone); a watch event before our write's own is older.
+                listed_after = listed_at is not None and listed_at > when
+                if rv != our_rv and not listed_after and time.monotonic() - when < _WRITE_MEMORY:
                     return None  # older than what we wrote: we already act on newer
                 del self._written[uid]
                 if rv == our_rv:

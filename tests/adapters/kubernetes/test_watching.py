@@ -8,6 +8,7 @@ go silent, new ones are refused) without touching the server.
 from __future__ import annotations
 
 import base64
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -94,8 +95,12 @@ def test_list_then_watch_sees_creates_updates_deletes(admin, namespace, informer
 
     informer.add_handler(broken)
     informer.add_handler(lambda t, o: seen.append((t, o["metadata"]["name"], o["metadata"]["uid"])))
+    listed: list[float | None] = []  # a handler can tell a LIST's change from an event's
+    informer.add_handler(lambda _t, _o: listed.append(informer.list_began))
+    requested = time.monotonic()
     start(informers, informer)
     assert seen == [("ADDED", "before", before.metadata.uid)]
+    assert listed[0] is not None and requested <= listed[0] <= time.monotonic()
     assert informer.get(before.metadata.uid)["kind"] == "ConfigMap"  # filled in for LIST items
 
     created = core.create_namespaced_config_map(namespace, config_map("during", app="a"))
@@ -118,6 +123,7 @@ def test_list_then_watch_sees_creates_updates_deletes(admin, namespace, informer
     ]
     assert [o["metadata"]["name"] for o in informer.by_index("app", "a")] == ["before"]
     assert informer.stats.lists == 1 and informer.stats.errors == 0
+    assert listed[1:] == [None] * 3 and informer.list_began is None
     assert caplog.text.count("handler failed") == 4  # every event reached the broken one too
 
 

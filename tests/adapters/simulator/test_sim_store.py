@@ -3,6 +3,7 @@ writes read back ahead of their events; and the readiness prober that settles.""
 
 from __future__ import annotations
 
+import time
 from fractions import Fraction
 from typing import Any
 
@@ -80,6 +81,23 @@ def test_events_older_than_our_write_are_skipped_until_its_own_arrives() -> None
     later = store.apply(PODS, "MODIFIED", pod("a", "6", node="n1", labels={"x": "y"}))
     assert later is not None  # someone else's, after ours: taken
     assert store.get(PODS, "a") == pod("a", "6", node="n1", labels={"x": "y"})
+
+
+def test_a_list_requested_after_our_write_is_taken_whatever_its_version() -> None:
+    """After an API server's restart the watch that would have brought our write's event
+    is gone, and a re-list is all there is: begun after our write, it shows it or newer
+    (seen: a pod left terminating, its deletion in a re-list skipped as older)."""
+    store = Store()
+    store.apply(PODS, "ADDED", pod("a", "1", node="n1"))
+    before = time.monotonic()  # a LIST requested while our write was in flight
+    store.wrote(PODS, pod("a", "5", node="n1"))
+    after = time.monotonic()
+    assert store.apply(PODS, "MODIFIED", pod("a", "4", node="n1"), listed_at=before) is None
+    deleting = pod("a", "7", node="n1", deletionTimestamp="2026-12-06T11:50:00Z")
+    taken = store.apply(PODS, "MODIFIED", deleting, listed_at=after)
+    assert taken is not None and taken.new == deleting and store.get(PODS, "a") == deleting
+    # Our write's mask is spent: later watch events are taken as they come.
+    assert store.apply(PODS, "MODIFIED", pod("a", "8", node="n1")) is not None
 
 
 def test_a_deletion_our_write_brings_back_is_news_though_its_event_is_skipped() -> None:
