@@ -10,6 +10,9 @@ work queue, worked by one thread:
     pod/<uid>      a pod changed: schedule it if pending, else run, update or remove it
     claim/<uid>    a claim changed, or the pod holding it went: release what is stale
     probe/<uid>    a readiness probe is due
+    reread/<kind>/<uid>
+                   read one object again: a LIST requested while our write of it was in
+                   flight showed it at another version, older or newer (`Store.doubtful`)
     schedule       try the pending pods (new ones, and the unschedulable when capacity
                    may have been freed: a claim, pod, node, slice or class changed)
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +62,7 @@ log = logging.getLogger(__name__)
 _SCHEDULE = "schedule"
 _RELOAD = "reload-capacity"
 _RETRY_UNSCHEDULABLE = "retry-unschedulable"
+_REREAD = "reread"  # reread/<plural>/<uid>: an object a LIST may have shown older or newer
 
 
 @dataclass
@@ -213,6 +218,8 @@ class Simulator:
             if change is not None:
                 self.stats.events += 1
                 self._enqueue(change)
+            for doubtful, uid in self.store.doubtful():
+                self.queue.add(f"{_REREAD}/{doubtful.plural}/{uid}")
 
         return handle
 
@@ -288,6 +295,8 @@ class Simulator:
             self.scheduler.clean_claim(uid)
         elif kind == "probe":
             self.kubelet.probe(uid)
+        elif kind == _REREAD:
+            self._reread(*uid.split("/", 1))
         elif item in (_SCHEDULE, _RETRY_UNSCHEDULABLE):
             if item == _RETRY_UNSCHEDULABLE:
                 self.scheduler.retry_unschedulable()
@@ -298,6 +307,23 @@ class Simulator:
         elif item == _RELOAD:
             self._reload_capacity()
             self.queue.add_after(_RELOAD, self.interval)
+
+    def _reread(self, plural: str, uid: str) -> None:
+        """Read one object again (`Store.doubtful`): a read requested after our write
+        shows it or newer."""
+        resource = next(k for k in world.KINDS if k.plural == plural)
+        held = self.store.get(resource, uid)
+        if held is None:
+            return
+        namespace, name = world.key(held)
+        began = time.monotonic()
+        live = self.kube.get(resource.object_path(namespace or None, name))
+        if live is None or live["metadata"].get("uid") != uid:
+            change = self.store.apply(resource, "DELETED", held)
+        else:
+            change = self.store.apply(resource, "MODIFIED", live, listed_at=began)
+        if change is not None:
+            self._enqueue(change)
 
     def _reload_capacity(self) -> None:
         if self._path is None:

@@ -15,13 +15,14 @@ every event before it older. A write whose event came first (or that changed not
 its RV is one already seen) is not stored: the store is that new already. A LIST
 requested after our write completed shows it or newer, whatever the RV, and is taken (a
 re-list after `410 Gone` or an API server's restart: the watch that would have brought
-our write's event is gone); a bound (`_WRITE_MEMORY`) covers a write whose event is
-never seen otherwise (a LIST begun while it was in flight). A write whose result shows
-someone else's change made between our read and our write (the object newly deleting,
-its labels or annotations other than the simulator's own changed) is handed back as news
-(`revealed`): that change's event, older than our write, will be skipped, and a pod left
-terminating or a fail knob left unread would stay so. Stored objects are the API's JSON
-and are never mutated once stored, so readers may hold them without copying.
+our write's event is gone); what a LIST requested while our write was in flight shows at
+another version is read again (`doubtful`); a bound (`_WRITE_MEMORY`) covers the rest. A
+write whose result shows someone else's change made between our read and our write (the
+object newly deleting, its labels or annotations other than the simulator's own changed)
+is handed back as news (`revealed`): that change's event, older than our write, will be
+skipped, and a pod left terminating or a fail knob left unread would stay so. Stored
+objects are the API's JSON and are never mutated once stored, so readers may hold them
+without copying.
 """
 
 from __future__ import annotations
@@ -201,6 +202,7 @@ class Store:
         self._names: dict[str, dict[tuple[str, str], str]] = {k.plural: {} for k in KINDS}
         self._written: dict[str, tuple[str, float]] = {}  # uid -> (our RV, when)
         self._revealed: list[Change] = []  # others' changes our writes brought back
+        self._doubtful: list[tuple[Resource, str]] = []  # see `doubtful`
         self._seen: dict[str, deque[str]] = {}  # uid -> RVs its events brought lately
         self.claims_by_pod = _Index()  # controller pod uid -> generated claims
         self.claims_by_reserver = _Index()  # reserving pod uid -> claims
@@ -298,6 +300,8 @@ class Store:
                 # gone); a watch event before our write's own is older.
                 listed_after = listed_at is not None and listed_at > when
                 if rv != our_rv and not listed_after and time.monotonic() - when < _WRITE_MEMORY:
+                    if listed_at is not None:
+                        self._doubtful.append((kind, uid))
                     return None  # older than what we wrote: we already act on newer
                 del self._written[uid]
                 if rv == our_rv:
@@ -333,6 +337,15 @@ class Store:
         once: the caller handles them as it handles the changes `apply` returns."""
         with self.lock:
             taken, self._revealed = self._revealed, []
+        return taken
+
+    def doubtful(self) -> list[tuple[Resource, str]]:
+        """Objects a LIST requested while our write was in flight showed at another
+        version, each once: older or newer than that write, nothing here can tell, and if
+        newer no watch event will follow. The caller reads each again, the read requested
+        now (after the write), and hands it to `apply` with that read's time."""
+        with self.lock:
+            taken, self._doubtful = self._doubtful, []
         return taken
 
     def assume_bound(self, pod: JSON, node: str) -> None:

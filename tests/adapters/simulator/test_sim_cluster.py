@@ -373,6 +373,48 @@ def test_a_fail_knob_first_seen_in_our_own_writes_result_still_reaches_the_stub(
         pods.start()  # the teardown's deletion must be heard
 
 
+def test_a_deletion_a_list_showed_during_our_write_is_read_again(bed: Bed) -> None:
+    """A LIST requested while the simulator's write was in flight shows the pod at another
+    version: older or newer than that write, the store cannot tell, and skipped as older a
+    deletion would have no event after it. The pods' watch is stopped and that LIST's
+    change handed to the simulator by hand to hold the order."""
+    manifest = bed.pod_manifest("relisted")
+    manifest["spec"]["containers"][0]["readinessProbe"] = {
+        "httpGet": {"path": "/v1/models", "port": 8000},
+        "periodSeconds": 1,
+        "failureThreshold": 1,
+    }
+    bed.kube.create(path("v1", "pods", namespace=bed.ns), manifest)
+    pod = bed.running("relisted")
+    pods = next(i for i in bed.sim._informers if i.resource is world.PODS)
+    pods.stop()
+    try:
+        list_requested = time.monotonic()
+        stub = bed.sim.stub(bed.ns, "relisted")
+        assert stub is not None
+        stub.failure = "500"  # the simulator writes the pod unready
+        bed.sim.queue.add(kubelet.probe_key(pod["metadata"]["uid"]))
+
+        def unready() -> bool:
+            held = bed.sim.store.get(world.PODS, pod["metadata"]["uid"]) or {}
+            conditions = (held.get("status") or {}).get("conditions") or ()
+            return any(c["type"] == "Ready" and c["status"] == "False" for c in conditions)
+
+        eventually(unready, what="the simulator's write of the pod, unready")
+        pod_url = path("v1", "pods", "relisted", namespace=bed.ns)
+        bed.kube.request("DELETE", pod_url, {})
+        deleting = bed.kube.get(pod_url)
+        assert deleting is not None and deleting["metadata"].get("deletionTimestamp")
+        pods._list_began = list_requested  # as the informer hands out a LIST's changes
+        try:
+            pods._emit("MODIFIED", deleting)
+        finally:
+            pods._list_began = None
+        bed.gone("relisted", timeout=8)  # within the write's mask: read again, not waited out
+    finally:
+        pods.start()
+
+
 def test_nothing_changing_costs_no_work_and_one_change_costs_one_item(bed: Bed) -> None:
     names = [f"idle-{i}" for i in range(5)]
     for name in names:

@@ -93,11 +93,16 @@ def test_a_list_requested_after_our_write_is_taken_whatever_its_version() -> Non
     store.wrote(PODS, pod("a", "5", node="n1"))
     after = time.monotonic()
     assert store.apply(PODS, "MODIFIED", pod("a", "4", node="n1"), listed_at=before) is None
+    assert store.doubtful() == [(PODS, "a")]  # older or newer: to be read again
+    assert store.doubtful() == []  # told once
     deleting = pod("a", "7", node="n1", deletionTimestamp="2026-12-06T11:50:00Z")
     taken = store.apply(PODS, "MODIFIED", deleting, listed_at=after)
     assert taken is not None and taken.new == deleting and store.get(PODS, "a") == deleting
     # Our write's mask is spent: later watch events are taken as they come.
     assert store.apply(PODS, "MODIFIED", pod("a", "8", node="n1")) is not None
+    store.wrote(PODS, pod("a", "10", node="n1"))
+    assert store.apply(PODS, "MODIFIED", pod("a", "9", node="n1")) is None
+    assert store.doubtful() == []  # a watch event before our write's own is older, surely
 
 
 def test_a_deletion_our_write_brings_back_is_news_though_its_event_is_skipped() -> None:
