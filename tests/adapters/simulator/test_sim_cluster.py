@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 import yaml
 from sim_bed import MIG, RESOURCE, SHARED, TEST_NODE, WHOLE, Bed, eventually
 
+from adapters.kubernetes.watching import Informer
 from adapters.simulator import capacity, kubelet, podclaims, scheduler, world
 from adapters.simulator.catalog import CatalogPublisher
 from adapters.simulator.kube import Kube, path
@@ -317,30 +319,50 @@ def test_the_fail_knob_on_the_pod_makes_the_stub_answer_500(bed: Bed) -> None:
     eventually(lambda: status_of(url) == 200, what="the stub healthy again")
 
 
-def test_a_deletion_first_seen_in_our_own_writes_result_still_removes_the_pod(bed: Bed) -> None:
-    """Deleted between the simulator's read and its write: the deletion's event is older
-    than that write and skipped, so the write's result is all it hears (seen: a pod left
-    terminating for good after an API server restart). The pods' watch is stopped here to
-    hold that order; the write is the prober's own report of the pod turning unready."""
-    manifest = bed.pod_manifest("late")
+def _probed_pod(bed: Bed, name: str) -> dict[str, Any]:
+    """A running pod whose readiness probe runs every second and fails at the first miss."""
+    manifest = bed.pod_manifest(name)
     manifest["spec"]["containers"][0]["readinessProbe"] = {
         "httpGet": {"path": "/v1/models", "port": 8000},
         "periodSeconds": 1,
         "failureThreshold": 1,
     }
     bed.kube.create(path("v1", "pods", namespace=bed.ns), manifest)
-    pod = bed.running("late")
-    assert bed.sim.watch_stats()["pods"].events > 0  # heard of it by its watch, so far
+    return bed.running(name)
+
+
+@contextmanager
+def _pods_watch_stopped(bed: Bed) -> Iterator[Informer]:
+    """The simulator's pods watch stopped, to hold an order of events; started again after,
+    so the teardown's deletions are heard."""
     pods = next(i for i in bed.sim._informers if i.resource is world.PODS)
     pods.stop()
-    bed.kube.request("DELETE", path("v1", "pods", "late", namespace=bed.ns), {})
-    stub = bed.sim.stub(bed.ns, "late")
+    try:
+        yield pods
+    finally:
+        pods.start()
+
+
+def _write_it_unready(bed: Bed, pod: dict[str, Any]) -> None:
+    """What a changed fail knob makes the kubelet do: probe again, now failing, and write
+    the pod's readiness."""
+    stub = bed.sim.stub(*world.key(pod))
     assert stub is not None
-    # What a changed fail knob makes the kubelet do: probe again, now failing, and write
-    # the pod's readiness.
     stub.failure = "500"
     bed.sim.queue.add(kubelet.probe_key(pod["metadata"]["uid"]))
-    bed.gone("late", timeout=15)
+
+
+def test_a_deletion_first_seen_in_our_own_writes_result_still_removes_the_pod(bed: Bed) -> None:
+    """Deleted between the simulator's read and its write: the deletion's event is older
+    than that write and skipped, so the write's result is all it hears (seen: a pod left
+    terminating for good after an API server restart). The pods' watch is stopped here to
+    hold that order; the write is the prober's own report of the pod turning unready."""
+    pod = _probed_pod(bed, "late")
+    assert bed.sim.watch_stats()["pods"].events > 0  # heard of it by its watch, so far
+    with _pods_watch_stopped(bed):
+        bed.kube.request("DELETE", path("v1", "pods", "late", namespace=bed.ns), {})
+        _write_it_unready(bed, pod)
+        bed.gone("late", timeout=15)
 
 
 def test_a_fail_knob_first_seen_in_our_own_writes_result_still_reaches_the_stub(
@@ -349,28 +371,14 @@ def test_a_fail_knob_first_seen_in_our_own_writes_result_still_reaches_the_stub(
     """Set between the simulator's read and its write: the knob's event is older than that
     write and skipped, so the write's result is all it hears. The pods' watch is stopped
     to hold that order; the write is the prober's report of the pod turning unready."""
-    manifest = bed.pod_manifest("knobbed")
-    manifest["spec"]["containers"][0]["readinessProbe"] = {
-        "httpGet": {"path": "/v1/models", "port": 8000},
-        "periodSeconds": 1,
-        "failureThreshold": 1,
-    }
-    bed.kube.create(path("v1", "pods", namespace=bed.ns), manifest)
-    pod = bed.running("knobbed")
+    pod = _probed_pod(bed, "knobbed")
     url = pod["metadata"]["annotations"][kubelet.ENDPOINT_ANNOTATION]
-    pods = next(i for i in bed.sim._informers if i.resource is world.PODS)
-    pods.stop()
-    try:
+    with _pods_watch_stopped(bed):
         pod_url = path("v1", "pods", "knobbed", namespace=bed.ns)
         knob = {"metadata": {"annotations": {kubelet.FAIL_ANNOTATION: "503"}}}
         bed.kube.merge_patch(pod_url, knob)
-        stub = bed.sim.stub(bed.ns, "knobbed")
-        assert stub is not None
-        stub.failure = "500"  # something else turns the pod unready: the simulator writes it
-        bed.sim.queue.add(kubelet.probe_key(pod["metadata"]["uid"]))
+        _write_it_unready(bed, pod)  # the stub's own failure, not the knob's
         eventually(lambda: status_of(url) == 503, what="the stub answering as its knob says")
-    finally:
-        pods.start()  # the teardown's deletion must be heard
 
 
 def test_a_deletion_a_list_showed_during_our_write_is_read_again(bed: Bed) -> None:
@@ -378,22 +386,10 @@ def test_a_deletion_a_list_showed_during_our_write_is_read_again(bed: Bed) -> No
     version: older or newer than that write, the store cannot tell, and skipped as older a
     deletion would have no event after it. The pods' watch is stopped and that LIST's
     change handed to the simulator by hand to hold the order."""
-    manifest = bed.pod_manifest("relisted")
-    manifest["spec"]["containers"][0]["readinessProbe"] = {
-        "httpGet": {"path": "/v1/models", "port": 8000},
-        "periodSeconds": 1,
-        "failureThreshold": 1,
-    }
-    bed.kube.create(path("v1", "pods", namespace=bed.ns), manifest)
-    pod = bed.running("relisted")
-    pods = next(i for i in bed.sim._informers if i.resource is world.PODS)
-    pods.stop()
-    try:
+    pod = _probed_pod(bed, "relisted")
+    with _pods_watch_stopped(bed) as pods:
         list_requested = time.monotonic()
-        stub = bed.sim.stub(bed.ns, "relisted")
-        assert stub is not None
-        stub.failure = "500"  # the simulator writes the pod unready
-        bed.sim.queue.add(kubelet.probe_key(pod["metadata"]["uid"]))
+        _write_it_unready(bed, pod)
 
         def unready() -> bool:
             held = bed.sim.store.get(world.PODS, pod["metadata"]["uid"]) or {}
@@ -411,8 +407,6 @@ def test_a_deletion_a_list_showed_during_our_write_is_read_again(bed: Bed) -> No
         finally:
             pods._list_began = None
         bed.gone("relisted", timeout=8)  # within the write's mask: read again, not waited out
-    finally:
-        pods.start()
 
 
 def test_nothing_changing_costs_no_work_and_one_change_costs_one_item(bed: Bed) -> None:
