@@ -93,10 +93,18 @@ class Recipe(Frozen):
     @classmethod
     def _known_placeholders(cls, args: tuple[str, ...]) -> tuple[str, ...]:
         for arg in args:
-            for _, field_name, _, _ in string.Formatter().parse(arg):
+            for _, field_name, format_spec, conversion in string.Formatter().parse(arg):
                 if field_name is not None and field_name not in PLACEHOLDERS:
                     known = ", ".join(sorted(PLACEHOLDERS))
                     raise ValueError(f"arg {arg!r} names {{{field_name}}}; known: {known}")
+                # A conversion or format spec is a Python formatting feature, not a value:
+                # `{port:d}` fails at render time and `{modelPath:>99999999}` asks for
+                # memory, both in every pass of every order the recipe serves.
+                if format_spec or conversion:
+                    raise ValueError(
+                        f"arg {arg!r}: a placeholder is {{name}} alone, "
+                        f"without a conversion or format spec"
+                    )
         return args
 
     @model_validator(mode="after")

@@ -62,6 +62,10 @@ def test_the_record_reads_every_field() -> None:
     ("spec", "problem"),
     [
         pytest.param({"args": ["--model={modelDir}"]}, "modelDir", id="unknown-placeholder"),
+        pytest.param({"args": ["--port={port:d}"]}, "format spec", id="format-spec"),
+        pytest.param({"args": ["--m={modelPath:>99999999999}"]}, "format spec", id="huge-width"),
+        pytest.param({"args": ["--port={port!r}"]}, "conversion", id="conversion"),
+        pytest.param({"args": ["--port={port"]}, "args", id="unclosed-brace"),
         pytest.param({"toolCalling": {"enabled": True}}, "parser", id="vllm-tools-need-parser"),
         pytest.param({"placementModes": []}, "placementModes", id="no-placement"),
         pytest.param({"quantizations": ["INT3"]}, "quantizations", id="unknown-quantization"),
