@@ -132,6 +132,8 @@ class Controller:
             source = source.overridden({"huggingFace": {"endpoint": hub_endpoint}})
         self._source = source
         self._global: dict[str, Any] = {}  # the global exposure block in force
+        # The last ModuleConfig taken (None: none seen, the file's settings are in force).
+        self._module_in_force: dict[str, Any] | None = None
         self._settings = source.resolve(None)
         self._settings_lock = threading.Lock()
         self._hub = HubResolver(HubSettings(endpoint=self._settings.hugging_face.endpoint))
@@ -207,12 +209,19 @@ class Controller:
         self._global, problem = global_settings.reload(self._global, self.cache.global_settings())
         if problem:
             log.error("ModuleConfig global rejected: %s", problem)
+        module = self.cache.module_settings()
         try:
-            fresh = self._source.resolve(self.cache.module_settings(), self._global)
+            fresh = self._source.resolve(module, self._global)
+            self._module_in_force = module
         except SettingsError as exc:
-            # Keep working with the last good settings; the message names the bad fields.
+            # Keep the last good module settings (the message names the bad fields), but
+            # under the global block as it is now: a global edit still takes effect.
             log.error("ModuleConfig ai-inference rejected, keeping previous settings: %s", exc)
-            return
+            try:
+                fresh = self._source.resolve(self._module_in_force, self._global)
+            except SettingsError:
+                return
+
         with self._settings_lock:
             self._settings = fresh
         # The resolver and the rendered workload (HF_ENDPOINT) read the same hub.

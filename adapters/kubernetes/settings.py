@@ -70,6 +70,7 @@ MODULE_CONFIG_API_VERSION = "deckhouse.io/v1alpha1"
 MODULE_CONFIG_KIND = "ModuleConfig"
 # A new module starts at settings version 1 with no conversions (DECKHOUSE.md).
 SETTINGS_VERSION = 1
+DEFAULT_PROBE_TIMEOUT = 3  # seconds, or the probe interval when that is shorter
 # The settings the platform's global `modules.*` block may supply when the module's don't.
 EXPOSURE_KEYS = ("publicDomainTemplate", "ingressClass", "https")
 
@@ -120,7 +121,19 @@ class ProbeSettings(Frozen):
     """
 
     interval_seconds: int = Field(default=10, ge=1, le=3600)
-    timeout_seconds: int = Field(default=3, ge=1, le=60)
+    timeout_seconds: int = Field(default=DEFAULT_PROBE_TIMEOUT, ge=1, le=60)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_timeout_within_interval(cls, data: Any) -> Any:
+        # `intervalSeconds: 2` alone is a valid request: the default timeout shrinks to
+        # fit it rather than turning the whole settings block down.
+        if not isinstance(data, Mapping) or {"timeoutSeconds", "timeout_seconds"} & data.keys():
+            return data
+        interval = data.get("intervalSeconds", data.get("interval_seconds"))
+        if isinstance(interval, int) and 1 <= interval < DEFAULT_PROBE_TIMEOUT:
+            return {**data, "timeoutSeconds": interval}
+        return data
 
     @model_validator(mode="after")
     def _timeout_within_interval(self) -> ProbeSettings:

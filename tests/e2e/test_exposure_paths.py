@@ -168,6 +168,25 @@ def test_an_ingress_host_follows_the_global_domain_unless_the_module_sets_its_ow
             what="the module's edit taken while the global block is invalid",
         )
 
+        # An invalid module block keeps the module's last good settings, still under the
+        # platform's block as it is now: a global edit is followed all the same.
+        put_global({"modules": {"publicDomainTemplate": "%s.global2.test"}})
+        put_module({"probe": {"intervalSeconds": 10}})
+        wait_for(lambda: _host(platform, name) == f"{label}.global2.test", timeout=30)
+        put_module({"probe": {"intervalSeconds": 10, "timeoutSeconds": 0}})
+        wait_for(
+            lambda: "timeoutSeconds" in str(platform.controller.cache.module_settings()),
+            timeout=10,
+            what="the controller's cache to hold the invalid module block",
+        )
+        put_global({"modules": {"publicDomainTemplate": "%s.global3.test"}})
+        wait_for(
+            lambda: _host(platform, name) == f"{label}.global3.test",
+            timeout=30,
+            what="the global edit taken while the module's block is invalid",
+        )
+        assert platform.controller.settings().probe.timeout_seconds == 3
+
 
 # --- the CustomCertificate copy -----------------------------------------------------------
 

@@ -14,12 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 from kubernetes import client
 
 from adapters.kubernetes.manifests import load_documents, manifest_files
-from adapters.kubernetes.settings import Settings
+from adapters.kubernetes.settings import Settings, SettingsError
 from adapters.resources import resource_dir
 from fsm.values import Authentication, ClassSpec, EndpointType, ExposureType, HttpsMode
 
@@ -382,6 +383,38 @@ def test_settings_schema_examples_are_read(key: str) -> None:
     for example in CONFIG_VALUES["properties"][key]["x-examples"]:
         read = Settings.from_settings({key: example})
         assert read.model_dump(by_alias=True, exclude_unset=True, mode="json") == {key: example}
+
+
+# Deckhouse admits a ModuleConfig by the schema alone; what it admits, the controller must
+# take, or the module runs on settings other than the ones the platform accepted.
+ADMITTED_AND_TAKEN = [
+    {"probe": {"intervalSeconds": 1}},
+    {"probe": {"intervalSeconds": 2}},
+    {"https": {"mode": "CustomCertificate", "customCertificate": {"secretName": "tls"}}},
+    {"https": {"mode": "CertManager", "customCertificate": {}}},
+    {"https": {"mode": "Disabled"}},
+]
+REFUSED_BY_BOTH = [
+    {"https": {"mode": "CustomCertificate"}},
+    {"https": {"mode": "CustomCertificate", "customCertificate": {}}},
+    {"https": {"mode": "CustomCertificate", "customCertificate": {"secretName": ""}}},
+    {"https": {"certManager": {"clusterIssuerName": ""}}},
+    {"probe": {"timeoutSeconds": 0}},
+]
+
+
+@pytest.mark.parametrize("settings", ADMITTED_AND_TAKEN, ids=str)
+def test_settings_the_schema_admits_the_reader_takes(settings: Doc) -> None:
+    jsonschema.validate(settings, CONFIG_VALUES)
+    Settings.from_settings(settings)
+
+
+@pytest.mark.parametrize("settings", REFUSED_BY_BOTH, ids=str)
+def test_settings_the_reader_refuses_the_schema_refuses(settings: Doc) -> None:
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(settings, CONFIG_VALUES)
+    with pytest.raises(SettingsError):
+        Settings.from_settings(settings)
 
 
 @pytest.mark.parametrize(

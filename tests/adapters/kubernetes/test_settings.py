@@ -81,6 +81,7 @@ def test_a_module_https_block_replaces_the_default_whole() -> None:
         ({"publicDomainTemplate": "https://%s.example.com"}, "without scheme"),
         ({"catalog": {"mode": "Off"}}, "catalog.mode"),
         ({"https": {"mode": "CustomCertificate"}}, "customCertificate.secretName"),
+        ({"https": {"certManager": {"clusterIssuerName": ""}}}, "clusterIssuerName"),
         ({"https": {"mode": "Sometimes"}}, "https.mode"),
         ({"probe": {"timeoutSeconds": 0}}, "probe.timeoutSeconds"),
         ({"probe": {"intervalSeconds": 2, "timeoutSeconds": 5}}, "exceeds"),
@@ -93,6 +94,7 @@ def test_a_module_https_block_replaces_the_default_whole() -> None:
         "scheme-in-template",
         "catalog-mode",
         "custom-without-secret",
+        "empty-issuer",
         "https-mode",
         "zero-timeout",
         "timeout-beyond-interval",
@@ -119,6 +121,14 @@ def test_invalid_settings_are_refused_with_the_field_named(
 def test_not_our_module_config(obj: dict[str, Any], message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         Settings.from_module_config(obj)
+
+
+def test_an_interval_below_the_default_timeout_brings_the_timeout_down_with_it() -> None:
+    # Only the defaulted timeout follows: one the user set beyond the interval is refused.
+    settings = Settings.from_module_config(module_config({"probe": {"intervalSeconds": 2}}))
+    assert (settings.probe.interval_seconds, settings.probe.timeout_seconds) == (2, 2)
+    settings = Settings.from_module_config(module_config({"probe": {"intervalSeconds": 30}}))
+    assert settings.probe.timeout_seconds == 3
 
 
 def test_reload_keeps_the_settings_in_force_when_the_new_ones_are_invalid() -> None:
