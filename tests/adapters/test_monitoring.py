@@ -93,6 +93,16 @@ def test_the_checker_catches_a_misspelt_metric_and_label() -> None:
         )
 
 
+def test_a_label_the_metrics_share_with_the_target_keeps_the_metrics_value() -> None:
+    # An order's `namespace` is its own, not the controller pod's: the scrape must honour
+    # it, or alerts and panels grouped by namespace all name d8-ai-inference.
+    shared = set().union(*EXPOSED.values()) & TARGET_LABELS
+    assert "namespace" in shared
+    (monitor,) = load_documents([MONITORING / "podmonitor.yaml"])
+    for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+        assert endpoint.get("honorLabels") is True
+
+
 # -- the monitoring kustomization, rendered and applied ---------------------------------------
 
 

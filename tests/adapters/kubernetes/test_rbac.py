@@ -154,12 +154,11 @@ CONTROLLER_MAY = [
     ("patch", "apps", "deployments", "support"),
     ("delete", "networking.k8s.io", "ingresses", "support"),
     ("patch", "autoscaling", "horizontalpodautoscalers", "support"),
-    ("create", "cert-manager.io", "certificates", "support"),
     ("create", "", "events", "support"),
-    ("create", "events.k8s.io", "events", "support"),
     ("update", "coordination.k8s.io", "leases", "d8-ai-inference"),
 ]  # fmt: skip
 CONTROLLER_MAY_NOT = [
+    ("create", "cert-manager.io", "certificates", "support"),
     ("create", AI, "inferenceservices", "support"),
     ("update", AI, "inferenceservices", "support"),
     ("delete", AI, "inferenceservices", "support"),
