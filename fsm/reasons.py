@@ -194,8 +194,13 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         "The ref names a Model in another namespace. A Model is read only in the order's own "
         "namespace; a model shared between namespaces is a ClusterModel.",
     ),
+    # The user's, as the guide has it: the catalog model is theirs to bring to Ready (or
+    # to wait for while it is still being made), the platform cannot do it for them.
     Reason.MODEL_NOT_READY: ReasonInfo(
-        _C.MODEL_RESOLVED, _F, Who.WAIT, "The catalog model exists but is not Ready yet."
+        _C.MODEL_RESOLVED,
+        _F,
+        Who.USER,
+        "The catalog model exists but is not Ready yet: see the Model's own status.",
     ),
     Reason.MODEL_ACCESS_DENIED: ReasonInfo(
         _C.MODEL_RESOLVED,
