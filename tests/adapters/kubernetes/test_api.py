@@ -23,6 +23,9 @@ from kubernetes.client.exceptions import ApiException
 
 from adapters.kubernetes.manifests import load_documents, manifest_files
 from adapters.resources import resource_dir
+from fsm.policy import validate_class
+from fsm.reasons import ClassReason
+from fsm.values import ClassSpec
 
 GROUP, VERSION, PLURAL = "ai.deckhouse.io", "v1alpha1", "inferenceservices"
 CRDS = resource_dir("crds")
@@ -220,12 +223,6 @@ def test_cel_accepts_every_shipped_object(crd: str, kind: str) -> None:
         ),
         pytest.param(
             "inferenceserviceclasses.ai.deckhouse.io",
-            {"spec": {"scalingPolicy": {"minReplicas": 2}}},
-            "minReplicas must not exceed",
-            id="class-min-above-default-max",
-        ),
-        pytest.param(
-            "inferenceserviceclasses.ai.deckhouse.io",
             {"spec": {"exposurePolicy": {"https": {"mode": "CustomCertificate"}}}},
             "customCertificate.secretName",
             id="class-custom-certificate-without-secret",
@@ -241,6 +238,20 @@ def test_cel_accepts_every_shipped_object(crd: str, kind: str) -> None:
 def test_cel_refuses_admin_mistakes(crd: str, obj: dict[str, Any], says: str) -> None:
     (refusal,) = cel_refusals(crd, obj)
     assert says in refusal
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [{"minReplicas": 2}, {"maxReplicas": 3}, {"minReplicas": 2, "maxReplicas": 2}, {}],
+    ids=str,
+)
+def test_cel_takes_the_replica_bounds_the_controller_takes(scaling: dict[str, Any]) -> None:
+    # minReplicas alone means "at least that many": maxReplicas follows it (fsm/policy.py).
+    spec = ClassSpec.model_validate({"scalingPolicy": scaling})
+    validity = validate_class(spec, priority_classes=(), device_classes=())
+    assert ClassReason.INVALID_REPLICA_BOUNDS not in {p.reason for p in validity.problems}
+    obj = {"spec": {"scalingPolicy": scaling}}
+    assert cel_refusals("inferenceserviceclasses.ai.deckhouse.io", obj) == []
 
 
 # --- against the real API server -----------------------------------------------------
