@@ -130,6 +130,9 @@ class Reconciler:
         # (it read every state's policy each time: O(orders) each).
         self._priorities: Counter[str | None] = Counter()
         self._states_lock = threading.Lock()
+        # Orders the log holds a live stream of whose state is not in memory yet (None:
+        # not listed since this reconciler began); see `states`.
+        self._unloaded: set[str] | None = None
         self._transient_failures: dict[str, int] = {}
         self._refusals: dict[str, int] = {}  # applies refused in a row, by order
         self.planning = Planning(world, self.states, self.priorities_in_use)
@@ -358,14 +361,19 @@ class Reconciler:
             self.actor.tell(p.order, p.told, p.recorded)
             p.told = p.recorded
 
-    def _keep(self, uid: str, state: OrderState) -> OrderState:
+    def _keep(self, uid: str, state: OrderState, *, only_if_absent: bool = False) -> OrderState:
         """Keep the order's state between passes, and return it as kept: its parts
         shared with other orders' equal ones (the class's policy, the model's facts,
-        ...), most of what a state holds and equal across orders."""
+        ...), most of what a state holds and equal across orders. `only_if_absent`: a
+        state read for another order's sake never replaces the one a pass keeps."""
         with self._states_lock:
             kept = self._states.get(uid)
         state = sharing.shared_parts(state, kept=kept)
         with self._states_lock:
+            if only_if_absent and uid in self._states:
+                return self._states[uid]
+            if self._unloaded is not None:
+                self._unloaded.discard(uid)
             self._count_priority(self._states.get(uid), -1)
             self._count_priority(state, +1)
             self._states[uid] = state
@@ -414,9 +422,32 @@ class Reconciler:
         return waiting
 
     def states(self) -> dict[str, OrderState]:
-        """A copy of every order's state this process holds (workers insert meanwhile)."""
+        """A copy of every live order's state: the planner's and the arbiter's view of
+        the others' plans (workers insert meanwhile).
+
+        States are folded lazily, one order per pass, but a plan the log holds is a
+        promise whether or not this process has passed over its order yet: after a
+        restart, a new leader, or a StreamConflict that dropped one, an order planned
+        before but not loaded since would be invisible, and its devices promised again.
+        So the first call after any of those folds every such order (once: O(orders)
+        queries after a take-over, nothing after)."""
+        if self._unloaded is None or self._unloaded:
+            self._load_unloaded()
         with self._states_lock:
             return dict(self._states)
+
+    def _load_unloaded(self) -> None:
+        if self._unloaded is None:
+            streams = {s.uid for s in self._log.streams() if s.deleted_at is None}
+            with self._states_lock:
+                self._unloaded = streams - self._states.keys()
+        live = set(self._world.orders.uids())
+        with self._states_lock:
+            pending = self._unloaded & live
+            self._unloaded -= pending  # gone from the cache: its claims speak for it
+        for uid in sorted(pending):
+            # A worker's pass over the order may keep a newer state meanwhile: it stays.
+            self._keep(uid, self._folded(uid), only_if_absent=True)
 
     def state_of(self, uid: str) -> OrderState:
         """The folded state of an order: memory, else snapshot + tail, else the full stream."""
@@ -425,6 +456,9 @@ class Reconciler:
                 return self._states[uid]
         if self._log.stream(uid) is None:
             return OrderState()
+        return self._keep(uid, self._folded(uid))
+
+    def _folded(self, uid: str) -> OrderState:
         start, after = OrderState(), 0
         snap = self._log.load_snapshot(uid)
         if snap is not None:
@@ -432,8 +466,7 @@ class Reconciler:
                 start, after = OrderState.model_validate(snap.state), snap.version
             except ValueError:
                 start, after = OrderState(), 0  # a snapshot of an older layout: refold
-        state = fold([r.event for r in self._log.read(uid, after_version=after)], start=start)
-        return self._keep(uid, state)
+        return fold([r.event for r in self._log.read(uid, after_version=after)], start=start)
 
     def priorities_in_use(self) -> list[str | None]:
         """The priority classes the kept states' policies name (None: the default)."""
@@ -449,9 +482,13 @@ class Reconciler:
         if self._priorities[name] <= 0:
             del self._priorities[name]
 
-    def forget(self, uid: str) -> None:
+    def forget(self, uid: str, *, closed: bool = False) -> None:
+        """Drop what this process holds of an order: it is gone (`closed`), or its stream
+        is to be read again (another writer moved it)."""
         with self._states_lock:
             self._count_priority(self._states.pop(uid, None), -1)
+            if self._unloaded is not None and not closed:
+                self._unloaded.add(uid)  # its plan still counts for the others
             self._waiting.discard(uid)
             self._pods_waiting.discard(uid)
             self._may_grow.discard(uid)
@@ -471,7 +508,7 @@ class Reconciler:
                 self._record(closing, ob.Deleted(at=now))
                 self._commit(closing)
             self._log.mark_deleted(uid, now)
-        self.forget(uid)
+        self.forget(uid, closed=True)
 
 
 def _scaling_seen(verdict: arbitration.Verdict, at: datetime) -> ob.ScalingSeen:

@@ -644,6 +644,51 @@ def test_two_workers_never_promise_one_device_twice(tmp_path: Path) -> None:
     bed.log.close()
 
 
+def _new_leader(bed: Bed) -> None:
+    """A new leader over the same cluster and log: nothing in memory."""
+    bed.reconciler = Reconciler(
+        world=bed.world,
+        log_store=bed.log,
+        epoch=lambda: 1,
+        writer=bed.writer,  # type: ignore[arg-type]
+        hub=bed.hub,  # type: ignore[arg-type]
+        targets=AnnotatedPodTarget(),
+        settings=lambda: SETTINGS,
+        clock=lambda: NOW,
+    )
+
+
+@pytest.mark.parametrize("lost", ["new-leader", "stream-conflict"])
+def test_a_plan_the_log_holds_is_promised_even_before_its_order_is_passed_over(
+    bed: Bed, lost: str
+) -> None:
+    # The first order is planned on the only device; its claim is not allocated yet. The
+    # second order's pass comes first after a take-over (or after the first's state was
+    # dropped for a conflict): the first's plan still holds the device.
+    first = bed.order("first")
+    bed.settle(first)
+    assert bed.events(first, ev.PlanComputed)
+    if lost == "new-leader":
+        _new_leader(bed)
+    else:
+        bed.reconciler.forget(first)
+    second = bed.order("second")
+    bed.settle(second, passes=1)
+    assert not bed.events(second, ev.PlanComputed)
+    (verdict,) = bed.events(second, ev.PlanFailed)
+    assert verdict.reason.value == "NoCapacity"
+
+
+def test_an_order_deleted_while_no_one_led_promises_nothing(bed: Bed) -> None:
+    first = bed.order("first")
+    bed.settle(first)
+    _new_leader(bed)
+    fakes.drop(bed.world, bed.world.orders.get(first))
+    second = bed.order("second")
+    bed.settle(second, passes=1)
+    assert bed.events(second, ev.PlanComputed)
+
+
 def test_a_hub_blip_keeps_a_planned_order_and_a_pending_one_is_retried_soon(bed: Bed) -> None:
     uid = bed.order("llm")
     bed.settle(uid)
