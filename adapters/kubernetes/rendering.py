@@ -78,6 +78,11 @@ AUTH_SECRET_KEY = "token"
 # On the pod template: the UID of the token Secret the pods read. A Secret deleted to
 # rotate the token comes back with a new UID, so the pods roll and load the new key.
 AUTH_SECRET_UID_ANNOTATION = "ai.deckhouse.io/auth-secret-uid"
+# On the pod template: a digest of the ResourceClaimTemplate's spec. A pod's claim is made
+# from the template once, when the pod is; a plan that changes only the claim (another
+# device class, product or share, the same runtime) must still roll the pods, or those
+# waiting keep asking for the devices the old plan named.
+CLAIM_TEMPLATE_ANNOTATION = "ai.deckhouse.io/claim-template"
 DEFAULT_DRIVER = "gpu.nvidia.com"
 CATALOG_MODELS_DIR = "/data/modelcache/models"  # where the ai-models catalog mounts models
 CACHE_DIR = "/var/cache/ai-inference"  # our own volume; never /data/modelcache (the catalog's)
@@ -137,6 +142,10 @@ def _dns_label(text: str, limit: int = 63) -> str:
         return text
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
     return f"{text[: limit - 9].rstrip('-.')}-{digest}"
+
+
+def _digest(spec: Any) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def labels(order: OrderRef) -> dict[str, str]:
@@ -384,8 +393,9 @@ def _deployment(
     token_secret: str,
     token_secret_uid: str | None,
     autoscaled: bool,
+    claim_template: Manifest,
 ) -> Manifest:
-    template_annotations: dict[str, str] = {}
+    template_annotations = {CLAIM_TEMPLATE_ANNOTATION: _digest(claim_template["spec"])}
     if token_secret_uid is not None:
         template_annotations[AUTH_SECRET_UID_ANNOTATION] = token_secret_uid
     if model_ref.src is ModelSource.AI_MODELS and model_ref.kind is not None:
@@ -561,8 +571,9 @@ def render_workload(
     bounds = policy.constraints
     autoscaled = bounds.max_replicas > bounds.min_replicas
     token_secret = auth_secret or auth_secret_name(order)
+    claim_template = _claim_template(order, plan, facts)
     objects = [
-        _claim_template(order, plan, facts),
+        claim_template,
         _service(order),
         _deployment(
             order,
@@ -574,6 +585,7 @@ def render_workload(
             token_secret=token_secret,
             token_secret_uid=auth_secret_uid if auth_secret else None,
             autoscaled=autoscaled,
+            claim_template=claim_template,
         ),
     ]
     if autoscaled:

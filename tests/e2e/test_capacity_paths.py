@@ -389,6 +389,36 @@ def test_device_classes_that_never_allocate_are_tried_one_by_one_then_exhausted(
         reconciler.allocation_grace_seconds = before
 
 
+def test_a_device_class_that_never_allocates_gives_way_to_the_next_one_that_does(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    """The first class's devices sit on a cordoned node; the second's on a node the
+    scheduler uses. The replan onto the second changes only the claim, not the runtime:
+    the pods must still roll, or the one waiting keeps asking for the first class."""
+    grace = 3.0
+    cordoned = gpu_node("e2e-fb-cordoned", [(L4, "24Gi")], cordoned=True)
+    open_node = gpu_node("e2e-fb-open", [(L40S, "48Gi")])
+    classes = [product_class("e2e-fb-l4", L4), product_class("e2e-fb-l40s", L40S)]
+    reconciler = platform.controller.reconciler
+    before = reconciler.allocation_grace_seconds
+    reconciler.allocation_grace_seconds = grace
+    try:
+        with extra_capacity(platform, [cordoned, open_node], classes):
+            admin.create_class("e2e-fallback", class_spec(["e2e-fb-l4", "e2e-fb-l40s"]))
+            class_ready(platform, "e2e-fallback")
+            uid = orders(
+                "cap-fallback",
+                {"inferenceServiceClassName": "e2e-fallback", "model": hf(QWEN_SMALL)},
+            )
+            obj = alice.wait_phase("support", "cap-fallback", "Ready", timeout=90)
+            assert conditions(obj) == READY
+            assert obj["status"]["resolved"]["deviceClass"] == "e2e-fb-l40s"
+            tried = events_of(platform, uid, ev.DeviceClassTried)
+            assert [e.device_class for e in tried] == ["e2e-fb-l4"]
+    finally:
+        reconciler.allocation_grace_seconds = before
+
+
 # --- 3. PlacementUndecidable -------------------------------------------------------------
 
 

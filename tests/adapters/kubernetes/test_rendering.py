@@ -19,7 +19,12 @@ from hypothesis import strategies as st
 from workload_samples import DOMAIN, FACTS, HF_REF, ORDER, PLAN, RECIPE, SETTINGS, policy
 
 from adapters.kubernetes import rendering
-from adapters.kubernetes.rendering import OrderRef, RenderError, render_workload
+from adapters.kubernetes.rendering import (
+    CLAIM_TEMPLATE_ANNOTATION,
+    OrderRef,
+    RenderError,
+    render_workload,
+)
 from adapters.kubernetes.settings import Settings
 from fsm.placement import cel, sizing
 from fsm.placement.capacity import Device
@@ -362,7 +367,9 @@ def test_hf_token_from_the_users_secret(ref: ModelRef, expected: dict[str, Any] 
 def test_catalog_models_come_through_the_annotation(ref: ModelRef, annotation: str) -> None:
     objects = render(ref=ref)
     template = objects["Deployment"]["spec"]["template"]
-    assert template["metadata"]["annotations"] == {annotation: "qwen-7b"}
+    annotations = dict(template["metadata"]["annotations"])
+    annotations.pop(CLAIM_TEMPLATE_ANNOTATION)
+    assert annotations == {annotation: "qwen-7b"}
     args = container(objects)["args"]
     assert flag(args, "--model") == "/data/modelcache/models/qwen-7b"
     assert flag(args, "--served-model-name") == "qwen-7b"
