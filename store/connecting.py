@@ -9,6 +9,11 @@ transaction emits its own BEGIN. A connection tagged `write=True` begins with
 never has to upgrade a read lock, which SQLite can only answer with SQLITE_BUSY.
 
 PostgreSQL (production) through psycopg 3; `postgresql://` URLs are given that driver.
+No wait on the server is unbounded (`POSTGRES_DEFAULTS`, each overridable in the URL): a
+connection attempt, a silent peer (TCP keepalives and a user timeout, so a partitioned
+server is an error in seconds, not the kernel's quarter of an hour), a lock (a new
+leader's fence update queued behind a frozen old leader's append waited for hours), and a
+transaction left open by a client that stopped (the server ends it, and its locks).
 """
 
 from __future__ import annotations
@@ -23,6 +28,22 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 __all__ = ["BUSY_TIMEOUT_MS", "WRITE", "create_engine", "normalise_url"]
 
 BUSY_TIMEOUT_MS = 10_000
+# libpq connection parameters, for those the URL does not set.
+POSTGRES_DEFAULTS = {
+    "connect_timeout": "10",
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "30000",
+}
+# Server settings of each session, added to the URL's `options` unless it sets them: a
+# lock waited for as long as SQLite's busy timeout, and a transaction idle for a minute
+# ended (a read of the whole log fetches its batches far more often than that).
+POSTGRES_SESSION = {
+    "lock_timeout": str(BUSY_TIMEOUT_MS),
+    "idle_in_transaction_session_timeout": "60000",
+}
 PAGE_CACHE_KIB = 512  # per SQLite connection
 
 # Execution option that marks a connection whose transactions will write.
@@ -38,6 +59,14 @@ def normalise_url(url: str | URL) -> URL:
         raise ValueError(
             f"unsupported database {parsed.get_backend_name()!r}: use sqlite or postgresql"
         )
+    if parsed.drivername not in ("sqlite", "sqlite+pysqlite", "postgresql+psycopg"):
+        raise ValueError(
+            f"unsupported driver {parsed.drivername!r}: use sqlite:/// or postgresql:// "
+            f"(psycopg 3, the one shipped)"
+        )
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        # Each pooled connection would be a database of its own, empty to the others.
+        raise ValueError("an in-memory SQLite log is not shared between connections: name a file")
     return parsed
 
 
@@ -54,7 +83,9 @@ def create_engine(url: str | URL, *, read_only: bool = False) -> Engine:
         return engine
     # pre_ping: a controller outlives database restarts; a dead pooled connection is
     # replaced instead of failing the next append.
-    engine = sa.create_engine(parsed, pool_pre_ping=True)
+    engine = sa.create_engine(
+        parsed, pool_pre_ping=True, connect_args=_postgres_connect_args(parsed)
+    )
     if read_only:
 
         @sa.event.listens_for(engine, "connect")
@@ -66,9 +97,19 @@ def create_engine(url: str | URL, *, read_only: bool = False) -> Engine:
     return engine
 
 
-def _configure_sqlite(engine: Engine, *, read_only: bool = False) -> None:
-    memory = engine.url.database in (None, "", ":memory:")
+def _postgres_connect_args(url: URL) -> dict[str, str]:
+    """POSTGRES_DEFAULTS the URL does not set, and its `options` with POSTGRES_SESSION's
+    settings it does not name (a search_path in the URL keeps the timeouts)."""
+    args = {k: v for k, v in POSTGRES_DEFAULTS.items() if k not in url.query}
+    given = url.query.get("options", "")
+    options = " ".join(given) if isinstance(given, tuple) else given
+    added = [f"-c {k}={v}" for k, v in POSTGRES_SESSION.items() if k not in options]
+    if added:
+        args["options"] = " ".join(filter(None, [options, *added]))
+    return args
 
+
+def _configure_sqlite(engine: Engine, *, read_only: bool = False) -> None:
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # None = the driver issues no BEGIN/COMMIT of its own; SQLAlchemy's begin does.
@@ -78,7 +119,7 @@ def _configure_sqlite(engine: Engine, *, read_only: bool = False) -> None:
             cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             if read_only:
                 cursor.execute("PRAGMA query_only=ON")
-            elif not memory:
+            else:
                 _use_wal(cursor)
                 # Durable at every checkpoint, and safe against corruption, in WAL mode.
                 cursor.execute("PRAGMA synchronous=NORMAL")

@@ -92,7 +92,7 @@ def check_current(engine: Engine) -> str:
             current = current_revision(conn)
     except sa.exc.OperationalError as exc:
         raise StoreUnavailable(f"cannot read the event log: {exc}") from exc
-    except sa.exc.ProgrammingError as exc:  # e.g. no SELECT on alembic_version
+    except sa.exc.DatabaseError as exc:  # no SELECT on alembic_version; not a database
         raise SchemaError(f"cannot read the event log's schema revision: {exc}") from exc
     if current == schema.HEAD:
         return current
@@ -108,7 +108,8 @@ def check_current(engine: Engine) -> str:
         )
     raise SchemaError(
         f"the event log's schema is at revision {current}, unknown to this release "
-        f"(head {schema.HEAD}): it was written by a newer release"
+        f"(head {schema.HEAD}): it was written by a newer release, or it is not an "
+        f"ai-inference event log"
     )
 
 
@@ -129,3 +130,7 @@ def upgrade(engine: Engine) -> None:
         raise SchemaError(f"cannot migrate the event log: {exc}") from exc
     except sa.exc.OperationalError as exc:
         raise StoreUnavailable(f"cannot migrate the event log: {exc}") from exc
+    except sa.exc.DatabaseError as exc:
+        # Not a passing outage: a file that is no database, a table of another
+        # application where ours would go. Retrying cannot help.
+        raise SchemaError(f"cannot migrate the event log (is it one?): {exc}") from exc

@@ -162,6 +162,10 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"ai-inference controller: cannot open the event log: {exc}\n")
         api.close()
         return 1
+    except ValueError as exc:  # a URL no supported database answers to: usage, not outage
+        sys.stderr.write(f"ai-inference controller: --store: {exc}\n")
+        api.close()
+        return 2
     with log_store:
         controller = Controller(
             api,
