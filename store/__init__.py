@@ -12,6 +12,7 @@ writes and wants the schema at this release's head), then:
 
 from __future__ import annotations
 
+from store.connecting import normalise_url
 from store.errors import (
     SchemaError,
     StaleEpoch,
@@ -40,5 +41,6 @@ __all__ = [
     "StreamKey",
     "StreamNotFound",
     "UndecodableEvent",
+    "normalise_url",
     "open_log",
 ]

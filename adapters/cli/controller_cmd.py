@@ -162,10 +162,6 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"ai-inference controller: cannot open the event log: {exc}\n")
         api.close()
         return 1
-    except ValueError as exc:  # a URL no supported database answers to: usage, not outage
-        sys.stderr.write(f"ai-inference controller: --store: {exc}\n")
-        api.close()
-        return 2
     with log_store:
         controller = Controller(
             api,
@@ -214,6 +210,7 @@ class _Refused(Exception):
 def _inputs(args: argparse.Namespace) -> tuple[Source, CrashAfter | None, client.ApiClient]:
     """The settings, the crash tests' fault hook and the API client, each checked before
     anything is opened: a typo is refused with its reason, and the log not created."""
+    import store
     from adapters import faults
     from adapters.kubernetes import credentials, settings
 
@@ -226,6 +223,10 @@ def _inputs(args: argparse.Namespace) -> tuple[Source, CrashAfter | None, client
         )
         source.resolve(None)
         fault = faults.from_environment()  # a test hook; None unless the crash tests set it
+        try:
+            store.normalise_url(args.store)
+        except ValueError as exc:  # no database we ship a driver for: usage, not outage
+            raise _Refused(f"--store: {exc}") from None
         return source, fault, api_client_for(args.kubeconfig)
     except (settings.SettingsError, faults.FaultSpecError, credentials.CredentialsError) as exc:
         raise _Refused(str(exc)) from None

@@ -168,6 +168,16 @@ def test_a_kubeconfig_that_cannot_be_used_is_refused_before_the_log_is_made(
     assert f"simulate: cannot load the kubeconfig {absent}" in capsys.readouterr().err
 
 
+def test_a_store_no_shipped_driver_serves_is_refused_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ports = ["--health-port", "0", "--metrics-port", "0"]
+    with kept_root_logging():
+        argv = ["controller", "--store=mysql://root@127.0.0.1/x", *ports]
+        assert main(argv) == 2
+    assert "--store: unsupported database 'mysql'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "argv",
     [
