@@ -144,11 +144,12 @@ class ModelFacts(Frozen):
     endpoint_types: tuple[EndpointType, ...] = ()
     format: ModelFormat = ModelFormat.UNKNOWN
     quantization: Quantization = Quantization.NONE
-    parameter_count: int | None = None
-    weights_bytes: int | None = None
+    # Counts a source reports, or sums of them: bounded to what the log can record.
+    parameter_count: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    weights_bytes: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     dtype: str | None = None  # torch dtype name from config.json, e.g. "bfloat16"
     architecture: str | None = None
-    context_window_tokens: int | None = None
+    context_window_tokens: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     gated: bool = False
     supports_tool_calling: bool = False
     revision: str | None = None  # commit sha or catalog digest the facts were read at

@@ -69,6 +69,26 @@ __all__ = ["HubResolver", "HubSettings", "harden_huggingface_hub", "is_repo_id",
 
 log = logging.getLogger(__name__)
 
+_INT64 = 2**63 - 1
+
+
+def _int64(literal: str) -> int:
+    value = int(literal)
+    if not -_INT64 - 1 <= value <= _INT64:
+        raise ValueError(f"an integer beyond 64 bits: {literal[:40]}")
+    return value
+
+
+def _loads(raw: bytes) -> Any:
+    """JSON from the hub, holding only what the event log can record: no integer beyond
+    64 bits, no lone surrogate (`"\\ud800"` is valid JSON, and not UTF-8). Either would
+    make the order's model event unrecordable in every pass, for ever; a ValueError here is
+    ModelMetadataInvalid, said once."""
+    data = json.loads(raw, parse_int=_int64)
+    json.dumps(data, ensure_ascii=False).encode("utf-8")  # UnicodeEncodeError: a ValueError
+    return data
+
+
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
 _LIBRARY = "ai-inference"
 try:
@@ -374,7 +394,7 @@ class _Resolution:
         what = "the model's info"
         raw = self.read_capped(path, what, params={"blobs": True})
         with self.errors(what):
-            data = json.loads(raw)
+            data = _loads(raw)
             if not isinstance(data, dict):
                 raise TypeError("the model's info is not a JSON object")
             return ModelInfo(**data)  # type: ignore[no-untyped-call]
@@ -432,7 +452,7 @@ class _Resolution:
         if raw is None:
             return None
         with self.errors(filename):
-            loaded = json.loads(raw)
+            loaded = _loads(raw)
         if not isinstance(loaded, dict):
             raise _Failed(
                 Reason.MODEL_METADATA_INVALID, f"{filename} of {self.name!r} is not a JSON object."

@@ -414,6 +414,34 @@ def test_repos_whose_config_cannot_be_used_are_metadata_invalid(
     assert says in failure.message
 
 
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"torch_dtype": "bfloat16\ud800"}, "not valid model metadata"),  # a lone surrogate
+        ({"max_position_embeddings": 10**30}, "not valid model metadata"),
+    ],
+    ids=["lone-surrogate", "beyond-64-bits"],
+)
+def test_values_the_log_cannot_record_are_metadata_invalid(
+    hub: StandInHub, change: dict[str, Any], says: str
+) -> None:
+    # Valid JSON both, and neither can be written to the event log (msgpack takes UTF-8
+    # and 64-bit integers): taken as facts, every pass of the order would fail for ever.
+    name = "Qwen/Qwen2.5-0.5B-Instruct"
+    changed = with_config(hub, name, architectures=["Qwen2ForCausalLM"], **change)
+    with altered_hub(hub, name, files=changed) as odd:
+        failure = unavailable(HubResolver(HubSettings(endpoint=odd.url)).resolve(name))
+    assert failure.reason is Reason.MODEL_METADATA_INVALID
+    assert says in failure.message
+
+
+def test_counts_that_add_up_beyond_64_bits_are_metadata_invalid(hub: StandInHub) -> None:
+    name = "Qwen/Qwen2.5-0.5B-Instruct"
+    with altered_hub(hub, name, safetensors={"BF16": 2**62, "F32": 2**62}) as odd:
+        failure = unavailable(HubResolver(HubSettings(endpoint=odd.url)).resolve(name))
+    assert failure.reason is Reason.MODEL_METADATA_INVALID
+
+
 # --- the settings change the hub ---------------------------------------------------------
 
 
