@@ -13,6 +13,9 @@ that are folds (replans, the probe failure streak).
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -44,7 +47,11 @@ __all__ = [
     "Workload",
     "grace_start",
     "probe_error_text",
+    "state_layout",
 ]
+
+# Raise when the fold computes a field differently while the state's shape stays.
+FOLD_REVISION = 1
 
 # After the first Ready, this many consecutive failed probes make the order Failed
 # (ServiceUnhealthy). One or two failures are a blip — a restarting pod, a slow answer —
@@ -217,6 +224,16 @@ class OrderState(_Value):
             if cond.type is type_:
                 return cond
         return None
+
+
+@functools.cache
+def state_layout() -> str:
+    """The tag of the fold that writes `OrderState` as it is: a snapshot of the state is
+    good only for the fold that wrote it. A field added with a default would otherwise
+    load from an older snapshot as that default, not as the fold of the events before it
+    (`applied_at` did: the grace period of restored orders counted from the wrong time)."""
+    shape = json.dumps(OrderState.model_json_schema(), sort_keys=True).encode()
+    return f"{FOLD_REVISION}:{hashlib.sha256(shape).hexdigest()[:16]}"
 
 
 def grace_start(state: OrderState, unallocated_since: datetime | None) -> datetime | None:

@@ -71,8 +71,9 @@ class RecordedEvent:
 class Snapshot(NamedTuple):
     """A folded state, JSON-shaped, and the stream version it covers (events 1..version).
 
-    The state's layout belongs to the fold that wrote it; put a layout tag inside the dict
-    so a reader can discard a snapshot written by an older fold and refold instead.
+    The state's layout belongs to the fold that wrote it: the controller stores
+    `{"layout": fsm.state.state_layout(), "state": ...}` and refolds from the first event
+    when the tag is not its own.
     """
 
     version: int

@@ -38,7 +38,7 @@ from fsm.fold import fold
 from fsm.identity import OrderRef
 from fsm.placement import arbitration
 from fsm.reasons import ConditionType, Reason
-from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, OrderState
+from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, OrderState, state_layout
 from store import EventLog, StreamKey
 
 __all__ = ["MODULE_NAMESPACE", "Reconciler", "model_ref_of"]
@@ -353,7 +353,8 @@ class Reconciler:
         if tell:
             self._tell(p)
         if version // SNAPSHOT_EVERY > before.version // SNAPSHOT_EVERY:
-            self._log.save_snapshot(p.order.uid, version, p.state.model_dump(mode="json"))
+            snapshot = {"layout": state_layout(), "state": p.state.model_dump(mode="json")}
+            self._log.save_snapshot(p.order.uid, version, snapshot)
 
     def _tell(self, p: _Pass) -> None:
         """The Kubernetes Events of what the pass appended since it last told them."""
@@ -461,11 +462,12 @@ class Reconciler:
     def _folded(self, uid: str) -> OrderState:
         start, after = OrderState(), 0
         snap = self._log.load_snapshot(uid)
-        if snap is not None:
+        if snap is not None and snap.state.get("layout") == state_layout():
             try:
-                start, after = OrderState.model_validate(snap.state), snap.version
-            except ValueError:
-                start, after = OrderState(), 0  # a snapshot of an older layout: refold
+                start, after = OrderState.model_validate(snap.state["state"]), snap.version
+            except (ValueError, KeyError):
+                start, after = OrderState(), 0  # unreadable: refold
+        # Else none, or an older fold's (no tag or another): refold from the first event.
         return fold([r.event for r in self._log.read(uid, after_version=after)], start=start)
 
     def priorities_in_use(self) -> list[str | None]:

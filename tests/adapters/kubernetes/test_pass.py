@@ -35,6 +35,7 @@ from fsm import events as ev
 from fsm.fold import fold
 from fsm.identity import OrderRef
 from fsm.reasons import CATALOGUE, Reason
+from fsm.state import state_layout
 from fsm.status import render_status
 from tests.support import fakes
 from tests.support.planner_inputs import A100, GPU_CLASS, device_class, gpu, model, resource_slice
@@ -677,6 +678,24 @@ def test_a_plan_the_log_holds_is_promised_even_before_its_order_is_passed_over(
     assert not bed.events(second, ev.PlanComputed)
     (verdict,) = bed.events(second, ev.PlanFailed)
     assert verdict.reason.value == "NoCapacity"
+
+
+def test_a_snapshot_is_taken_only_from_the_fold_that_wrote_it(bed: Bed) -> None:
+    uid = bed.order("llm")
+    bed.settle(uid)
+    full = fold([r.event for r in bed.log.read(uid)])
+    assert full.applied_at is not None
+    head = full.version
+    # An older fold's snapshot: no tag, and a field the fold now computes left out.
+    older = full.model_dump(mode="json", exclude={"applied_at"})
+    bed.log.save_snapshot(uid, head, older)
+    _new_leader(bed)
+    assert bed.reconciler.state_of(uid).applied_at == full.applied_at
+    # This fold's snapshot is taken as it is (here, told apart by the name in it).
+    tagged = {"layout": state_layout(), "state": {**older, "name": "from-the-snapshot"}}
+    bed.log.save_snapshot(uid, head, tagged)
+    _new_leader(bed)
+    assert bed.reconciler.state_of(uid).name == "from-the-snapshot"
 
 
 def test_an_order_deleted_while_no_one_led_promises_nothing(bed: Bed) -> None:
