@@ -53,12 +53,14 @@ class Arbiter:
         world: ClusterCache,
         *,
         snapshot: Callable[[str], Snapshot],
+        allocated: Callable[[], Snapshot],
         could_reclaim: Callable[[], Callable[[str | None], bool]],
         states: Callable[[], Mapping[str, OrderState]],
     ) -> None:
         self._writer = writer  # for live reads only
         self._world = world
         self._snapshot = snapshot  # the capacity as the planner sees it, for an order UID
+        self._allocated = allocated  # the devices and the claims the scheduler allocated
         self._could_reclaim = could_reclaim  # may an order at that priority free anything?
         self._states = states
 
@@ -146,7 +148,10 @@ class Arbiter:
         priority = policy.constraints.priority_class_name if policy is not None else None
         claims = self._world.resource_claims.objects()
         victims = arbitration.victims_of(reclaims, claims, taker_uid=taker.uid)
-        snapshot = self._snapshot(taker.uid)
+        # What a victim holds is its allocated claims: its replicas still waiting (the
+        # planner's demand placeholders) hold nothing, and a take counted from them would
+        # scale away a pending pod, free nothing, and then find the victim "at" its hold.
+        allocated = self._allocated()
         out = []
         for victim_uid, keys in victims.items():
             order = self._world.orders.get(victim_uid)
@@ -161,7 +166,7 @@ class Arbiter:
                 uid=victim_uid,
                 key=f"{namespace}/{name}",
                 desired=_replicas(live),
-                held=sum(1 for a in snapshot.allocations if a.holder == victim_uid),
+                held=sum(1 for a in allocated.allocations if a.holder == victim_uid),
                 taking=Taking.of(live),
                 resource_version=str(live["metadata"].get("resourceVersion")),
             )

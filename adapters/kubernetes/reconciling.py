@@ -140,6 +140,7 @@ class Reconciler:
             writer,
             world,
             snapshot=self.planning.snapshot,
+            allocated=self.planning.allocated_only,
             could_reclaim=self.planning.could_reclaim,
             states=self.states,
         )

@@ -300,3 +300,35 @@ def test_a_cached_pod_keeps_only_what_the_controller_reads() -> None:
     assert cached["status"] == {"phase": "Running", "conditions": pod["status"]["conditions"]}
     assert cached["metadata"]["annotations"] == pod["metadata"]["annotations"]
     assert world.pods_of("uid-1") == [cached]
+
+
+def test_a_take_counts_only_the_replicas_that_hold_devices(tmp_path: Path) -> None:
+    """A low-priority order wants two replicas: one runs on gpu-0, the other waits (gpu-1
+    is someone else's). Freeing gpu-0 for a higher-priority order must scale it to 0: its
+    waiting replica holds nothing. Counted from the planner's view, which places that
+    replica as demand, it was scaled to 1, the waiting pod went, gpu-0 stayed held, and
+    every later take found the order "at" what it held: nothing was ever freed."""
+    bed = Bed(tmp_path, a100s=2)
+    for name, value in (("inference-low", 100), ("inference-high", 1000)):
+        fakes.put(bed.world, priority_class(name, value))
+    for name, priority, replicas in (("low", "inference-low", 2), ("high", "inference-high", 1)):
+        klass = external_token_class(name)
+        klass["spec"]["scalingPolicy"] = {
+            "minReplicas": replicas,
+            "maxReplicas": replicas,
+            "allowedPriorityClassNames": [priority],
+        }
+        fakes.put(bed.world, klass)
+    victim = bed.order("victim", klass="low")
+    bed.settle(victim)
+    _serving(bed, victim, "victim", "gpu-0")
+    fakes.put(bed.world, _pod(victim, "victim-waiting", node=None))
+    fakes.put(bed.world, claim("theirs", "node-a", "gpu-1", holder="someone-else"))
+    bed.settle(victim)
+    taker = bed.order("taker", klass="high")
+    bed.settle(taker, passes=1)
+    (taken,) = bed.events(victim, ev.CapacityTaken)
+    deployment = bed.child("Deployment", "victim")
+    assert deployment is not None
+    assert deployment["spec"]["replicas"] == 0, taken
+    bed.log.close()
