@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -20,7 +19,7 @@ from adapters.kubernetes.world import ClusterCache
 from fsm import effects
 from fsm.placement import capacity, demand, inventory, planner, recipes
 from fsm.state import OrderState
-from fsm.values import ModelOutcome, PlanOutcome
+from fsm.values import ModelOutcome, Plan, PlanOutcome
 
 __all__ = ["Planning"]
 
@@ -156,7 +155,8 @@ class Planning:
             and (prio := value(state.policy.constraints.priority_class_name)) is not None
         }
         base = capacity.with_holder_priorities(parsed, priorities, self._judged)
-        held = Counter(a.holder for a in parsed.allocations if a.holder is not None)
+        held = _held_by_holder(parsed)
+        on_plan = _OnPlan(parsed)
         demands = []
         for other, state in states.items():
             plan = state.plan
@@ -167,7 +167,7 @@ class Planning:
             wanted = state.policy.constraints.min_replicas
             if state.workload is not None:
                 wanted = max(wanted, state.workload.desired_replicas)
-            replicas = wanted - held.get(other, 0)
+            replicas = wanted - on_plan.count(held.get(other, ()), plan)
             if replicas <= 0:
                 continue  # allocated: its claims are in the snapshot already
             demands.append(
@@ -199,3 +199,36 @@ class Planning:
             tried_device_classes=command.excluded_device_classes,
         )
         return planner.plan(request, self.snapshot(uid), self.recipes())
+
+
+def _held_by_holder(snapshot: capacity.Snapshot) -> dict[str, list[capacity.Allocation]]:
+    out: dict[str, list[capacity.Allocation]] = {}
+    for allocation in snapshot.allocations:
+        if allocation.holder is not None:
+            out.setdefault(allocation.holder, []).append(allocation)
+    return out
+
+
+class _OnPlan:
+    """How many of an order's allocated claims serve its current plan: on the devices the
+    plan selects, as many as one replica asks. A claim of the plan it replaces (its pod
+    still rolling out) holds the old place, not the new one: counted, it hid the new
+    plan's demand, and another order was planned onto the device it would need."""
+
+    def __init__(self, snapshot: capacity.Snapshot) -> None:
+        self._snapshot = snapshot
+        self._ids: dict[tuple[str, str, int], frozenset[str] | None] = {}
+
+    def count(self, claims: Iterable[capacity.Allocation], plan: Plan) -> int:
+        claims = list(claims)
+        if not claims:
+            return 0
+        shape = (plan.device_class, plan.accelerator_product_name, plan.accelerator_memory_gib)
+        if shape not in self._ids:
+            devices = planner.plan_devices(self._snapshot, plan)
+            self._ids[shape] = None if devices is None else frozenset(d.id for d in devices)
+        ids = self._ids[shape]
+        if ids is None:  # undecidable: take them as the plan's, as before
+            return len(claims)
+        count = max(plan.accelerator_count, 1)
+        return sum(1 for c in claims if len(c.devices) == count and ids.issuperset(c.devices))

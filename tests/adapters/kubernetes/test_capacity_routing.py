@@ -17,9 +17,9 @@ from adapters.kubernetes.world import BY_UNBOUND
 from fsm import decide
 from fsm import events as ev
 from fsm.placement import inventory
-from tests.adapters.kubernetes.test_pass import Bed, external_token_class
+from tests.adapters.kubernetes.test_pass import Bed, external_token_class, order
 from tests.support import fakes
-from tests.support.planner_inputs import A100, claim, gpu, priority_class, resource_slice
+from tests.support.planner_inputs import A100, claim, gpu, model, priority_class, resource_slice
 
 SERVING = 5
 # A class's scaling policy whose orders run at the seed's high priority.
@@ -331,4 +331,35 @@ def test_a_take_counts_only_the_replicas_that_hold_devices(tmp_path: Path) -> No
     deployment = bed.child("Deployment", "victim")
     assert deployment is not None
     assert deployment["spec"]["replicas"] == 0, taken
+    bed.log.close()
+
+
+def test_a_replanned_order_holds_its_new_place_while_its_old_pod_holds_the_old(
+    tmp_path: Path,
+) -> None:
+    # The order serves on an L4; edited to a larger model it is replanned onto the A100.
+    # Until its new pod has a claim, the one it holds is the old plan's: it reserves the
+    # A100 all the same, and a second order finds no room there.
+    bed = Bed(tmp_path, a100s=1)
+    fakes.put(bed.world, resource_slice("node-b", gpu("l4-0", "NVIDIA L4", "24Gi")))
+    bigger = "Qwen/Qwen2.5-14B-Instruct"
+    bed.hub.facts[bigger] = model(bigger, params=14, weights_gb=29.6)
+    first = bed.order("first")
+    bed.settle(first)
+    (plan,) = [e.plan for e in bed.events(first, ev.PlanComputed)]
+    _, node, device = plan.devices[0].split("/")
+    assert device == "l4-0"
+    _serving(bed, first, "first", device, node=node)
+    bed.settle(first)
+    edited = order("first")
+    edited["metadata"].update(uid=first, generation=2)
+    edited["spec"]["model"]["ref"]["name"] = bigger
+    fakes.put(bed.world, edited)
+    bed.settle(first)
+    replanned = bed.events(first, ev.PlanComputed)[-1].plan
+    assert replanned.accelerator_product_name == A100
+    second = bed.order("second")
+    bed.settle(second, passes=1)
+    assert not bed.events(second, ev.PlanComputed)
+    assert [e.reason.value for e in bed.events(second, ev.PlanFailed)] == ["NoCapacity"]
     bed.log.close()
