@@ -15,13 +15,14 @@ from typing import Any
 
 from fsm import identity
 from fsm.decide import excluded_device_classes, held_devices, needs_plan, token_name_taken
-from fsm.fold import plan_basis
 from fsm.reasons import ConditionStatus, ConditionType, Phase, Reason
 from fsm.state import (
     DEVICE_ALLOCATION_GRACE_SECONDS,
     PROBE_FAILURE_THRESHOLD,
     OrderState,
     grace_start,
+    plan_basis,
+    serving_basis,
 )
 from fsm.status import render_status
 from fsm.values import Authentication, EffectivePolicy, EndpointType, ModelFacts, ModelRef, Plan
@@ -126,6 +127,16 @@ def _needs_token(state: OrderState) -> bool:
     return policy is not None and policy.exposure.authentication is Authentication.TOKEN
 
 
+def _keeps_token(state: OrderState) -> bool:
+    """Does the workload the next apply renders check a token? A new plan's follows the
+    spec; a plan in force held through a failed replan keeps what it was applied with:
+    a token Secret made for a spec no workload runs yet was pruned by the repair and made
+    again in every pass."""
+    applied = state.applied_revision == state.plan_revision and state.apply_error is None
+    policy = serving_basis(state).policy if applied else state.policy
+    return policy is not None and policy.exposure.authentication is Authentication.TOKEN
+
+
 def _apply(state: OrderState) -> ApplyWorkload | None:
     if token_name_taken(state):
         return None
@@ -219,7 +230,7 @@ def effects(
         return []  # deleted: owner references let the garbage collector clean up
     timings = timings or ProbeTimings()
     commands: list[Command] = []
-    if _needs_token(state) and state.name:
+    if _keeps_token(state) and state.name:
         commands.append(EnsureAuthSecret(name=auth_secret_name(state)))
     if needs_plan(state):
         commands.append(

@@ -29,6 +29,7 @@ from fsm.state import (
     PlanBasis,
     Scaling,
     Workload,
+    plan_basis,
     probe_error_text,
 )
 from fsm.status import Verdict, judge, rejudge
@@ -36,18 +37,6 @@ from fsm.status import Verdict, judge, rejudge
 __all__ = ["evolve", "fold", "plan_basis"]
 
 Updates = dict[str, Any]
-
-
-def plan_basis(state: OrderState) -> PlanBasis:
-    """What a plan computed now would be computed from."""
-    return PlanBasis(
-        generation=state.generation,
-        class_name=state.class_name,
-        policy=state.policy,
-        model_ref=state.model_ref,
-        facts=state.model.facts if state.model is not None else None,
-        endpoint_type=state.model.endpoint_type if state.model is not None else None,
-    )
 
 
 def _spec(s: OrderState, e: ev.SpecObserved) -> Updates:

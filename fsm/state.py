@@ -46,7 +46,9 @@ __all__ = [
     "Scaling",
     "Workload",
     "grace_start",
+    "plan_basis",
     "probe_error_text",
+    "serving_basis",
     "state_layout",
 ]
 
@@ -224,6 +226,30 @@ class OrderState(_Value):
             if cond.type is type_:
                 return cond
         return None
+
+
+def plan_basis(state: OrderState) -> PlanBasis:
+    """What a plan computed now would be computed from."""
+    return PlanBasis(
+        generation=state.generation,
+        class_name=state.class_name,
+        policy=state.policy,
+        model_ref=state.model_ref,
+        facts=state.model.facts if state.model is not None else None,
+        endpoint_type=state.model.endpoint_type if state.model is not None else None,
+    )
+
+
+def serving_basis(state: OrderState) -> PlanBasis:
+    """What the workload in force runs: the basis it was applied with while a plan is in
+    force, else what a plan now would be computed from.
+
+    A replan that failed (LaunchPlanInForce) or waits leaves the workload on its old
+    policy and model: how the endpoint is reached and whether it checks a token (the
+    status, the probe, the token Secret kept) follow that, not the newer spec."""
+    if state.plan_in_force is not None and state.applied_basis is not None:
+        return state.applied_basis
+    return plan_basis(state)
 
 
 @functools.cache

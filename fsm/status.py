@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from fsm.reasons import CATALOGUE, ConditionStatus, ConditionType, Reason
-from fsm.state import PROBE_FAILURE_THRESHOLD, Condition, OrderState
+from fsm.state import PROBE_FAILURE_THRESHOLD, Condition, OrderState, serving_basis
 from fsm.values import Authentication, Plan
 
 __all__ = [
@@ -258,29 +258,30 @@ def render_status(state: OrderState) -> dict[str, Any]:
     out["conditions"] = [render_condition(c) for c in state.conditions]
 
     policy = state.policy
-    model = state.model
+    # How the endpoint is reached, what it serves and whether it checks a token are the
+    # workload's in force, which a failed replan leaves on its older policy and model.
+    serving = serving_basis(state)
     if (
-        policy is not None
-        and policy.class_name is not None
-        and model is not None
-        and model.endpoint_type is not None
+        serving.policy is not None
+        and serving.policy.class_name is not None
+        and serving.endpoint_type is not None
     ):
-        out["model"] = {"endpointType": str(model.endpoint_type)}
+        out["model"] = {"endpointType": str(serving.endpoint_type)}
 
     endpoint: dict[str, Any] = {}
     if state.endpoint is not None:
         endpoint["url"] = state.endpoint.url
         endpoint["type"] = str(state.endpoint.type)
-    elif policy is not None:
-        endpoint["type"] = str(policy.exposure.type)
+    elif serving.policy is not None:
+        endpoint["type"] = str(serving.policy.exposure.type)
     if state.plan is not None:
         endpoint["toolCallingSupported"] = state.plan.tool_calling_supported
     if endpoint:
         out["endpoint"] = endpoint
 
     if (
-        policy is not None
-        and policy.exposure.authentication is Authentication.TOKEN
+        serving.policy is not None
+        and serving.policy.exposure.authentication is Authentication.TOKEN
         and state.auth_secret_name is not None
     ):
         out["authSecretName"] = state.auth_secret_name

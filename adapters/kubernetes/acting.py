@@ -42,7 +42,7 @@ from fsm.identity import OrderRef, auth_secret_name, tls_secret_name
 from fsm.placement.arbitration import TAKEN_ANNOTATION, Taking
 from fsm.placement.recipes import Recipe
 from fsm.reasons import ROLLOUT_STEPS, ConditionStatus, Reason
-from fsm.state import OrderState
+from fsm.state import OrderState, serving_basis
 from fsm.values import Authentication
 
 __all__ = ["AUTH_SECRET_CONFLICT_RECHECK", "Acted", "Actor"]
@@ -386,9 +386,9 @@ class Actor:
     def _probe_target(self, order: OrderRef, state: OrderState) -> tuple[str, str | None] | None:
         """The URL and token to probe with, or None while there is nothing to probe."""
         token = None
+        serving = serving_basis(state).policy  # the runtime's, not a newer spec's
         needs_token = (
-            state.policy is not None
-            and state.policy.exposure.authentication is Authentication.TOKEN
+            serving is not None and serving.exposure.authentication is Authentication.TOKEN
         )
         if needs_token and state.auth_secret_name:
             secret = self._world.token_secrets.get_by_name(

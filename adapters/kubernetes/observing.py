@@ -31,7 +31,7 @@ from fsm import observations as ob
 from fsm import policy
 from fsm.identity import OrderRef
 from fsm.reasons import Reason
-from fsm.state import OrderState
+from fsm.state import OrderState, serving_basis
 from fsm.values import ClassOutcome, ClassSpec, ModelOutcome, ModelRef, ModelSource
 
 __all__ = [
@@ -266,7 +266,8 @@ class Observer:
         )
 
     def endpoint(self, order: OrderRef, state: OrderState, at: datetime) -> ob.EndpointSeen | None:
-        effective = state.policy
+        # Where the workload in force is published: a failed replan leaves its exposure.
+        effective = serving_basis(state).policy
         if effective is None or state.plan_in_force is None:
             return None
         url = endpoint_url(order, effective, self._settings())

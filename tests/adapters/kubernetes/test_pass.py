@@ -607,6 +607,47 @@ def test_switching_the_class_to_cluster_local_without_token_prunes(tmp_path: Pat
     bed.log.close()
 
 
+def _exposure(bed: Bed, exposure: dict[str, Any], generation: int) -> None:
+    klass = bed.world.classes.get_by_name(None, "conv")
+    assert klass is not None
+    klass["spec"]["exposurePolicy"] = exposure
+    klass["metadata"]["generation"] = generation
+    fakes.put(bed.world, klass)
+
+
+TOKEN_EXTERNAL = {"type": "External", "authentication": "Token", "https": {"mode": "Disabled"}}
+NONE_LOCAL = {"type": "ClusterLocal", "authentication": "None"}
+
+
+@pytest.mark.parametrize(
+    ("before", "after"), [(TOKEN_EXTERNAL, NONE_LOCAL), (NONE_LOCAL, TOKEN_EXTERNAL)]
+)
+def test_a_failed_replan_leaves_the_status_and_the_token_on_the_workload_in_force(
+    bed: Bed, before: dict[str, Any], after: dict[str, Any]
+) -> None:
+    # One device: the replan the new exposure asks for finds no room, and the order serves
+    # on as it was applied. The status says how to reach that workload (not the new
+    # spec's way), and the token Secret is kept or not as that workload needs: never made
+    # for the new spec and pruned again in every pass.
+    _exposure(bed, before, 1)
+    uid = bed.order("llm")
+    bed.settle(uid)
+    served = bed.world.orders.get(uid)["status"]
+    _exposure(bed, after, 2)
+    writes = bed.writer.writes
+    bed.settle(uid, passes=4)
+    status = bed.world.orders.get(uid)["status"]
+    planned = next(c for c in status["conditions"] if c["type"] == "Planned")
+    assert planned["reason"] == "LaunchPlanInForce"
+    assert status["endpoint"]["type"] == served["endpoint"]["type"]
+    assert status.get("authSecretName") == served.get("authSecretName")
+    token = before is TOKEN_EXTERNAL
+    assert (bed.child("Secret", "llm-auth") is not None) is token
+    assert bed.writer.calls[("delete", "Secret")] == 0
+    # An Event and a status write for the failed replan; nothing made or pruned.
+    assert bed.writer.writes - writes == 2
+
+
 def test_the_status_of_a_recreated_namesake_is_never_the_old_ones(bed: Bed) -> None:
     uid = bed.order("llm")
     bed.settle(uid)
