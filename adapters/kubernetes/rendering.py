@@ -395,7 +395,10 @@ def _deployment(
     autoscaled: bool,
     claim_template: Manifest,
 ) -> Manifest:
-    template_annotations = {CLAIM_TEMPLATE_ANNOTATION: _digest(claim_template["spec"])}
+    # The devices asked for, not the claims' labels: the same plan gives the same digest for
+    # every order (and every run of the crash tests, which compare them).
+    devices = claim_template["spec"]["spec"]
+    template_annotations = {CLAIM_TEMPLATE_ANNOTATION: _digest(devices)}
     if token_secret_uid is not None:
         template_annotations[AUTH_SECRET_UID_ANNOTATION] = token_secret_uid
     if model_ref.src is ModelSource.AI_MODELS and model_ref.kind is not None:
