@@ -258,15 +258,17 @@ def render_status(state: OrderState) -> dict[str, Any]:
     out["conditions"] = [render_condition(c) for c in state.conditions]
 
     policy = state.policy
+    model = state.model
     # How the endpoint is reached, what it serves and whether it checks a token are the
     # workload's in force, which a failed replan leaves on its older policy and model.
     serving = serving_basis(state)
     if (
-        serving.policy is not None
-        and serving.policy.class_name is not None
-        and serving.endpoint_type is not None
+        policy is not None
+        and policy.class_name is not None
+        and model is not None
+        and model.endpoint_type is not None  # no contract while the model is unresolved
     ):
-        out["model"] = {"endpointType": str(serving.endpoint_type)}
+        out["model"] = {"endpointType": str(serving.endpoint_type or model.endpoint_type)}
 
     endpoint: dict[str, Any] = {}
     if state.endpoint is not None:

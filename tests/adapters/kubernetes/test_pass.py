@@ -37,11 +37,13 @@ from fsm.identity import OrderRef
 from fsm.reasons import CATALOGUE, Reason
 from fsm.state import state_layout
 from fsm.status import render_status
+from fsm.values import EndpointType
 from tests.support import fakes
 from tests.support.planner_inputs import A100, GPU_CLASS, device_class, gpu, model, resource_slice
 from tests.support.polling import eventually
 
 REPO = Path(__file__).resolve().parents[3]
+EMBEDDINGS = EndpointType.EMBEDDINGS
 QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -646,6 +648,29 @@ def test_a_failed_replan_leaves_the_status_and_the_token_on_the_workload_in_forc
     assert bed.writer.calls[("delete", "Secret")] == 0
     # An Event and a status write for the failed replan; nothing made or pruned.
     assert bed.writer.writes - writes == 2
+
+
+def test_a_failed_replan_onto_another_contract_says_the_one_served(bed: Bed) -> None:
+    # A chat model edited into an embeddings one: no room for the replan, the chat model
+    # serves on, and the contract in the status is the one a client gets.
+    klass = bed.world.classes.get_by_name(None, "conv")
+    assert klass is not None
+    klass["spec"]["modelPolicy"]["allowedEndpointTypes"] = ["Chat", "Embeddings"]
+    fakes.put(bed.world, klass)
+    embedder = "BAAI/bge-m3"
+    bed.hub.facts[embedder] = model(embedder, params=0.6, weights_gb=2.3, types=[EMBEDDINGS])
+    uid = bed.order("llm")
+    bed.settle(uid)
+    assert bed.world.orders.get(uid)["status"]["model"] == {"endpointType": "Chat"}
+    edited = order("llm")
+    edited["metadata"].update(uid=uid, generation=2)
+    edited["spec"]["model"]["ref"]["name"] = embedder
+    fakes.put(bed.world, edited)
+    bed.settle(uid)
+    status = bed.world.orders.get(uid)["status"]
+    planned = next(c for c in status["conditions"] if c["type"] == "Planned")
+    assert planned["reason"] == "LaunchPlanInForce"
+    assert status["model"] == {"endpointType": "Chat"}
 
 
 def test_the_status_of_a_recreated_namesake_is_never_the_old_ones(bed: Bed) -> None:
