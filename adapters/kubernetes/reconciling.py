@@ -372,10 +372,10 @@ class Reconciler:
             kept = self._states.get(uid)
         state = sharing.shared_parts(state, kept=kept)
         with self._states_lock:
-            if only_if_absent and uid in self._states:
-                return self._states[uid]
             if self._unloaded is not None:
                 self._unloaded.discard(uid)
+            if only_if_absent and uid in self._states:
+                return self._states[uid]
             self._count_priority(self._states.get(uid), -1)
             self._count_priority(state, +1)
             self._states[uid] = state
@@ -445,10 +445,11 @@ class Reconciler:
                 self._unloaded = streams - self._states.keys()
         live = set(self._world.orders.uids())
         with self._states_lock:
-            pending = self._unloaded & live
-            self._unloaded -= pending  # gone from the cache: its claims speak for it
-        for uid in sorted(pending):
-            # A worker's pass over the order may keep a newer state meanwhile: it stays.
+            self._unloaded &= live  # gone from the cache: its claims speak for it
+            pending = sorted(self._unloaded)
+        for uid in pending:
+            # Each leaves the set once kept (a log failure here leaves the rest for the
+            # next call); a worker's pass may keep a newer state meanwhile: it stays.
             self._keep(uid, self._folded(uid), only_if_absent=True)
 
     def state_of(self, uid: str) -> OrderState:

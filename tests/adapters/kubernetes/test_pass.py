@@ -764,6 +764,31 @@ def test_a_snapshot_is_taken_only_from_the_fold_that_wrote_it(bed: Bed) -> None:
     assert bed.reconciler.state_of(uid).name == "from-the-snapshot"
 
 
+def test_the_orders_a_new_leader_folds_for_the_planner_are_folded_once_each(
+    bed: Bed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A log failure half-way leaves the rest for the next look; none is folded twice.
+    uids = [bed.order(name) for name in ("a", "b", "c")]
+    for uid in uids:
+        bed.settle(uid, passes=1)
+    _new_leader(bed)
+    folded: list[str] = []
+    fold_for_real = bed.reconciler._folded
+
+    def flaky(uid: str) -> Any:
+        folded.append(uid)
+        if len(folded) == 2:
+            raise store.StoreUnavailable("the log went away")
+        return fold_for_real(uid)
+
+    monkeypatch.setattr(bed.reconciler, "_folded", flaky)
+    with pytest.raises(store.StoreUnavailable):
+        bed.reconciler.states()
+    assert set(bed.reconciler.states()) == set(uids)
+    bed.reconciler.states()
+    assert sorted(folded) == sorted([*uids, folded[1]])  # the failed one again, once
+
+
 def test_an_order_deleted_while_no_one_led_promises_nothing(bed: Bed) -> None:
     first = bed.order("first")
     bed.settle(first)
