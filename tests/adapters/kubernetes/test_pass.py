@@ -97,7 +97,11 @@ class Bed:
         devices = [gpu(f"gpu-{i}", A100, "80Gi") for i in range(a100s)]
         fakes.put(self.world, resource_slice("node-a", *devices))
         fakes.put(self.world, external_token_class())
-        self.reconciler = Reconciler(
+        self.reconciler = self.new_reconciler()
+
+    def new_reconciler(self) -> Reconciler:
+        """A reconciler over this cluster and log with nothing in memory (a new leader)."""
+        return Reconciler(
             world=self.world,
             log_store=self.log,
             epoch=lambda: 1,
@@ -712,17 +716,7 @@ def test_two_workers_never_promise_one_device_twice(tmp_path: Path) -> None:
 
 
 def _new_leader(bed: Bed) -> None:
-    """A new leader over the same cluster and log: nothing in memory."""
-    bed.reconciler = Reconciler(
-        world=bed.world,
-        log_store=bed.log,
-        epoch=lambda: 1,
-        writer=bed.writer,  # type: ignore[arg-type]
-        hub=bed.hub,  # type: ignore[arg-type]
-        targets=AnnotatedPodTarget(),
-        settings=lambda: SETTINGS,
-        clock=lambda: NOW,
-    )
+    bed.reconciler = bed.new_reconciler()
 
 
 @pytest.mark.parametrize("lost", ["new-leader", "stream-conflict"])
