@@ -9,7 +9,7 @@ them (`model_dump(by_alias=True)`).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -136,6 +136,11 @@ class ModelRef(Frozen):
     auth_secret_key: str = "token"
 
 
+# The integers msgpack, and so the event log, can record.
+INT64_MAX = 2**63 - 1
+Int64 = Annotated[int, Field(ge=-INT64_MAX - 1, le=INT64_MAX)]
+
+
 class ModelFacts(Frozen):
     """What a source says about a model; recorded in the ModelResolved event."""
 
@@ -145,11 +150,11 @@ class ModelFacts(Frozen):
     format: ModelFormat = ModelFormat.UNKNOWN
     quantization: Quantization = Quantization.NONE
     # Counts a source reports, or sums of them: bounded to what the log can record.
-    parameter_count: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
-    weights_bytes: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    parameter_count: Int64 | None = None
+    weights_bytes: Int64 | None = None
     dtype: str | None = None  # torch dtype name from config.json, e.g. "bfloat16"
     architecture: str | None = None
-    context_window_tokens: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    context_window_tokens: Int64 | None = None
     gated: bool = False
     supports_tool_calling: bool = False
     revision: str | None = None  # commit sha or catalog digest the facts were read at

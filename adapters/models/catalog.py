@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from adapters.models.lookup import ModelFound, ModelLookup, ModelUnavailable
 from fsm.reasons import Reason
 from fsm.values import (
+    INT64_MAX,
     CatalogKind,
     EndpointType,
     ModelFacts,
@@ -52,7 +53,6 @@ VERSION = "v1alpha1"
 PLURALS = {CatalogKind.MODEL: "models", CatalogKind.CLUSTER_MODEL: "clustermodels"}
 TOOL_CALLING = "ToolCalling"
 READY = "Ready"
-_INT64_MAX = 2**63 - 1
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -232,14 +232,14 @@ def _count(value: object, field: str) -> int | None:
         number = value
     elif isinstance(value, str) and value.isascii() and value.isdigit():
         # ASCII only: "²".isdigit() holds, but int("²") raises.
-        if len(value) > len(str(_INT64_MAX)):
+        if len(value) > len(str(INT64_MAX)):
             raise _Invalid(f"{field} ({len(value)} digits) is larger than any count")
         number = int(value)
     else:
         raise _Invalid(f"{field} {_clip(value)} is not a count")
     if number < 0:
         raise _Invalid(f"{field} {value!r} is negative")
-    if number > _INT64_MAX:
+    if number > INT64_MAX:
         # The event log keeps counts as 64-bit integers; no model is this large.
         raise _Invalid(f"{field} {_clip(number)} is larger than any count")
     return number

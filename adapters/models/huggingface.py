@@ -63,18 +63,16 @@ from adapters.models import hub_facts
 from adapters.models.caching import Flights, TtlCache, token_fingerprint
 from adapters.models.lookup import ModelFound, ModelLookup, ModelUnavailable
 from fsm.reasons import Reason
-from fsm.values import ModelFacts, ModelFormat, ModelSource
+from fsm.values import INT64_MAX, ModelFacts, ModelFormat, ModelSource
 
 __all__ = ["HubResolver", "HubSettings", "harden_huggingface_hub", "is_repo_id", "token_problem"]
 
 log = logging.getLogger(__name__)
 
-_INT64 = 2**63 - 1
-
 
 def _int64(literal: str) -> int:
     value = int(literal)
-    if not -_INT64 - 1 <= value <= _INT64:
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
         raise ValueError(f"an integer beyond 64 bits: {literal[:40]}")
     return value
 
