@@ -15,8 +15,10 @@ no thread at all. The server routes by the port a connection arrived on.
 
 `failure` is the knob tests flip (through a pod or Deployment annotation, see
 `kubelet`): an HTTP status such as `"500"` answers every `/v1` call with it; `"timeout"`
-holds the request for `hang_seconds`, past any probe timeout. `/health` stays healthy: the
-process lives while its API fails, which is what the controller must tell apart.
+holds the request for `hang_seconds`, past any probe timeout. With either, `/health` stays
+healthy: the process lives while its API fails, which is what the controller must tell
+apart. `"crash"` is the runtime down: every path answers 503, `/health` too, so the
+kubelet's readiness probe takes the pod out of Ready, as it would a crash-looping one.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from types import TracebackType
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-__all__ = ["EMBEDDING_DIMENSIONS", "Stub", "StubRequest", "StubServer"]
+__all__ = ["CRASH", "EMBEDDING_DIMENSIONS", "Stub", "StubRequest", "StubServer"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,7 @@ EMBEDDING_DIMENSIONS = 16
 _MAX_BODY = 1 << 20
 _VERSION = "0.10.1+simulated"
 _MAX_HEADER_LINES = 100
+CRASH: Final = "crash"  # the failure knob's value for a runtime that is down
 _HANG: Final = object()  # the answer of a `"timeout"` stub: hold the request
 
 
@@ -268,6 +271,8 @@ class Stub:
         self, method: str, target: str, authorization: str | None, body: bytes
     ) -> tuple[int, Any]:
         route = urlsplit(target).path.rstrip("/") or "/"
+        if self.failure == CRASH:
+            return 503, _error(503, "simulated crash", "ServiceUnavailable")
         if route in ("/health", "/ping") and method in ("GET", "POST"):
             return 200, None
         if route == "/version":
