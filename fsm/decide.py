@@ -298,6 +298,8 @@ def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:
             )
         )
     plan = s.plan_in_force
+    if plan is not None and o.rolled_out and o.desired >= 1 and not s.workload_rolled_out:
+        out.append(ev.WorkloadRolledOut(observed_at=o.at))
     waited_since = grace_start(s, o.unallocated_since)
     if (
         plan is not None

@@ -53,6 +53,7 @@ __all__ = [
     "WorkloadApplied",
     "WorkloadApplyFailed",
     "WorkloadObserved",
+    "WorkloadRolledOut",
     "event",
     "event_class",
     "from_payload",
@@ -285,6 +286,13 @@ class WorkloadObserved(Event):
     unschedulable: str | None = None
 
 
+@event("WorkloadRolledOut")
+class WorkloadRolledOut(Event):
+    """The workload applied last finished its rollout: every replica of its template was
+    available. From now until the next apply (or a scale to zero) a replica lost is the
+    runtime failing, not a rollout of ours."""
+
+
 @event("EndpointPublished")
 class EndpointPublished(Event):
     url: str
@@ -377,6 +385,7 @@ OrderEvent = (
     | WorkloadApplied
     | WorkloadApplyFailed
     | WorkloadObserved
+    | WorkloadRolledOut
     | EndpointPublished
     | AuthSecretIssued
     | ProbeSucceeded

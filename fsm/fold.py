@@ -152,6 +152,7 @@ def _applied(s: OrderState, e: ev.WorkloadApplied) -> Updates:
         "apply_error_reason": Reason.WORKLOAD_APPLY_FAILED,
         "applied_revision": s.plan_revision if current else s.applied_revision,
         "applied_at": e.observed_at,
+        "workload_rolled_out": False,
     }
 
 
@@ -167,7 +168,14 @@ def _workload(s: OrderState, e: ev.WorkloadObserved) -> Updates:
         unallocated_since=e.unallocated_since,
         unschedulable=e.unschedulable,
     )
+    if e.desired_replicas == 0:
+        # Scaled to zero (for priority): coming back is a start, not a failure.
+        return {"workload": workload, "workload_rolled_out": False}
     return {"workload": workload}
+
+
+def _rolled_out(s: OrderState, e: ev.WorkloadRolledOut) -> Updates:
+    return {"workload_rolled_out": True}
 
 
 def _endpoint(s: OrderState, e: ev.EndpointPublished) -> Updates:
@@ -263,6 +271,7 @@ _HANDLERS: dict[type[ev.Event], Callable[[OrderState, Any], Updates]] = {
     ev.WorkloadApplied: _applied,
     ev.WorkloadApplyFailed: _apply_failed,
     ev.WorkloadObserved: _workload,
+    ev.WorkloadRolledOut: _rolled_out,
     ev.EndpointPublished: _endpoint,
     ev.AuthSecretIssued: _auth_secret,
     ev.ProbeSucceeded: _probe_ok,

@@ -107,6 +107,9 @@ class WorkloadSeen:
     grace_seconds: float = DEVICE_ALLOCATION_GRACE_SECONDS
     unschedulable: str | None = None  # pods pending for CPU, memory, taints: not devices
     free_units: int | None = None  # free share units of the plan's device class now
+    # The Deployment's rollout of the template it holds is complete, as `kubectl rollout
+    # status` judges it: every replica updated and available, none of an older template.
+    rolled_out: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -110,6 +110,7 @@ class Reason(StrEnum):
     PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
     # WorkloadReady
     WORKLOAD_AVAILABLE = "WorkloadAvailable"
+    ROLLED_OUT = "RolledOut"
     ROLLOUT_IN_PROGRESS = "RolloutInProgress"
     DEVICES_NOT_ALLOCATED = "DevicesNotAllocated"
     PODS_UNSCHEDULABLE = "PodsUnschedulable"
@@ -317,6 +318,16 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
     ),
     Reason.WORKLOAD_AVAILABLE: ReasonInfo(
         _C.WORKLOAD_READY, _T, Who.NOBODY, "The runtime Deployment has its replicas available."
+    ),
+    Reason.ROLLED_OUT: ReasonInfo(
+        _C.WORKLOAD_READY,
+        _T,
+        Who.ADMIN,
+        "The workload finished its rollout and served, and no replica is available now: the "
+        "runtime's pods crashed or fail their readiness probe (their events and logs say "
+        "why). This is the service failing, not a rollout, so the probe keeps judging it: "
+        "persistent failures make the order Failed (ServiceUnhealthy), a replica back makes "
+        "it Ready.",
     ),
     Reason.ROLLOUT_IN_PROGRESS: ReasonInfo(
         _C.WORKLOAD_READY, _F, Who.WAIT, "The workload is applied and rolling out."

@@ -189,6 +189,9 @@ class OrderState(_Value):
     tried_free_units: tuple[tuple[str, int], ...] = ()
 
     workload: Workload | None = None
+    # The workload applied last has rolled out and every replica served since (until the
+    # next apply or a scale to zero): a replica lost now is not a rollout of ours.
+    workload_rolled_out: bool = False
     endpoint: Endpoint | None = None
     auth_secret_name: str | None = None
 

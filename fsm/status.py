@@ -115,6 +115,11 @@ def _workload(s: OrderState) -> Verdict:
         return _verdict(_C.WORKLOAD_READY, Reason.DEVICES_NOT_ALLOCATED, since, gen)
     if w is not None and w.unschedulable:
         return _verdict(_C.WORKLOAD_READY, Reason.PODS_UNSCHEDULABLE, w.unschedulable, gen)
+    if w is not None and w.desired_replicas >= 1 and s.workload_rolled_out and s.ever_ready:
+        # It served after its last rollout and lost every replica since: the runtime fails
+        # (SPEC §3 step 8). Pending would say it is not serving *yet*; the probe judges.
+        lost = f"0/{w.desired_replicas} replicas available after the rollout completed."
+        return _verdict(_C.WORKLOAD_READY, Reason.ROLLED_OUT, lost, gen)
     if w is None and s.plan_in_force is None:
         return _verdict(_C.WORKLOAD_READY, Reason.EVALUATING, "", gen)
     progress = (
@@ -165,7 +170,16 @@ READS: dict[ConditionType, frozenset[str]] = {
     _C.MODEL_RESOLVED: frozenset({"model", "generation"}),
     _C.PLANNED: frozenset({"attempt", "plan_in_force", "generation"}),
     _C.WORKLOAD_READY: frozenset(
-        {"apply_error", "apply_error_reason", "workload", "scaling", "plan_in_force", "generation"}
+        {
+            "apply_error",
+            "apply_error_reason",
+            "workload",
+            "workload_rolled_out",
+            "ever_ready",
+            "scaling",
+            "plan_in_force",
+            "generation",
+        }
     ),
     _C.READY: frozenset({"ever_ready", "probe_failures", "probe_error", "probe_ok", "generation"}),
     _C.SCALING_HEALTHY: frozenset({"scaling", "generation"}),

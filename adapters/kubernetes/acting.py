@@ -21,7 +21,7 @@ from typing import Any, Literal
 from adapters.kubernetes import certificates, converging, errors, kinds, tokens
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.converged import Converged
-from adapters.kubernetes.observing import secret_value
+from adapters.kubernetes.observing import old_pods_gone, secret_value
 from adapters.kubernetes.rendering import (
     AUTH_SECRET_KEY,
     AUTH_SECRET_UID_ANNOTATION,
@@ -41,7 +41,7 @@ from fsm.decide import STALE_FACTS_NOTE, probe_is_news
 from fsm.identity import OrderRef, auth_secret_name, tls_secret_name
 from fsm.placement.arbitration import TAKEN_ANNOTATION, Taking
 from fsm.placement.recipes import Recipe
-from fsm.reasons import ROLLOUT_STEPS, ConditionStatus, Reason
+from fsm.reasons import ROLLOUT_STEPS, ConditionStatus, ConditionType, Reason
 from fsm.state import OrderState, serving_basis
 from fsm.values import Authentication
 
@@ -364,6 +364,8 @@ class Actor:
         target = self._probe_target(order, state)
         if target is None:
             self._background.cancel(key)
+            if _no_replica_left(state):
+                return _no_replica_answers(order, state, after, now)
             return Acted(requeue=[after])
         url, token = target
         timeout = float(self._settings().probe.timeout_seconds)
@@ -411,12 +413,7 @@ class Actor:
             return False
         template = ((deployment.get("spec") or {}).get("template") or {}).get("metadata") or {}
         marked = (template.get("annotations") or {}).get(AUTH_SECRET_UID_ANNOTATION)
-        status = deployment.get("status") or {}
-        generation = int((deployment.get("metadata") or {}).get("generation", 0))
-        settled = int(status.get("observedGeneration", 0)) >= generation and int(
-            status.get("updatedReplicas", 0)
-        ) >= int(status.get("replicas", 0))
-        return marked == secret["metadata"]["uid"] and settled
+        return marked == secret["metadata"]["uid"] and old_pods_gone(deployment)
 
     def _service_is_ours(self, order: OrderRef) -> bool:
         service = self._world.services.get_by_name(order.namespace, order.name, copy_=False)
@@ -465,10 +462,10 @@ class Actor:
                 and not (_stale_note(cond.message) or _stale_note(before[2]))
             ):
                 continue  # same verdict, new wording: not news (except facts kept stale)
+            # RolledOut is True, and says the runtime is down.
+            warn = cond.status is ConditionStatus.FALSE or cond.reason is Reason.ROLLED_OUT
             kind: Literal["Normal", "Warning"] = (
-                "Warning"
-                if cond.status is ConditionStatus.FALSE or _stale_note(cond.message)
-                else "Normal"
+                "Warning" if warn or _stale_note(cond.message) else "Normal"
             )
             try:
                 self._writer.event(
@@ -517,6 +514,28 @@ class _Probe:
 
     def news(self, result: ob.ProbeResult) -> bool:
         return probe_is_news(self.state, result)
+
+
+# What a probe of the Service answers when no replica is left to route to, recorded as
+# such where there is no address to send it to (the simulator's pod target).
+NO_REPLICA_ANSWERS = "no replica is available to answer"
+
+
+def _no_replica_left(state: OrderState) -> bool:
+    """A rolled-out workload lost every replica after Ready (`RolledOut`): the probe is
+    asked for, and nothing can answer it."""
+    cond = state.condition(ConditionType.WORKLOAD_READY)
+    return cond is not None and cond.reason is Reason.ROLLED_OUT
+
+
+def _no_replica_answers(order: OrderRef, state: OrderState, after: float, now: datetime) -> Acted:
+    """The failed probe of a service with no replica, at the probe's own pace: passes
+    woken by the pods' churn must not count the streak up faster than probes would."""
+    last = state.last_probe_at
+    wait = 0.0 if last is None else after - (now - last).total_seconds()
+    if wait > 0:
+        return Acted(requeue=[wait])
+    return Acted(ob.ProbeResult(at=now, ok=False, error=NO_REPLICA_ANSWERS), requeue=[after])
 
 
 def _first_probe_in(uid: str, state: OrderState, after: float, now: datetime) -> float:

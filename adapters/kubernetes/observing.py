@@ -38,7 +38,9 @@ __all__ = [
     "Observer",
     "WorkloadPods",
     "model_ref_of",
+    "old_pods_gone",
     "order_of",
+    "rollout_complete",
     "secret_value",
     "workload_pods",
 ]
@@ -103,6 +105,29 @@ def workload_pods(pods: Sequence[Obj]) -> WorkloadPods:
                 other.append(message)
     return WorkloadPods(
         min(waiting) if waiting else None, sorted(other)[0][:500] if other else None
+    )
+
+
+def old_pods_gone(deployment: Obj) -> bool:
+    """The Deployment controller saw the template the Deployment holds, and no pod of an
+    older template is left."""
+    status = deployment.get("status") or {}
+    generation = int((deployment.get("metadata") or {}).get("generation", 0))
+    return int(status.get("observedGeneration", 0)) >= generation and int(
+        status.get("updatedReplicas", 0)
+    ) >= int(status.get("replicas", 0))
+
+
+def rollout_complete(deployment: Obj) -> bool:
+    """The rollout of the template the Deployment holds is done, as `kubectl rollout
+    status` judges it: no older pod left, and every replica updated and available."""
+    status = deployment.get("status") or {}
+    desired = int((deployment.get("spec") or {}).get("replicas", 1))
+    updated = int(status.get("updatedReplicas", 0))
+    return (
+        old_pods_gone(deployment)
+        and updated >= desired >= 1
+        and int(status.get("availableReplicas", 0)) >= updated
     )
 
 
@@ -263,6 +288,7 @@ class Observer:
             grace_seconds=grace_seconds,
             unschedulable=pods.unschedulable,
             free_units=free,
+            rolled_out=rollout_complete(deployment),
         )
 
     def endpoint(self, order: OrderRef, state: OrderState, at: datetime) -> ob.EndpointSeen | None:

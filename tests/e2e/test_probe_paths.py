@@ -1,5 +1,5 @@
 """The user guide's probe paths, end to end: a failing API before the first Ready, after
-it, and the recovery.
+it, and the recovery; and a runtime that goes down after Ready.
 
 The simulator's failure knob (annotation `simulator.ai-inference.deckhouse.io/fail` on
 the runtime Deployment) makes the stub answer every `/v1` request with HTTP 500 while
@@ -13,11 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kubernetes import client
 
+from adapters.kubernetes.acting import NO_REPLICA_ANSWERS
 from adapters.platform import LocalPlatform
 from adapters.simulator.kubelet import FAIL_ANNOTATION
+from adapters.simulator.stub import CRASH
 from fsm import events as ev
-from fsm.reasons import CATALOGUE, Reason
+from fsm.explain import history_rows
+from fsm.reasons import CATALOGUE, Phase, Reason
 from tests.e2e.conftest import Orders, conditions, wait_for
 
 # admin_fixture and orders_fixture are the `admin` and `orders` fixtures, imported for pytest.
@@ -132,3 +136,60 @@ def test_probe_failures_before_and_after_ready_and_recovery(
         )
         streak = events_of(platform, uid, ev.ProbeFailed)
         assert len(streak) >= 4  # one before the first Ready, three after it
+
+
+def test_a_runtime_down_after_ready_is_failed_not_pending(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    """The runtime's pods leave Ready (the knob's "crash": /health fails too) after the
+    order served: Failed with ServiceUnhealthy, WorkloadReady True with RolledOut, and
+    never Pending on the way; a replica back makes it Ready."""
+    name = "runtime-down"
+    device_class = product_class("e2e-down-l4", L4)
+    fast = {"probe": {"intervalSeconds": 1, "timeoutSeconds": 1}}
+    with (
+        module_settings(platform, fast),
+        extra_capacity(platform, [gpu_node("e2e-down", [(L4, "24Gi")])], [device_class]),
+    ):
+        admin.create_class("e2e-down", class_spec(["e2e-down-l4"]))
+        class_ready(platform, "e2e-down")
+        uid = orders(name, {"inferenceServiceClassName": "e2e-down", "model": hf(QWEN_SMALL)})
+        reached(alice, name, "Ready", ("Ready", "True", "EndpointServing"))
+        wait_for(
+            lambda: events_of(platform, uid, ev.WorkloadRolledOut),
+            timeout=30,
+            what="the rollout recorded",
+        )
+
+        set_fail_knob(admin, name, CRASH)
+        obj = reached(alice, name, "Failed", ("Ready", "False", "ServiceUnhealthy"))
+        assert conditions(obj) == [
+            CLASS,
+            MODEL,
+            PLANNED,
+            ("WorkloadReady", "True", "RolledOut"),
+            ("Ready", "False", "ServiceUnhealthy"),
+            ("ScalingHealthy", "Unknown", "NotServing"),
+        ]
+        assert obj["status"]["conditions"][3]["message"].startswith("0/1 replicas available")
+        assert NO_REPLICA_ANSWERS in obj["status"]["conditions"][4]["message"]
+        assert not any(
+            any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+            for p in admin.pods("support", uid)
+        )
+        # The phases the log's history passed through since the first Ready.
+        rows = history_rows(r.event for r in platform.log.read(uid))
+        phases = [row.phase_after for row in rows]
+        after_ready = phases[phases.index(Phase.READY) :]
+        assert Phase.PENDING not in after_ready and after_ready[-1] is Phase.FAILED
+        # kubectl describe warns of both: the replicas lost, and the service failing.
+        told = platform.api("admin")
+        listed = client.CoreV1Api(told).list_namespaced_event(
+            "support", field_selector=f"involvedObject.uid={uid}"
+        )
+        warned = {e.reason for e in listed.items if e.type == "Warning"}
+        assert {"RolledOut", "ServiceUnhealthy"} <= warned
+
+        set_fail_knob(admin, name, None)
+        obj = reached(alice, name, "Ready", ("Ready", "True", "EndpointServing"))
+        assert conditions(obj) == READY

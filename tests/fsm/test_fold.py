@@ -23,6 +23,7 @@ from tests.support.strategies import (
     RESOLVED,
     ROLLING,
     SERVING,
+    applied,
     at,
     expected_leaf,
     klass,
@@ -70,6 +71,7 @@ SCENARIOS: list[tuple[Reason, ConditionType, tuple[ob.Observation, ...]]] = [
     (R.AWAITING_PLAN, C.WORKLOAD_READY, (*RESOLVED, planned(3, R.NO_CAPACITY))),
     (R.ROLLOUT_IN_PROGRESS, C.WORKLOAD_READY, ROLLING),
     (R.WORKLOAD_AVAILABLE, C.WORKLOAD_READY, AVAILABLE),
+    (R.ROLLED_OUT, C.WORKLOAD_READY, (*SERVING, workload(9, rolled_out=True), workload(10, 0))),
     (R.DEVICES_NOT_ALLOCATED, C.WORKLOAD_READY, (*ROLLING, workload(6, 0, unallocated_since=5))),
     (
         R.PODS_UNSCHEDULABLE,
@@ -207,6 +209,61 @@ LIFE = [
     ),
     ("deleted", (*SERVING, ob.Deleted(at=at(9))), Phase.READY, machine.Leaf.DELETED),
 ]
+
+# After the first Ready, a workload that finished its rollout and then lost every
+# replica is the service failing (the probe judges it); anything that explains the loss
+# (a new plan rolling out, a start from zero, the first rollout) keeps the order Pending.
+SERVED = (*SERVING, workload(9, rolled_out=True))
+LOST = {
+    "runtime down after its rollout": ((*SERVED, workload(10, 0)), R.ROLLED_OUT),
+    "runtime down before the first Ready": (
+        (*AVAILABLE, workload(7.5, rolled_out=True), workload(8, 0)),
+        R.ROLLOUT_IN_PROGRESS,
+    ),
+    "a new plan rolling out": (
+        (*SERVED, applied(10, "nvidia-t4"), workload(11, 0)),
+        R.ROLLOUT_IN_PROGRESS,
+    ),
+    "a start from zero": (
+        (*SERVED, workload(10, 0, desired=0), workload(11, 0)),
+        R.ROLLOUT_IN_PROGRESS,
+    ),
+    "a first rollout that never completed": ((*SERVING, workload(10, 0)), R.ROLLOUT_IN_PROGRESS),
+    "pods that cannot be placed": (
+        (*SERVED, workload(10, 0, unallocated_since=10)),
+        R.DEVICES_NOT_ALLOCATED,
+    ),
+}
+
+
+@pytest.mark.parametrize(("steps", "reason"), LOST.values(), ids=LOST.keys())
+def test_a_workload_with_no_replica_left(steps: tuple[ob.Observation, ...], reason: Reason) -> None:
+    state = run(*steps)
+    workload_ready = state.condition(C.WORKLOAD_READY)
+    assert workload_ready is not None and workload_ready.reason is reason
+    serving = reason is R.ROLLED_OUT
+    assert state.phase is (Phase.READY if serving else Phase.PENDING)
+
+
+def test_a_runtime_down_after_ready_fails_the_order_and_recovers() -> None:
+    down = run(*SERVED, workload(10, 0))
+    failing = [probe(11 + i, ok=False) for i in range(PROBE_FAILURE_THRESHOLD)]
+    failed = run(*failing, state=down)
+    back = run(workload(20), probe(21), state=failed)
+    assert [s.phase for s in (down, failed, back)] == [Phase.READY, Phase.FAILED, Phase.READY]
+    assert [(c.type, c.status, c.reason) for c in failed.conditions[3:5]] == [
+        (C.WORKLOAD_READY, T, R.ROLLED_OUT),
+        (C.READY, F, R.SERVICE_UNHEALTHY),
+    ]
+    workload_ready = back.condition(C.WORKLOAD_READY)
+    assert workload_ready is not None and workload_ready.reason is R.WORKLOAD_AVAILABLE
+
+
+def test_a_rollout_is_recorded_once_per_apply() -> None:
+    served = run(*SERVED)
+    assert decide(served, workload(10, rolled_out=True)) == []
+    again = run(applied(10, "nvidia-t4"), state=served)
+    assert [type(e) for e in decide(again, workload(11, rolled_out=True))] == [ev.WorkloadRolledOut]
 
 
 @pytest.mark.parametrize(

@@ -227,11 +227,21 @@ def applied(t: float, device_class: str = "nvidia-a100") -> ob.ApplySucceeded:
 
 
 def workload(
-    t: float, available: int = 1, unallocated_since: float | None = None
+    t: float,
+    available: int = 1,
+    unallocated_since: float | None = None,
+    *,
+    rolled_out: bool = False,
+    desired: int = 1,
 ) -> ob.WorkloadSeen:
     since = None if unallocated_since is None else at(unallocated_since)
     return ob.WorkloadSeen(
-        at=at(t), desired=1, ready=available, available=available, unallocated_since=since
+        at=at(t),
+        desired=desired,
+        ready=available,
+        available=available,
+        unallocated_since=since,
+        rolled_out=rolled_out,
     )
 
 
@@ -360,7 +370,7 @@ def _observation(kind: str, when: datetime, state: OrderState, draw: Any) -> ob.
                 ),
             )
         case "workload":
-            desired = draw(st.integers(1, 3))
+            desired = draw(st.integers(0, 3))
             available = draw(st.integers(0, desired))
             unallocated = (
                 None if available else draw(st.sampled_from((None, when - timedelta(seconds=300))))
@@ -371,6 +381,7 @@ def _observation(kind: str, when: datetime, state: OrderState, draw: Any) -> ob.
                 ready=available,
                 available=available,
                 unallocated_since=unallocated,
+                rolled_out=available == desired and draw(st.booleans()),
             )
         case "endpoint":
             return ob.EndpointSeen(
@@ -489,10 +500,11 @@ _RAW: tuple[st.SearchStrategy[ev.Event], ...] = (
     ),
     _b(
         ev.WorkloadObserved,
-        desired_replicas=st.just(2),
+        desired_replicas=st.sampled_from((0, 2)),
         available_replicas=st.integers(0, 2),
         unallocated_since=st.sampled_from((None, T0)),
     ),
+    _b(ev.WorkloadRolledOut),
     _b(
         ev.EndpointPublished,
         url=st.just("https://x.example.com"),

@@ -10,10 +10,11 @@ keeping a resolved order's facts and a Pending one retried soon.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import yaml
 
 import store
 from adapters.kubernetes import errors, queueing
-from adapters.kubernetes.acting import AUTH_SECRET_CONFLICT_RECHECK
+from adapters.kubernetes.acting import AUTH_SECRET_CONFLICT_RECHECK, NO_REPLICA_ANSWERS
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.kinds import SECRETS
 from adapters.kubernetes.reconciling import APPLY_RETRY, Reconciler
@@ -965,3 +966,43 @@ def test_a_serving_order_is_probed_on_a_timer_and_an_unchanged_answer_wakes_noth
         endpoint.close()
         background.stop()
         bed.log.close()
+
+
+def test_a_runtime_down_after_ready_fails_at_the_probes_pace(bed: Bed) -> None:
+    """Every replica lost after the rollout (RolledOut): nothing can answer the probe, and
+    the failures it records come at the probe's own intervals, however often the pods'
+    churn wakes the order."""
+    clock = [NOW]
+    bed.reconciler._clock = lambda: clock[0]
+    endpoint = HeldEndpoint()
+    endpoint.release.set()
+    try:
+        uid = bed.order("llm")
+        bed.settle(uid)
+        serving(bed, uid, endpoint.url)
+        bed.settle(uid)
+        assert bed.world.orders.get(uid)["status"]["phase"] == "Ready"
+        served_at = bed.events(uid, ev.ProbeSucceeded)[-1].observed_at
+
+        deployment = bed.child("Deployment", "llm")
+        assert deployment is not None
+        deployment["status"] |= {"readyReplicas": 0, "availableReplicas": 0}
+        fakes.put(bed.world, deployment)
+        pod = bed.world.pods_of(uid)[0]
+        pod["status"] = {"conditions": [{"type": "Ready", "status": "False"}]}
+        fakes.put(bed.world, pod)
+        for _ in range(100):  # a pass every half second, as a crash-looping pod's updates
+            clock[0] += timedelta(seconds=0.5)
+            bed.settle(uid, passes=1)
+
+        failed = [e.observed_at for e in bed.events(uid, ev.ProbeFailed)]
+        assert len(failed) == 3  # then Failed: a repeated failure is no news
+        ready, failing = 3 * 10, 10 / 2  # the default interval's Ready and failing paces
+        assert (failed[0] - served_at).total_seconds() >= ready
+        assert all((b - a).total_seconds() >= failing for a, b in itertools.pairwise(failed))
+        status = bed.world.orders.get(uid)["status"]
+        assert status["phase"] == "Failed"
+        assert bed.conditions(uid)["WorkloadReady"]["reason"] == "RolledOut"
+        assert NO_REPLICA_ANSWERS in bed.conditions(uid)["Ready"]["message"]
+    finally:
+        endpoint.close()
