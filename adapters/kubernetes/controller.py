@@ -57,7 +57,9 @@ from store import EventLog, StaleEpoch, StoreUnavailable, StreamConflict
 
 __all__ = ["LEASE_NAME", "LEASE_NAMESPACE", "Controller", "LeadershipLost", "utc_now"]
 
-LEASE_NAMESPACE = "d8-ai-inference"
+# Where the Lease is when the controller runs in the module's namespace; it is always in
+# the controller's own namespace, where its Role grants Leases (deploy/rbac).
+LEASE_NAMESPACE = MODULE_NAMESPACE
 LEASE_NAME = "ai-inference-controller"
 # Repeated background calls (probes) due around the same second start together: warm
 # code, half the CPU a probe (background.py). A probe runs at most half of it off time.
@@ -109,8 +111,8 @@ class Controller:
         watch_timeouts: Timeouts | None = None,
     ) -> None:
         api = _pooled(api, size=32 + workers)
-        # The controller's own namespace, where CustomCertificate Secrets are read: the
-        # pod's (POD_NAMESPACE, from the downward API), else the module's.
+        # The controller's own namespace, where its Lease is and CustomCertificate Secrets
+        # are read: the pod's (POD_NAMESPACE, from the downward API), else the module's.
         self.namespace = namespace or os.environ.get("POD_NAMESPACE") or MODULE_NAMESPACE
         # `discovery_period`: how often a kind the cluster does not serve is looked for;
         # `watch_timeouts`: the watches' three timeouts (watching.Timeouts' defaults).
@@ -176,7 +178,7 @@ class Controller:
         self._elector = (
             Elector(
                 client.CoordinationV1Api(api),
-                namespace=LEASE_NAMESPACE,
+                namespace=self.namespace,
                 name=LEASE_NAME,
                 identity=identity or f"{socket.gethostname()}-{os.getpid()}",
                 on_started=self._lead,

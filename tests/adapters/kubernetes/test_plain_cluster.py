@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 import store
 from adapters import faults
 from adapters.cluster import bootstrap, local
+from adapters.cluster.identities import CONTROLLER_SA
 from adapters.kubernetes import kinds
 from adapters.kubernetes.controller import (
     LEASE_NAME,
@@ -571,3 +572,48 @@ def test_a_leader_frozen_past_its_lease_writes_nothing_after_the_take_over(
             custom.delete_namespaced_custom_object(
                 GROUP, VERSION, "support", "inferenceservices", name
             )
+
+
+def test_the_lease_is_in_the_controllers_own_namespace(
+    plain: Plain, no_lease: None, tmp_path: Path
+) -> None:
+    """Installed in a namespace of its own choosing (an overlay's), the controller
+    campaigns where its Role grants Leases: its own namespace, not the module's."""
+    admin = plain.api("admin")
+    core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
+    namespace = f"ai-elsewhere-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    rule = {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch"],
+    }
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": "leases"}, "rules": [rule]})
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "leases"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "leases"},
+            "subjects": [{"kind": "User", "name": CONTROLLER_SA}],
+        },
+    )
+    log = store.open_log(f"sqlite:///{tmp_path / 'log.sqlite'}")
+    controller = Controller(
+        plain.api("controller"),
+        log,
+        namespace=namespace,
+        identity="elsewhere",
+        sync_timeout=20,
+        hpa_api_version=HPA,
+    )
+    try:
+        controller.start(wait=30)
+        leases = client.CoordinationV1Api(admin)
+        assert leases.read_namespaced_lease(LEASE_NAME, namespace).spec.holder_identity == (
+            "elsewhere"
+        )
+        assert plain.holder() is None  # none in the module's namespace
+    finally:
+        controller.stop()
+        log.close()
+        core.delete_namespace(namespace)
