@@ -286,7 +286,8 @@ def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:
         w.available_replicas,
         w.unallocated_since,
         w.unschedulable,
-    ) != (o.desired, o.ready, o.available, o.unallocated_since, o.unschedulable):
+        w.rollout,
+    ) != (o.desired, o.ready, o.available, o.unallocated_since, o.unschedulable, o.rollout):
         out.append(
             ev.WorkloadObserved(
                 observed_at=o.at,
@@ -295,11 +296,12 @@ def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:
                 available_replicas=o.available,
                 unallocated_since=o.unallocated_since,
                 unschedulable=o.unschedulable,
+                rollout=o.rollout,
             )
         )
     plan = s.plan_in_force
-    if plan is not None and o.rolled_out and o.desired >= 1 and not s.workload_rolled_out:
-        out.append(ev.WorkloadRolledOut(observed_at=o.at))
+    if plan is not None and o.rolled_out and o.rollout and o.rollout != s.rolled_out:
+        out.append(ev.WorkloadRolledOut(observed_at=o.at, rollout=o.rollout))
     waited_since = grace_start(s, o.unallocated_since)
     if (
         plan is not None

@@ -284,13 +284,16 @@ class WorkloadObserved(Event):
     unallocated_since: datetime | None = None  # pods wait for device claims since then
     # The scheduler's word on pods pending for anything but their devices (CPU, taints).
     unschedulable: str | None = None
+    rollout: str = ""  # the Deployment's "uid/generation" (older streams: unknown)
 
 
 @event("WorkloadRolledOut")
 class WorkloadRolledOut(Event):
-    """The workload applied last finished its rollout: every replica of its template was
-    available. From now until the next apply (or a scale to zero) a replica lost is the
-    runtime failing, not a rollout of ours."""
+    """The Deployment finished `rollout` (its "uid/generation"): every replica of it was
+    available. While the Deployment stays at that rollout, a replica lost is the runtime
+    failing, not a rollout."""
+
+    rollout: str
 
 
 @event("EndpointPublished")

@@ -152,7 +152,6 @@ def _applied(s: OrderState, e: ev.WorkloadApplied) -> Updates:
         "apply_error_reason": Reason.WORKLOAD_APPLY_FAILED,
         "applied_revision": s.plan_revision if current else s.applied_revision,
         "applied_at": e.observed_at,
-        "workload_rolled_out": False,
     }
 
 
@@ -167,15 +166,13 @@ def _workload(s: OrderState, e: ev.WorkloadObserved) -> Updates:
         available_replicas=e.available_replicas,
         unallocated_since=e.unallocated_since,
         unschedulable=e.unschedulable,
+        rollout=e.rollout,
     )
-    if e.desired_replicas == 0:
-        # Scaled to zero (for priority): coming back is a start, not a failure.
-        return {"workload": workload, "workload_rolled_out": False}
     return {"workload": workload}
 
 
 def _rolled_out(s: OrderState, e: ev.WorkloadRolledOut) -> Updates:
-    return {"workload_rolled_out": True}
+    return {"rolled_out": e.rollout}
 
 
 def _endpoint(s: OrderState, e: ev.EndpointPublished) -> Updates:

@@ -107,8 +107,12 @@ class WorkloadSeen:
     grace_seconds: float = DEVICE_ALLOCATION_GRACE_SECONDS
     unschedulable: str | None = None  # pods pending for CPU, memory, taints: not devices
     free_units: int | None = None  # free share units of the plan's device class now
-    # The Deployment's rollout of the template it holds is complete, as `kubectl rollout
-    # status` judges it: every replica updated and available, none of an older template.
+    # Which Deployment, at which of its generations, the counts are of ("uid/generation"):
+    # any change of its spec (an apply, a repair, `kubectl rollout restart`, a scale) or a
+    # Deployment made anew is another rollout.
+    rollout: str = ""
+    # That rollout is complete, as `kubectl rollout status` judges it: every replica
+    # updated and available, none of an older template left.
     rolled_out: bool = False
 
 

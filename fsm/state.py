@@ -137,6 +137,7 @@ class Workload(_Value):
     available_replicas: int
     unallocated_since: datetime | None
     unschedulable: str | None = None  # the scheduler's message for a non-device reason
+    rollout: str = ""  # the Deployment's "uid/generation" these counts are of
 
 
 class Endpoint(_Value):
@@ -189,9 +190,9 @@ class OrderState(_Value):
     tried_free_units: tuple[tuple[str, int], ...] = ()
 
     workload: Workload | None = None
-    # The workload applied last has rolled out and every replica served since (until the
-    # next apply or a scale to zero): a replica lost now is not a rollout of ours.
-    workload_rolled_out: bool = False
+    # The Deployment rollout ("uid/generation") last seen complete: while the workload is
+    # at that rollout, a replica lost is not a rollout but the runtime failing.
+    rolled_out: str | None = None
     endpoint: Endpoint | None = None
     auth_secret_name: str | None = None
 

@@ -115,9 +115,9 @@ def _workload(s: OrderState) -> Verdict:
         return _verdict(_C.WORKLOAD_READY, Reason.DEVICES_NOT_ALLOCATED, since, gen)
     if w is not None and w.unschedulable:
         return _verdict(_C.WORKLOAD_READY, Reason.PODS_UNSCHEDULABLE, w.unschedulable, gen)
-    if w is not None and w.desired_replicas >= 1 and s.workload_rolled_out and s.ever_ready:
-        # It served after its last rollout and lost every replica since: the runtime fails
-        # (SPEC §3 step 8). Pending would say it is not serving *yet*; the probe judges.
+    if w is not None and w.desired_replicas >= 1 and w.rollout == s.rolled_out and s.ever_ready:
+        # The Deployment is at a rollout seen complete, and lost every replica since: the
+        # runtime fails (SPEC §3 step 8). Pending would say it is not serving *yet*.
         lost = f"0/{w.desired_replicas} replicas available after the rollout completed."
         return _verdict(_C.WORKLOAD_READY, Reason.ROLLED_OUT, lost, gen)
     if w is None and s.plan_in_force is None:
@@ -174,7 +174,7 @@ READS: dict[ConditionType, frozenset[str]] = {
             "apply_error",
             "apply_error_reason",
             "workload",
-            "workload_rolled_out",
+            "rolled_out",
             "ever_ready",
             "scaling",
             "plan_in_force",

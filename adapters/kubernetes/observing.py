@@ -41,6 +41,7 @@ __all__ = [
     "old_pods_gone",
     "order_of",
     "rollout_complete",
+    "rollout_of",
     "secret_value",
     "workload_pods",
 ]
@@ -116,6 +117,13 @@ def old_pods_gone(deployment: Obj) -> bool:
     return int(status.get("observedGeneration", 0)) >= generation and int(
         status.get("updatedReplicas", 0)
     ) >= int(status.get("replicas", 0))
+
+
+def rollout_of(deployment: Obj) -> str:
+    """Which Deployment at which generation: "uid/generation". The UID's first 8
+    characters tell a Deployment made anew (its generation starts again at 1)."""
+    meta = deployment.get("metadata") or {}
+    return f"{str(meta.get('uid', ''))[:8]}/{int(meta.get('generation', 0))}"
 
 
 def rollout_complete(deployment: Obj) -> bool:
@@ -288,6 +296,7 @@ class Observer:
             grace_seconds=grace_seconds,
             unschedulable=pods.unschedulable,
             free_units=free,
+            rollout=rollout_of(deployment),
             rolled_out=rollout_complete(deployment),
         )
 

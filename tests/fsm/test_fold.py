@@ -210,10 +210,11 @@ LIFE = [
     ("deleted", (*SERVING, ob.Deleted(at=at(9))), Phase.READY, machine.Leaf.DELETED),
 ]
 
-# After the first Ready, a workload that finished its rollout and then lost every
-# replica is the service failing (the probe judges it); anything that explains the loss
-# (a new plan rolling out, a start from zero, the first rollout) keeps the order Pending.
-SERVED = (*SERVING, workload(9, rolled_out=True))
+# After the first Ready, a Deployment that finished its rollout and then lost every
+# replica is the service failing (the probe judges it); another rollout (any change of
+# the Deployment's spec, a Deployment made anew) or the first one keeps the order Pending.
+SERVED = (*SERVING, workload(9, rolled_out=True))  # at rollout "d/1"
+
 LOST = {
     "runtime down after its rollout": ((*SERVED, workload(10, 0)), R.ROLLED_OUT),
     "runtime down before the first Ready": (
@@ -221,11 +222,16 @@ LOST = {
         R.ROLLOUT_IN_PROGRESS,
     ),
     "a new plan rolling out": (
-        (*SERVED, applied(10, "nvidia-t4"), workload(11, 0)),
+        (*SERVED, applied(10, "nvidia-t4"), workload(11, 0, rollout="d/2")),
         R.ROLLOUT_IN_PROGRESS,
     ),
+    "a restart (a token rotated, kubectl rollout restart)": (
+        (*SERVED, workload(10, 0, rollout="d/2")),
+        R.ROLLOUT_IN_PROGRESS,
+    ),
+    "a Deployment made anew": ((*SERVED, workload(10, 0, rollout="e/1")), R.ROLLOUT_IN_PROGRESS),
     "a start from zero": (
-        (*SERVED, workload(10, 0, desired=0), workload(11, 0)),
+        (*SERVED, workload(10, 0, desired=0, rollout="d/2"), workload(11, 0, rollout="d/3")),
         R.ROLLOUT_IN_PROGRESS,
     ),
     "a first rollout that never completed": ((*SERVING, workload(10, 0)), R.ROLLOUT_IN_PROGRESS),
@@ -259,11 +265,20 @@ def test_a_runtime_down_after_ready_fails_the_order_and_recovers() -> None:
     assert workload_ready is not None and workload_ready.reason is R.WORKLOAD_AVAILABLE
 
 
-def test_a_rollout_is_recorded_once_per_apply() -> None:
+def test_a_rollout_is_recorded_once() -> None:
     served = run(*SERVED)
     assert decide(served, workload(10, rolled_out=True)) == []
-    again = run(applied(10, "nvidia-t4"), state=served)
-    assert [type(e) for e in decide(again, workload(11, rolled_out=True))] == [ev.WorkloadRolledOut]
+    another = decide(served, workload(11, rolled_out=True, rollout="d/2"))
+    assert another == [
+        ev.WorkloadObserved(
+            observed_at=at(11),
+            desired_replicas=1,
+            ready_replicas=1,
+            available_replicas=1,
+            rollout="d/2",
+        ),
+        ev.WorkloadRolledOut(observed_at=at(11), rollout="d/2"),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -233,6 +233,7 @@ def workload(
     *,
     rolled_out: bool = False,
     desired: int = 1,
+    rollout: str = "d/1",
 ) -> ob.WorkloadSeen:
     since = None if unallocated_since is None else at(unallocated_since)
     return ob.WorkloadSeen(
@@ -241,6 +242,7 @@ def workload(
         ready=available,
         available=available,
         unallocated_since=since,
+        rollout=rollout,
         rolled_out=rolled_out,
     )
 
@@ -381,6 +383,7 @@ def _observation(kind: str, when: datetime, state: OrderState, draw: Any) -> ob.
                 ready=available,
                 available=available,
                 unallocated_since=unallocated,
+                rollout=draw(st.sampled_from(("d/1", "d/2", "e/1"))),
                 rolled_out=available == desired and draw(st.booleans()),
             )
         case "endpoint":
@@ -503,8 +506,9 @@ _RAW: tuple[st.SearchStrategy[ev.Event], ...] = (
         desired_replicas=st.sampled_from((0, 2)),
         available_replicas=st.integers(0, 2),
         unallocated_since=st.sampled_from((None, T0)),
+        rollout=st.sampled_from(("d/1", "d/2")),
     ),
-    _b(ev.WorkloadRolledOut),
+    _b(ev.WorkloadRolledOut, rollout=st.sampled_from(("d/1", "d/2"))),
     _b(
         ev.EndpointPublished,
         url=st.just("https://x.example.com"),
