@@ -323,11 +323,11 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _C.WORKLOAD_READY,
         _T,
         Who.ADMIN,
-        "The workload finished its rollout and served, and no replica is available now: the "
-        "runtime's pods crashed or fail their readiness probe (their events and logs say "
-        "why). This is the service failing, not a rollout, so the probe keeps judging it: "
-        "persistent failures make the order Failed (ServiceUnhealthy), a replica back makes "
-        "it Ready.",
+        "After the first Ready, the Deployment completed its rollout and has no replica "
+        "available now, its spec unchanged: the runtime's pods crashed or fail their "
+        "readiness probe (their events and logs say why). This is the service failing, not "
+        "a rollout, so the probe keeps judging it: persistent failures make the order "
+        "Failed (ServiceUnhealthy), a replica back makes it Ready.",
     ),
     Reason.ROLLOUT_IN_PROGRESS: ReasonInfo(
         _C.WORKLOAD_READY, _F, Who.WAIT, "The workload is applied and rolling out."
