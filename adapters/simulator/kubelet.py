@@ -18,9 +18,8 @@ The kubelet is event-driven: the `Simulator` calls `sync(uid)` when a pod (or th
 Deployment owning it, or its node) changes, and `probe(uid)` when a probe is due. The
 failure knob `simulator.ai-inference.deckhouse.io/fail` ("500", "timeout", "crash") is
 read from the pod, else from the Deployment that owns it, so tests flip it through the
-API. Pods
-being deleted are stopped and removed (a kubelet confirms deletion by deleting with
-grace 0); pods bound to nodes that no longer exist are removed, as the pod garbage
+API. Pods being deleted are stopped and removed (a kubelet confirms deletion by deleting
+with grace 0); pods bound to nodes that no longer exist are removed, as the pod garbage
 collector does.
 """
 

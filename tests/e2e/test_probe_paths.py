@@ -183,8 +183,7 @@ def test_a_runtime_down_after_ready_is_failed_not_pending(
         after_ready = phases[phases.index(Phase.READY) :]
         assert Phase.PENDING not in after_ready and after_ready[-1] is Phase.FAILED
         # kubectl describe warns of both: the replicas lost, and the service failing.
-        told = platform.api("admin")
-        listed = client.CoreV1Api(told).list_namespaced_event(
+        listed = client.CoreV1Api(platform.api("admin")).list_namespaced_event(
             "support", field_selector=f"involvedObject.uid={uid}"
         )
         warned = {e.reason for e in listed.items if e.type == "Warning"}
