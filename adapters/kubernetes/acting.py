@@ -41,7 +41,7 @@ from fsm.decide import STALE_FACTS_NOTE, probe_is_news
 from fsm.identity import OrderRef, auth_secret_name, tls_secret_name
 from fsm.placement.arbitration import TAKEN_ANNOTATION, Taking
 from fsm.placement.recipes import Recipe
-from fsm.reasons import ROLLOUT_STEPS, ConditionStatus, ConditionType, Reason
+from fsm.reasons import CATALOGUE, ROLLOUT_STEPS, ConditionStatus, ConditionType, Reason, Who
 from fsm.state import OrderState, serving_basis
 from fsm.values import Authentication
 
@@ -462,8 +462,8 @@ class Actor:
                 and not (_stale_note(cond.message) or _stale_note(before[2]))
             ):
                 continue  # same verdict, new wording: not news (except facts kept stale)
-            # RolledOut is True, and says the runtime is down.
-            warn = cond.status is ConditionStatus.FALSE or cond.reason is Reason.ROLLED_OUT
+            # A True condition may still ask someone to act (RolledOut: the runtime is down).
+            warn = cond.status is ConditionStatus.FALSE or CATALOGUE[cond.reason].who in _ACTORS
             kind: Literal["Normal", "Warning"] = (
                 "Warning" if warn or _stale_note(cond.message) else "Normal"
             )
@@ -476,6 +476,9 @@ class Actor:
                 )
             except errors.APIError as exc:
                 log.warning("could not record an Event for %s: %s", order.key, exc)
+
+
+_ACTORS = frozenset({Who.USER, Who.ADMIN})
 
 
 def _stale_note(message: str) -> bool:
