@@ -968,29 +968,37 @@ def test_a_serving_order_is_probed_on_a_timer_and_an_unchanged_answer_wakes_noth
         bed.log.close()
 
 
-def _served_then_lost(bed: Bed, url: str, clock: list[datetime], *, restarted: bool) -> str:
-    """An order served at `url`, then every replica lost: at the same rollout (the
-    runtime down), or at a new one (`restarted`: its pods made anew, as after a token
-    rotation or `kubectl rollout restart`). Then a pass every half second for 50 s, as a
-    crash-looping or starting pod's updates would wake it."""
-    uid = bed.order("llm")
-    bed.settle(uid)
-    serving(bed, uid, url)
-    bed.settle(uid)
-    assert bed.world.orders.get(uid)["status"]["phase"] == "Ready"
-    deployment = bed.child("Deployment", "llm")
-    assert deployment is not None
-    deployment["status"] |= {"readyReplicas": 0, "availableReplicas": 0}
-    if restarted:
-        deployment["metadata"]["generation"] += 1
-        deployment["status"]["observedGeneration"] = deployment["metadata"]["generation"]
-    fakes.put(bed.world, deployment)
-    pod = bed.world.pods_of(uid)[0]
-    pod["status"] = {"conditions": [{"type": "Ready", "status": "False"}]}
-    fakes.put(bed.world, pod)
-    for _ in range(100):
-        clock[0] += timedelta(seconds=0.5)
-        bed.settle(uid, passes=1)
+def _served_then_lost(bed: Bed, *, restarted: bool) -> str:
+    """An order served by a probe on 127.0.0.1, then every replica lost: at the same
+    rollout (the runtime down), or at a new one (`restarted`: its pods made anew, as
+    after a token rotation or `kubectl rollout restart`). Then, on the bed's clock, a
+    pass every half second for 50 s, as a crash-looping or starting pod's updates
+    would wake it."""
+    clock = [NOW]
+    bed.reconciler._clock = lambda: clock[0]
+    endpoint = HeldEndpoint()
+    endpoint.release.set()
+    try:
+        uid = bed.order("llm")
+        bed.settle(uid)
+        serving(bed, uid, endpoint.url)
+        bed.settle(uid)
+        assert bed.world.orders.get(uid)["status"]["phase"] == "Ready"
+        deployment = bed.child("Deployment", "llm")
+        assert deployment is not None
+        deployment["status"] |= {"readyReplicas": 0, "availableReplicas": 0}
+        if restarted:
+            deployment["metadata"]["generation"] += 1
+            deployment["status"]["observedGeneration"] = deployment["metadata"]["generation"]
+        fakes.put(bed.world, deployment)
+        pod = bed.world.pods_of(uid)[0]
+        pod["status"] = {"conditions": [{"type": "Ready", "status": "False"}]}
+        fakes.put(bed.world, pod)
+        for _ in range(100):
+            clock[0] += timedelta(seconds=0.5)
+            bed.settle(uid, passes=1)
+    finally:
+        endpoint.close()
     return uid
 
 
@@ -998,37 +1006,23 @@ def test_a_runtime_down_after_ready_fails_at_the_probes_pace(bed: Bed) -> None:
     """Every replica lost at the rollout seen complete (RolledOut): nothing can answer
     the probe, and the failures it records come at the probe's own intervals, however
     often the pods' churn wakes the order."""
-    clock = [NOW]
-    bed.reconciler._clock = lambda: clock[0]
-    endpoint = HeldEndpoint()
-    endpoint.release.set()
-    try:
-        uid = _served_then_lost(bed, endpoint.url, clock, restarted=False)
-        served_at = bed.events(uid, ev.ProbeSucceeded)[-1].observed_at
-        failed = [e.observed_at for e in bed.events(uid, ev.ProbeFailed)]
-        assert len(failed) == 3  # then Failed: a repeated failure is no news
-        ready, failing = 3 * 10, 10 / 2  # the default interval's Ready and failing paces
-        assert (failed[0] - served_at).total_seconds() >= ready
-        assert all((b - a).total_seconds() >= failing for a, b in itertools.pairwise(failed))
-        status = bed.world.orders.get(uid)["status"]
-        assert status["phase"] == "Failed"
-        assert bed.conditions(uid)["WorkloadReady"]["reason"] == "RolledOut"
-        assert NO_REPLICA_ANSWERS in bed.conditions(uid)["Ready"]["message"]
-    finally:
-        endpoint.close()
+    uid = _served_then_lost(bed, restarted=False)
+    served_at = bed.events(uid, ev.ProbeSucceeded)[-1].observed_at
+    failed = [e.observed_at for e in bed.events(uid, ev.ProbeFailed)]
+    assert len(failed) == 3  # then Failed: a repeated failure is no news
+    ready, failing = 3 * 10, 10 / 2  # the default interval's Ready and failing paces
+    assert (failed[0] - served_at).total_seconds() >= ready
+    assert all((b - a).total_seconds() >= failing for a, b in itertools.pairwise(failed))
+    status = bed.world.orders.get(uid)["status"]
+    assert status["phase"] == "Failed"
+    assert bed.conditions(uid)["WorkloadReady"]["reason"] == "RolledOut"
+    assert NO_REPLICA_ANSWERS in bed.conditions(uid)["Ready"]["message"]
 
 
 def test_pods_made_anew_after_ready_are_a_rollout_not_a_failure(bed: Bed) -> None:
     """The Deployment at a new generation (a token rotated, a rollout restart, a repair)
     restarts its pods: Pending while they start, and no probe failure recorded."""
-    clock = [NOW]
-    bed.reconciler._clock = lambda: clock[0]
-    endpoint = HeldEndpoint()
-    endpoint.release.set()
-    try:
-        uid = _served_then_lost(bed, endpoint.url, clock, restarted=True)
-        assert bed.world.orders.get(uid)["status"]["phase"] == "Pending"
-        assert bed.conditions(uid)["WorkloadReady"]["reason"] == "RolloutInProgress"
-        assert bed.events(uid, ev.ProbeFailed) == []
-    finally:
-        endpoint.close()
+    uid = _served_then_lost(bed, restarted=True)
+    assert bed.world.orders.get(uid)["status"]["phase"] == "Pending"
+    assert bed.conditions(uid)["WorkloadReady"]["reason"] == "RolloutInProgress"
+    assert bed.events(uid, ev.ProbeFailed) == []
