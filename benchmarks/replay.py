@@ -116,9 +116,15 @@ def build(url: str, streams: int) -> int:
             )
     # Interleaved as a live log is: orders progress side by side, not one after another.
     event_rows.sort(key=lambda r: (r["version"], r["stream_uid"]))
+    held = {(r["type"], r["schema_version"]) for r in event_rows}
     with engine.begin() as conn:
         conn.execute(sa.insert(schema.streams), stream_rows)
         conn.execute(sa.insert(schema.events), event_rows)
+        # What an append would have listed: the log stays one a writer can open.
+        conn.execute(
+            sa.insert(schema.event_types),
+            [{"type": t, "schema_version": v} for t, v in sorted(held)],
+        )
     engine.dispose()
     return len(event_rows)
 

@@ -54,6 +54,7 @@ __all__ = [
     "WorkloadApplyFailed",
     "WorkloadObserved",
     "WorkloadRolledOut",
+    "cannot_read",
     "event",
     "event_class",
     "from_payload",
@@ -130,6 +131,21 @@ def event_class(type_name: str) -> type[Event]:
 
 def registered_types() -> dict[str, type[Event]]:
     return dict(_TYPES)
+
+
+def cannot_read(type_name: str, version: int) -> str | None:
+    """Why this code cannot turn a stored event of `type_name` at `version` into an
+    event (None: it can), without a payload: what a log's inventory of types is checked by.
+    """
+    cls = _TYPES.get(type_name)
+    if cls is None:
+        return "a type this release does not know"
+    if version > cls.VERSION:
+        return f"this release reads it up to v{cls.VERSION}"
+    for step in range(max(version, 1), cls.VERSION):
+        if (type_name, step) not in _UPCASTERS:
+            return f"no upcaster from v{step}"
+    return None
 
 
 def upcast(type_name: str, version: int, payload: Payload) -> Payload:

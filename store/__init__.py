@@ -22,6 +22,7 @@ from store.errors import (
     StreamDeleted,
     StreamNotFound,
     UndecodableEvent,
+    UnreadableLog,
 )
 from store.log import EventLog, open_log
 from store.records import Projection, RecordedEvent, Snapshot, StreamInfo, StreamKey
@@ -41,6 +42,7 @@ __all__ = [
     "StreamKey",
     "StreamNotFound",
     "UndecodableEvent",
+    "UnreadableLog",
     "normalise_url",
     "open_log",
 ]

@@ -12,6 +12,7 @@ replaced without touching the controller:
     ├── UndecodableEvent   a stored event names an unknown type/version or fails to validate
     ├── StoreUnavailable   the database cannot be reached or stayed locked (retry later)
     └── SchemaError        the migrations could not bring the schema to this code's head
+        └── UnreadableLog  the log holds event types or versions this code cannot read
 
 `StreamConflict` and `StaleEpoch` are the two answers a correct controller expects in
 normal operation: on a conflict it re-reads and re-decides; on a stale epoch it has lost
@@ -19,6 +20,8 @@ the lease and must stop its workers.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 __all__ = [
     "SchemaError",
@@ -29,6 +32,7 @@ __all__ = [
     "StreamDeleted",
     "StreamNotFound",
     "UndecodableEvent",
+    "UnreadableLog",
 ]
 
 
@@ -89,3 +93,19 @@ class StoreUnavailable(StoreError):
 
 class SchemaError(StoreError):
     """The schema could not be migrated to the revision this code needs."""
+
+
+class UnreadableLog(SchemaError):
+    """The log holds events of types, or schema versions, this code cannot read: a newer
+    release wrote them. A writer refuses such a log rather than fold past them."""
+
+    def __init__(self, unreadable: Mapping[tuple[str, int], str]) -> None:
+        self.unreadable = dict(unreadable)
+        listed = ", ".join(
+            f"{name} v{version} ({why})" for (name, version), why in sorted(unreadable.items())
+        )
+        super().__init__(
+            f"the event log holds events this release cannot read: {listed}. A newer "
+            f"release wrote them; run that release or a newer one, or restore the log "
+            f"from before it ran"
+        )

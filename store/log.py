@@ -18,6 +18,11 @@ Guarantees, and where they come from:
   locks of appends in flight, and an append that starts after the takeover commits sees
   the new epoch: an old leader's append either commits before the new leader's first
   write or not at all.
+- Readability: a writer must be able to read every event already there, or its folds
+  would stop at the first one it does not know. The `event_types` table lists every
+  (type, schema version) the events hold (an append adds the pairs it is the first to
+  write, in its own transaction), and opening for writing checks it against the code's
+  registry: a log a newer release wrote is refused with what this release cannot read.
 - Time is the caller's: `recorded_at` and deletion times are parameters. The store never
   reads a clock, so a controller with an injected clock, and every test, is deterministic.
 """
@@ -37,7 +42,7 @@ from uuid import uuid4
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from fsm.events import Event
+from fsm.events import Event, cannot_read
 from store import codec, connecting, migrating, schema
 from store.errors import (
     StaleEpoch,
@@ -46,6 +51,7 @@ from store.errors import (
     StreamConflict,
     StreamDeleted,
     StreamNotFound,
+    UnreadableLog,
 )
 from store.records import Projection, RecordedEvent, Snapshot, StreamInfo, StreamKey
 
@@ -64,7 +70,8 @@ AppendObserver = Callable[[Sequence[Event], float, BaseException | None], None]
 def open_log(url: str, *, read_only: bool = False) -> EventLog:
     """Open the log at `url` (`sqlite:///path` or `postgresql+psycopg://…`).
 
-    A writer (the controller) migrates the schema to this release's head first. A reader
+    A writer (the controller) migrates the schema to this release's head first, then
+    refuses (UnreadableLog) a log holding event types or versions it cannot read. A reader
     (`read_only=True`, the audit CLI) never migrates, locks or writes: its connections
     refuse writes (SQLite `query_only`, a PostgreSQL read-only session), so a role with
     only SELECT will do; it raises SchemaError unless the schema is at this release's head.
@@ -73,12 +80,14 @@ def open_log(url: str, *, read_only: bool = False) -> EventLog:
     try:
         if read_only:
             migrating.check_current(engine)
-        else:
-            migrating.upgrade(engine)
+            return EventLog(engine)
+        migrating.upgrade(engine)
+        log = EventLog(engine)
+        log.check_readable()
     except BaseException:
         engine.dispose()
         raise
-    return EventLog(engine)
+    return log
 
 
 @contextmanager
@@ -101,6 +110,9 @@ class EventLog:
         # The newest epoch this log saw the fence at. The fence only rises, so an append
         # at that epoch need not try to raise it: one statement of its transaction fewer.
         self._fence_seen = 0
+        # The (type, schema version) pairs known to be in `event_types`: an append writes
+        # there only the pairs it may be the first to record.
+        self._types_recorded: set[tuple[str, int]] = set()
 
     def observe_appends(self, observer: AppendObserver) -> Callable[[], None]:
         """Call `observer` after every append; returns the function that stops it."""
@@ -169,6 +181,7 @@ class EventLog:
             raise ValueError(f"expected_version must be >= 0, got {expected_version}")
         _check_epoch(epoch)
         _check_instant(recorded_at)
+        encoded = [codec.encode(e) for e in events]
         rows = [
             {
                 "stream_uid": stream.uid,
@@ -180,12 +193,18 @@ class EventLog:
                 "leader_epoch": epoch,
                 "payload": enc.payload,
             }
-            for offset, enc in enumerate((codec.encode(e) for e in events), start=1)
+            for offset, enc in enumerate(encoded, start=1)
         ]
+        new_types = {(e.type_name, e.schema_version) for e in encoded} - self._types_recorded
         with _translated():
             try:
                 with self._writing() as conn:
                     self._fence_seen = _fence(conn, epoch, raised=epoch <= self._fence_seen)
+                    if new_types:
+                        conn.execute(
+                            _insert_absent_types(conn.dialect.name),
+                            [{"type": t, "schema_version": v} for t, v in sorted(new_types)],
+                        )
                     if expected_version == 0:
                         conn.execute(
                             sa.insert(schema.streams).values(
@@ -202,6 +221,7 @@ class EventLog:
                 # The stream row or the version was taken by a writer that committed first.
                 head = self._head_or_none(stream.uid)
                 raise StreamConflict(stream.uid, expected_version, head) from exc
+        self._types_recorded |= new_types
         return expected_version + len(rows)
 
     def claim_epoch(self, epoch: int) -> int:
@@ -215,6 +235,20 @@ class EventLog:
         with _translated(), self._writing() as conn:
             self._fence_seen = _fence(conn, epoch)
             return self._fence_seen
+
+    def event_types(self) -> set[tuple[str, int]]:
+        """Every (type, schema version) the log's events hold."""
+        query = sa.select(schema.event_types.c.type, schema.event_types.c.schema_version)
+        with _translated(), self._engine.connect() as conn:
+            return {(str(name), int(version)) for name, version in conn.execute(query)}
+
+    def check_readable(self) -> None:
+        """Raise UnreadableLog if the log holds events this code cannot decode."""
+        held = self.event_types()
+        unreadable = {pair: why for pair in held if (why := cannot_read(*pair)) is not None}
+        if unreadable:
+            raise UnreadableLog(unreadable)
+        self._types_recorded |= held
 
     def epoch(self) -> int:
         """The newest leader epoch the store has seen."""
@@ -530,6 +564,16 @@ def _upsert_latest(dialect: str, table: sa.Table, column: str) -> Any:
     )
     # RETURNING rather than rowcount: drivers disagree on the count of an upsert.
     return upsert.returning(table.c.version)
+
+
+@functools.cache
+def _insert_absent_types(dialect: str) -> Any:
+    """INSERT of (type, schema_version) rows that skips the pairs already there."""
+    module = "postgresql" if dialect == "postgresql" else "sqlite"
+    stmt = importlib.import_module(f"sqlalchemy.dialects.{module}").insert(schema.event_types)
+    return stmt.on_conflict_do_nothing(
+        index_elements=[schema.event_types.c.type, schema.event_types.c.schema_version]
+    )
 
 
 # The columns of an event row in the order `_recorded` unpacks them.

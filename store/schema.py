@@ -12,6 +12,8 @@ one naming convention, identical on SQLite and PostgreSQL.
     leader_fence   one row: the newest leader epoch any append or claim has carried
     snapshots      per stream, the folded state JSON and the version it covers
     projections    per stream, the status last written to the API and its version
+    event_types    every (type, schema version) the events hold: what a release must
+                   read before it may write (`EventLog.check_readable`)
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = [
     "FENCE_ROW",
     "HEAD",
     "UtcDateTime",
+    "event_types",
     "events",
     "leader_fence",
     "metadata",
@@ -44,7 +47,7 @@ NAMING = {
 # The newest migration of migrations/versions: the revision this code reads and writes.
 # A reader compares the database's recorded revision with it without loading Alembic; a
 # test keeps it equal to Alembic's head.
-HEAD = "0001"
+HEAD = "0002"
 
 # The id of the single row of leader_fence; the first migration inserts it with epoch 0.
 FENCE_ROW = 1
@@ -136,4 +139,11 @@ projections = sa.Table(
     sa.Column("stream_uid", sa.String(64), sa.ForeignKey("streams.uid"), primary_key=True),
     sa.Column("version", sa.Integer(), nullable=False),
     sa.Column("status", sa.JSON(), nullable=False),
+)
+
+event_types = sa.Table(
+    "event_types",
+    metadata,
+    sa.Column("type", sa.String(200), primary_key=True),
+    sa.Column("schema_version", sa.Integer(), primary_key=True),
 )

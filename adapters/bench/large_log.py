@@ -31,6 +31,7 @@ def measure(store_url: str, workdir: Path, events: int) -> dict[str, Any]:
     with source.connect() as conn:
         stream_rows = [dict(r._mapping) for r in conn.execute(sa.select(schema.streams))]
         event_rows = [dict(r._mapping) for r in conn.execute(sa.select(schema.events))]
+        type_rows = [dict(r._mapping) for r in conn.execute(sa.select(schema.event_types))]
     source.dispose()
     if not event_rows:
         return {}
@@ -41,7 +42,7 @@ def measure(store_url: str, workdir: Path, events: int) -> dict[str, Any]:
     out: dict[str, Any] = {"events": events}
     for backend, url, drop in _backends(workdir):
         try:
-            out[backend] = _fill_and_read(url, stream_rows, by_stream, events)
+            out[backend] = _fill_and_read(url, stream_rows, type_rows, by_stream, events)
         finally:
             drop()
     return out
@@ -80,6 +81,7 @@ def _backends(workdir: Path) -> list[tuple[str, str, Callable[[], None]]]:
 def _fill_and_read(
     url: str,
     stream_rows: list[dict[str, Any]],
+    type_rows: list[dict[str, Any]],
     by_stream: dict[str, list[dict[str, Any]]],
     events: int,
 ) -> dict[str, Any]:
@@ -90,6 +92,8 @@ def _fill_and_read(
     started = time.perf_counter()
     middle = ""
     with engine.begin() as conn:
+        if type_rows:  # the copies hold the same types: the log stays one a writer opens
+            conn.execute(sa.insert(schema.event_types), type_rows)
         for copy_index in range(copies):
             streams, rows = [], []
             for stream in stream_rows:

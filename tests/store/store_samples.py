@@ -10,6 +10,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
+import store
+from fsm import events as fsm_events
 from fsm.events import Event, event, upcaster
 
 __all__ = [
@@ -17,6 +21,7 @@ __all__ = [
     "ThingCounted",
     "ThingHappened",
     "ThingRemoved",
+    "append_as_a_newer_release",
     "at",
     "fold",
     "things",
@@ -79,3 +84,25 @@ def fold(events: list[Event], state: dict[str, Any] | None = None) -> dict[str, 
                 raise TypeError(f"not a sample event: {evt!r}")
         folded["seen"] += 1
     return folded
+
+
+class ThingAdded(Event):
+    """An event type of a release newer than this code: registered only while it writes."""
+
+    name: str
+
+
+def append_as_a_newer_release(
+    log: store.EventLog, key: store.StreamKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Start `key`'s stream with what a newer release would write: a type this code does
+    not know, and a known type at a schema version above this code's."""
+    with monkeypatch.context() as newer:
+        newer.setattr(ThingAdded, "TYPE", "TestThingAdded")
+        newer.setitem(fsm_events._TYPES, "TestThingAdded", ThingAdded)
+        newer.setattr(ThingHappened, "VERSION", 2)
+        written = [
+            ThingAdded(observed_at=at(1), name="new"),
+            ThingHappened(observed_at=at(1), name="t9", size=9),
+        ]
+        log.append(key, written, 0, 1, at(1))

@@ -19,7 +19,15 @@ from tests.store.store_samples import at, things
 
 REPO = Path(__file__).resolve().parents[2]
 CREATE_ALL = re.compile(r"\.create_all\(")
-TABLES = {"alembic_version", "events", "leader_fence", "projections", "snapshots", "streams"}
+TABLES = {
+    "alembic_version",
+    "event_types",
+    "events",
+    "leader_fence",
+    "projections",
+    "snapshots",
+    "streams",
+}
 
 
 def test_the_migrations_are_found_in_the_source_tree() -> None:
@@ -27,7 +35,7 @@ def test_the_migrations_are_found_in_the_source_tree() -> None:
     assert folder == REPO / "migrations"
     assert (folder / "env.py").is_file()
     assert (folder / "script.py.mako").is_file()
-    assert migrating.head_revision() == "0001" == schema.HEAD  # readers compare with HEAD
+    assert migrating.head_revision() == "0002" == schema.HEAD  # readers compare with HEAD
 
 
 def test_an_installed_wheel_finds_its_bundled_migrations(

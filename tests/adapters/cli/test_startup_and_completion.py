@@ -20,6 +20,7 @@ import pytest
 import store
 from adapters.cli.main import build_parser, main
 from adapters.kubernetes.controller import DEFAULT_WORKERS, Controller
+from tests.store.store_samples import append_as_a_newer_release
 from tests.support.root_logging import kept_root_logging
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,7 +38,16 @@ HEAVY = (
     "adapters.simulator",
     "adapters.kubernetes",
 )
-EXTRA = ("sqlalchemy.dialects.postgresql",)  # what a SQLite reader need not load either
+EXTRA = ("sqlalchemy.dialects.postgresql",)
+# A kubeconfig that loads and names a server nothing listens on (port 1 of loopback).
+UNREACHABLE_KUBECONFIG = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+    "users": [{"name": "u", "user": {"token": "not-a-secret"}}],
+    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+    "current-context": "x",
+}  # what a SQLite reader need not load either
 
 PROBE = """
 import json, sys
@@ -166,6 +176,26 @@ def test_a_kubeconfig_that_cannot_be_used_is_refused_before_the_log_is_made(
         assert not log.exists()
         assert main(["simulate", f"--kubeconfig={absent}", "--no-hub"]) == 2
     assert f"simulate: cannot load the kubeconfig {absent}" in capsys.readouterr().err
+
+
+def test_a_log_a_newer_release_wrote_stops_the_controller_with_what_it_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollback: exit 1, as for a log that cannot be opened (Kubernetes restarts the pod
+    with backoff), and the reason names what this release cannot read."""
+    url = f"sqlite:///{tmp_path / 'log.sqlite'}"
+    with store.open_log(url) as log:
+        append_as_a_newer_release(log, store.StreamKey("uid-1", "ns", "name"), monkeypatch)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps(UNREACHABLE_KUBECONFIG), encoding="utf-8")
+    ports = ["--health-port", "0", "--metrics-port", "0"]
+    with kept_root_logging():
+        argv = ["controller", f"--kubeconfig={kubeconfig}", f"--store={url}", *ports]
+        assert main(argv) == 1
+    assert (
+        "cannot open the event log: the event log holds events this release cannot read: "
+        "TestThingAdded v1 (a type this release does not know), TestThingHappened v2"
+    ) in capsys.readouterr().err
 
 
 def test_a_store_no_shipped_driver_serves_is_refused_before_anything_starts(
