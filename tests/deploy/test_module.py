@@ -351,6 +351,22 @@ def test_namespace_levels_never_name_cluster_scoped_resources() -> None:
             assert level in LEVELS, level
 
 
+@pytest.mark.parametrize("version", ["1.74.0", "1.80.1"])
+def test_no_rule_names_objects_for_verbs_that_cannot_be_limited_by_name(version: str) -> None:
+    """Kubernetes cannot restrict create or deletecollection by resourceNames (a create's
+    name may be unknown when it is authorized): such a rule grants nothing, and reads as
+    if it did."""
+    unenforceable = {"create", "deletecollection"}
+    found = [
+        (doc["metadata"]["name"], rule["resources"], sorted(unenforceable & set(rule["verbs"])))
+        for doc in render(deckhouse_values(version=version))
+        if doc["kind"] in ("Role", "ClusterRole")
+        for rule in doc.get("rules") or ()
+        if rule.get("resourceNames") and unenforceable & set(rule["verbs"])
+    ]
+    assert found == []
+
+
 @pytest.mark.parametrize(
     ("version", "new"),
     [("1.74.0", False), ("v1.77.3", False), ("1.78.0", True), ("1.80.1", True), ("dev", True)],
