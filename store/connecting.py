@@ -121,8 +121,11 @@ def _configure_sqlite(engine: Engine, *, read_only: bool = False) -> None:
                 cursor.execute("PRAGMA query_only=ON")
             else:
                 _use_wal(cursor)
-                # Durable at every checkpoint, and safe against corruption, in WAL mode.
-                cursor.execute("PRAGMA synchronous=NORMAL")
+                # FULL: a committed append survives a power loss or an OS crash too, not
+                # only a crash of the process. NORMAL may lose the last commits then, and
+                # the log would say less than the controller had done after appending.
+                # One fsync per commit: 0.18 ms against 0.04 ms on this project's machines.
+                cursor.execute("PRAGMA synchronous=FULL")
             cursor.execute("PRAGMA foreign_keys=ON")
             # Each pooled connection keeps its own page cache (2 MB by default), and a
             # controller's few connections filled theirs as the log grew: ~10 MB of its
