@@ -98,7 +98,8 @@ class Actor:
         prober: Prober,
     ) -> None:
         self._world = world
-        self._namespace = namespace  # the controller's: where CustomCertificate Secrets are
+        # The controller's: where CustomCertificate Secrets are, but the platform's global one.
+        self._namespace = namespace
         self._writer = writer
         self._targets = targets
         self._settings = settings
@@ -203,13 +204,16 @@ class Actor:
         )
         return [self._rewrite(doc) if self._rewrite else doc for doc in docs]
 
-    def _certificate(self, order: OrderRef, name: str | None) -> dict[str, Any] | None:
-        """The copy of the CustomCertificate Secret `name` (the one the order's Ingress
-        names, if any)."""
-        if name is None:
+    def _certificate(
+        self, order: OrderRef, source: tuple[str | None, str] | None
+    ) -> dict[str, Any] | None:
+        """The copy of the CustomCertificate Secret `source` (the one the order's Ingress
+        names, if any; its namespace None: the controller's)."""
+        if source is None:
             return None
-        source = self._world.secrets.get_by_name(self._namespace, name)
-        return certificates.copy_of(order, source, namespace=self._namespace, name=name)
+        namespace, name = source[0] or self._namespace, source[1]
+        secret = self._world.secrets.get_by_name(namespace, name)
+        return certificates.copy_of(order, secret, namespace=namespace, name=name)
 
     def _live(self, order: OrderRef) -> dict[converging.Key, Obj]:
         # Read only (compared, never changed): no copy of every child on every pass.

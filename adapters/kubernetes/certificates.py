@@ -1,12 +1,13 @@
 """The order's copy of a CustomCertificate Secret: what it is, and keeping it equal.
 
 With https mode CustomCertificate the certificate is one `kubernetes.io/tls` Secret in
-the controller's own namespace (d8-ai-inference on Deckhouse), named by the module's (or
-the platform's global) `https.customCertificate.secretName` or by the class's
-exposurePolicy. An Ingress can only name a Secret of its own namespace, so each order
-whose Ingress needs it gets a copy, `{order}-custom-tls`, owned by the order and
-labelled with its UID like the rest of its workload: the garbage collector takes it with
-the order, the pass prunes it when the order no longer needs it (converging.strays).
+the controller's own namespace (d8-ai-inference on Deckhouse), named by the module's
+`https.customCertificate.secretName` or by the class's exposurePolicy; the one the
+platform's global block names is where Deckhouse keeps it, in d8-system. An Ingress can
+only name a Secret of its own namespace, so each order whose Ingress needs it gets a copy,
+`{order}-custom-tls`, owned by the order and labelled with its UID like the rest of its
+workload: the garbage collector takes it with the order, the pass prunes it when the
+order no longer needs it (converging.strays).
 
 The copy is kept equal to the source — its type and its data, every key, nothing more —
 without ever updating or patching a Secret: a copy that differs (the source rotated, the
@@ -50,8 +51,8 @@ def copy_of(order: OrderRef, source: Obj | None, *, namespace: str, name: str) -
     if source is None:
         raise CertificateSecretMissing(
             f"https mode CustomCertificate: Secret {name!r} does not exist in namespace "
-            f"{namespace} (the controller's), so the order's Ingress has no certificate; "
-            f"create it there (type kubernetes.io/tls)"
+            f"{namespace}, so the order's Ingress has no certificate; create it there "
+            f"(type kubernetes.io/tls)"
         )
     return {
         "apiVersion": "v1",
@@ -123,18 +124,26 @@ def keep_equal(
     return True
 
 
-def sources(namespace: str, settings_secret: str | None, class_specs: Iterable[Obj]) -> set[str]:
+def sources(
+    namespace: str,
+    settings_secret: str | None,
+    class_specs: Iterable[Obj],
+    *,
+    settings_namespace: str | None = None,
+) -> set[str]:
     """`namespace/name` of every CustomCertificate Secret the settings or a class name:
-    the Secrets read by name and re-read while named (secret_lookup.NamedSecrets).
+    the Secrets read by name and re-read while named (secret_lookup.NamedSecrets). A
+    class's are in the controller's `namespace`, the settings' in `settings_namespace`
+    (None: the controller's too).
 
     The settings' name counts whatever their mode: a class in CustomCertificate mode
     that names no Secret falls back to it."""
-    names = {settings_secret} if settings_secret else set()
+    found = {f"{settings_namespace or namespace}/{settings_secret}"} if settings_secret else set()
     for spec in class_specs:
         https = (spec.get("exposurePolicy") or {}).get("https") or {}
         if not isinstance(https, Mapping) or https.get("mode") != "CustomCertificate":
             continue
         name = (https.get("customCertificate") or {}).get("secretName")
         if name:
-            names.add(str(name))
-    return {f"{namespace}/{name}" for name in names}
+            found.add(f"{namespace}/{name}")
+    return found

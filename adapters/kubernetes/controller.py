@@ -202,8 +202,13 @@ class Controller:
 
     def _certificate_sources(self) -> set[str]:
         specs = [obj.get("spec") or {} for obj in self.cache.classes.objects(copy_=False)]
-        secret = self.settings().https.custom_certificate.secret_name
-        return certificates.sources(self.namespace, secret, specs)
+        custom = self.settings().https.custom_certificate
+        return certificates.sources(
+            self.namespace,
+            custom.secret_name,
+            specs,
+            settings_namespace=custom.secret_namespace,
+        )
 
     def _reload_settings(self) -> None:
         # The global block first: a bad one keeps the last good one (not the defaults),

@@ -119,9 +119,10 @@ class Https:
 
     mode: HttpsMode
     cluster_issuer_name: str | None = None
-    # CustomCertificate: the source Secret, in the controller's namespace; the Ingress
-    # names the order's copy of it (identity.custom_tls_secret_name).
+    # CustomCertificate: the source Secret, in `secret_namespace` (None: the controller's
+    # namespace); the Ingress names the order's copy of it (identity.custom_tls_secret_name).
     secret_name: str | None = None
+    secret_namespace: str | None = None
 
     @property
     def scheme(self) -> str:
@@ -191,15 +192,22 @@ def effective_https(policy: EffectivePolicy, settings: Settings) -> Https:
     issuer = (block.cluster_issuer_name if block else None) or (
         settings.https.cert_manager.cluster_issuer_name
     )
-    custom = (block.custom_certificate_secret_name if block else None) or (
-        settings.https.custom_certificate.secret_name
+    named = block.custom_certificate_secret_name if block else None
+    # A class names a Secret of the controller's namespace; the settings', theirs.
+    custom, custom_namespace = (
+        (named, None)
+        if named
+        else (
+            settings.https.custom_certificate.secret_name,
+            settings.https.custom_certificate.secret_namespace,
+        )
     )
     if mode is HttpsMode.CERT_MANAGER:
         return Https(mode, cluster_issuer_name=issuer)
     if mode is HttpsMode.CUSTOM_CERTIFICATE:
         if not custom:
             raise RenderError("https mode CustomCertificate names no Secret (class nor settings)")
-        return Https(mode, secret_name=custom)
+        return Https(mode, secret_name=custom, secret_namespace=custom_namespace)
     return Https(mode)
 
 
@@ -225,12 +233,17 @@ def endpoint_url(order: OrderRef, policy: EffectivePolicy, settings: Settings) -
     return f"http://{order.name}.{order.namespace}.svc.cluster.local"
 
 
-def certificate_source(order: OrderRef, policy: EffectivePolicy, settings: Settings) -> str | None:
-    """The CustomCertificate Secret the order's Ingress needs a copy of, if it does."""
+def certificate_source(
+    order: OrderRef, policy: EffectivePolicy, settings: Settings
+) -> tuple[str | None, str] | None:
+    """The CustomCertificate Secret the order's Ingress needs a copy of, if it does: its
+    namespace (None: the controller's) and name."""
     if _exposed(order, policy, settings) is None:
         return None
     https = effective_https(policy, settings)
-    return https.secret_name if https.mode is HttpsMode.CUSTOM_CERTIFICATE else None
+    if https.mode is not HttpsMode.CUSTOM_CERTIFICATE or https.secret_name is None:
+        return None
+    return https.secret_namespace, https.secret_name
 
 
 # --- devices ----------------------------------------------------------------------------

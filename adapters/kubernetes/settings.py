@@ -37,7 +37,7 @@ from typing import Any
 
 import jsonschema
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from adapters.resources import resource_dir
 from fsm.values import Frozen, HttpsMode
@@ -47,6 +47,7 @@ __all__ = [
     "MODULE_CONFIG_API_VERSION",
     "MODULE_CONFIG_KIND",
     "MODULE_NAME",
+    "PLATFORM_CERTIFICATE_NAMESPACE",
     "SETTINGS_VERSION",
     "CatalogMode",
     "CatalogSettings",
@@ -73,6 +74,8 @@ SETTINGS_VERSION = 1
 DEFAULT_PROBE_TIMEOUT = 3  # seconds, or the probe interval when that is shorter
 # The settings the platform's global `modules.*` block may supply when the module's don't.
 EXPOSURE_KEYS = ("publicDomainTemplate", "ingressClass", "https")
+# Where Deckhouse keeps the Secret its global `modules.https.customCertificate` names.
+PLATFORM_CERTIFICATE_NAMESPACE = "d8-system"
 
 
 class SettingsError(ValueError):
@@ -94,6 +97,20 @@ class CertManagerSettings(Frozen):
 
 class CustomCertificateSettings(Frozen):
     secret_name: str | None = Field(default=None, min_length=1)
+    # Where that Secret is: not a setting but where the block came from (Source.resolve).
+    # None: the controller's own namespace; the platform's global block names a Secret of
+    # PLATFORM_CERTIFICATE_NAMESPACE, as every Deckhouse module reads it.
+    _secret_namespace: str | None = PrivateAttr(default=None)
+
+    @property
+    def secret_namespace(self) -> str | None:
+        return self._secret_namespace
+
+    def kept_in(self, namespace: str) -> CustomCertificateSettings:
+        """The same block, its Secret in `namespace`."""
+        moved = self.model_copy()
+        moved._secret_namespace = namespace
+        return moved
 
 
 class HttpsSettings(Frozen):
@@ -336,7 +353,14 @@ class Source:
             else self.file_settings
         )
         mine = _merge(base or {}, self.overrides)
-        return Settings.from_settings(with_fallbacks(mine, fallbacks or {}))
+        resolved = Settings.from_settings(with_fallbacks(mine, fallbacks or {}))
+        if mine.get("https") is None and (fallbacks or {}).get("https") is not None:
+            # The platform's block: its CustomCertificate Secret is the platform's too.
+            https = resolved.https
+            kept = https.custom_certificate.kept_in(PLATFORM_CERTIFICATE_NAMESPACE)
+            moved = https.model_copy(update={"custom_certificate": kept})
+            resolved = resolved.model_copy(update={"https": moved})
+        return resolved
 
 
 def reload(previous: Settings, obj: Mapping[str, Any] | None) -> tuple[Settings, str | None]:

@@ -2,8 +2,9 @@
 CustomCertificate Secret an order's Ingress names.
 
 Against the real API server: the ModuleConfigs `global` and `ai-inference` are made and
-edited as an administrator would, the certificate Secret lives in the controller's
-namespace (d8-ai-inference), and every answer is read from the live objects and the
+edited as an administrator would, the certificate Secret a class names lives in the
+controller's namespace (d8-ai-inference) and the one the global block names in
+d8-system, and every answer is read from the live objects and the
 order's status. ModuleConfigs, classes and Secrets made here are removed afterwards.
 """
 
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.cluster
 
 NS = "support"
 MODULE_NS = "d8-ai-inference"
+PLATFORM_NS = "d8-system"  # where Deckhouse keeps the global block's certificate
 QWEN_SMALL = "Qwen/Qwen2.5-0.5B-Instruct"
 MODULE_CONFIGS = ("deckhouse.io", "v1alpha1", "moduleconfigs")
 
@@ -196,24 +198,26 @@ CERT_2 = {"tls.crt": "EXCERT-TWO-cert-bytes", "tls.key": "EXKEY-TWO-private-key-
 MARKERS = ("EXKEY-ONE", "EXKEY-TWO", "EXCERT-ONE", "EXCERT-TWO")
 
 
-def _tls_secret(name: str, data: dict[str, str]) -> dict[str, Any]:
+def _tls_secret(name: str, data: dict[str, str], namespace: str = MODULE_NS) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": name, "namespace": MODULE_NS},
+        "metadata": {"name": name, "namespace": namespace},
         "type": "kubernetes.io/tls",
         "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
     }
 
 
-def _class(name: str, https: dict[str, Any]) -> dict[str, Any]:
+def _class(name: str, https: dict[str, Any] | None) -> dict[str, Any]:
+    """An External class; `https` None: the settings' block applies."""
+    exposure = {"type": "External", "authentication": "None"}
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "InferenceServiceClass",
         "metadata": {"name": name},
         "spec": {
             "modelPolicy": {"allowedEndpointTypes": ["Chat"]},
-            "exposurePolicy": {"type": "External", "authentication": "None", "https": https},
+            "exposurePolicy": exposure if https is None else {**exposure, "https": https},
         },
     }
 
@@ -348,3 +352,53 @@ def test_a_custom_certificate_is_copied_kept_equal_repaired_and_pruned(
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+def test_the_platforms_custom_certificate_is_copied_from_d8_system(
+    platform: LocalPlatform, alice: Orders, admin: client.ApiClient, orders: Any
+) -> None:
+    """The global `modules.https` block names a Secret Deckhouse keeps in d8-system: the
+    copy is made from there, and follows it."""
+    core = client.CoreV1Api(admin)
+    try:
+        core.create_namespace({"metadata": {"name": PLATFORM_NS}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    source, class_name, name = "ex-platform-wildcard", "ex-settings-https", "ex-platform-tls"
+    core.create_namespaced_secret(PLATFORM_NS, _tls_secret(source, CERT_1, PLATFORM_NS))
+    Applier(admin).apply_all([_class(class_name, None)])
+    custom_https = {"mode": "CustomCertificate", "customCertificate": {"secretName": source}}
+    platform_block = {"modules": {"publicDomainTemplate": "%s.global.test", "https": custom_https}}
+    try:
+        with module_config(admin, "global", platform_block, version=2):
+            orders(name)
+            alice.create(
+                NS,
+                name,
+                {
+                    "inferenceServiceClassName": class_name,
+                    "model": {"src": "HuggingFace", "ref": {"name": QWEN_SMALL}},
+                },
+            )
+            made = wait_for(lambda: _copy(core, name), timeout=90, what="the copy")
+            assert _decoded(made) == CERT_1
+            annotations = made.metadata.annotations
+            assert annotations["ai.deckhouse.io/certificate-source"] == f"{PLATFORM_NS}/{source}"
+            ingress = wait_for(lambda: _ingress(platform, name), timeout=30, what="the Ingress")
+            assert ingress.spec.tls[0].secret_name == f"{name}-custom-tls"
+
+            # The platform's rotation reaches the copy.
+            core.replace_namespaced_secret(
+                source, PLATFORM_NS, _tls_secret(source, CERT_2, PLATFORM_NS)
+            )
+            wait_for(
+                lambda: (c := _copy(core, name)) is not None and _decoded(c) == CERT_2,
+                timeout=90,
+                what="the copy to follow the platform's Secret",
+            )
+    finally:
+        core.delete_namespaced_secret(source, PLATFORM_NS)
+        client.CustomObjectsApi(admin).delete_cluster_custom_object(
+            GROUP, VERSION, "inferenceserviceclasses", class_name
+        )

@@ -98,3 +98,7 @@ def test_sources_are_the_settings_secret_and_each_custom_class_secret() -> None:
         "d8-ai-inference/class-one",
     }
     assert certificates.sources("ns", None, []) == set()
+    # The platform's global block names a Secret of its own namespace; the classes' stay.
+    assert certificates.sources(
+        "d8-ai-inference", "wild", specs, settings_namespace="d8-system"
+    ) == {"d8-system/wild", "d8-ai-inference/class-one"}

@@ -126,6 +126,28 @@ def test_the_source_puts_the_global_block_under_the_file_the_module_config_and_t
     assert source.resolve(None).public_domain_template is None  # no global: the default
 
 
+def test_the_global_blocks_certificate_is_read_where_the_platform_keeps_it() -> None:
+    """Deckhouse keeps the Secret its global `modules.https.customCertificate` names in
+    d8-system; one the module's own settings name stays in the controller's namespace."""
+    fallbacks = global_settings.exposure_of(global_config({"https": CUSTOM}))
+    platform = Source().resolve(None, fallbacks).https.custom_certificate
+    assert (platform.secret_namespace, platform.secret_name) == ("d8-system", "wild")
+    own_https = {"mode": "CustomCertificate", "customCertificate": {"secretName": "own"}}
+    for source, config in (
+        (Source({"https": own_https}), None),  # the file's block
+        (Source(), module_config({"https": own_https})),  # the module's ModuleConfig
+        (Source({}, {"https": own_https}), None),  # flags
+    ):
+        mine = source.resolve(config, fallbacks).https.custom_certificate
+        assert (mine.secret_namespace, mine.secret_name) == (None, "own")
+    # A block the module sets in another mode replaces the global one whole: none read.
+    moved_away = Source({"https": {"mode": "OnlyInURI"}}).resolve(None, fallbacks)
+    assert moved_away.https.custom_certificate.secret_name is None
+    assert moved_away.https.custom_certificate.secret_namespace is None
+    # Where the Secret is counts as a change of the settings (the workload is redone).
+    assert Source().resolve(None, fallbacks) != Settings.from_settings(fallbacks)
+
+
 def test_only_the_three_exposure_settings_are_read_from_the_global_config() -> None:
     block = global_settings.exposure_of(
         global_config({**GLOBAL, "placement": {"customTolerationKeys": ["x"]}}, storageClass="s")

@@ -25,7 +25,7 @@ from adapters.kubernetes.rendering import (
     RenderError,
     render_workload,
 )
-from adapters.kubernetes.settings import Settings
+from adapters.kubernetes.settings import Settings, Source
 from fsm.placement import cel, sizing
 from fsm.placement.capacity import Device
 from fsm.policy import classless_policy
@@ -230,6 +230,20 @@ def test_https_modes(
     assert rendering.endpoint_url(ORDER, pol, settings) == f"{scheme}://{host}"
 
 
+# Settings whose https block is the platform's global one (Source.resolve under a global
+# block that sets CustomCertificate).
+PLATFORM_CUSTOM = Source().resolve(
+    None,
+    {
+        "publicDomainTemplate": DOMAIN,
+        "https": {
+            "mode": "CustomCertificate",
+            "customCertificate": {"secretName": "platform-wild"},
+        },
+    },
+)
+
+
 @pytest.mark.parametrize(
     ("https", "settings", "source"),
     [
@@ -237,21 +251,28 @@ def test_https_modes(
         (HttpsPolicy(mode=HttpsMode.ONLY_IN_URI), SETTINGS, None),
         (HttpsPolicy(mode=HttpsMode.CUSTOM_CERTIFICATE),
          Settings(https={"mode": "CustomCertificate", "customCertificate": {"secretName": "wild"}},
-                  publicDomainTemplate=DOMAIN), "wild"),
-        # The class's own name wins over the settings'.
+                  publicDomainTemplate=DOMAIN), (None, "wild")),
+        # The platform's global block names a Secret of the platform's namespace.
+        (HttpsPolicy(mode=HttpsMode.CUSTOM_CERTIFICATE), PLATFORM_CUSTOM,
+         ("d8-system", "platform-wild")),
+        # The class's own name wins over the settings', and is the controller's.
         (HttpsPolicy.model_validate({"mode": "CustomCertificate",
                                      "customCertificate": {"secretName": "own"}}),
          Settings(https={"mode": "CustomCertificate", "customCertificate": {"secretName": "wild"}},
-                  publicDomainTemplate=DOMAIN), "own"),
+                  publicDomainTemplate=DOMAIN), (None, "own")),
+        (HttpsPolicy.model_validate({"mode": "CustomCertificate",
+                                     "customCertificate": {"secretName": "own"}}),
+         PLATFORM_CUSTOM, (None, "own")),
         # No Ingress (no host template): nothing to copy for.
         (HttpsPolicy.model_validate({"mode": "CustomCertificate",
                                      "customCertificate": {"secretName": "own"}}), Settings(),
          None),
     ],
-    ids=["cert-manager", "only-in-uri", "custom-from-settings", "custom-from-class", "no-host"],
+    ids=["cert-manager", "only-in-uri", "custom-from-settings", "custom-from-the-platform",
+         "custom-from-class", "custom-from-class-over-the-platform", "no-host"],
 )  # fmt: skip
 def test_the_certificate_to_copy_is_the_custom_one_an_ingress_names(
-    https: HttpsPolicy | None, settings: Settings, source: str | None
+    https: HttpsPolicy | None, settings: Settings, source: tuple[str | None, str] | None
 ) -> None:
     assert rendering.certificate_source(ORDER, policy(https=https), settings) == source
     cluster_local = policy(ExposureType.CLUSTER_LOCAL, https=https)
