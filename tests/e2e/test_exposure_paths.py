@@ -93,6 +93,14 @@ def _ingress(platform: LocalPlatform, name: str) -> Any:
         raise
 
 
+def _spec(class_name: str) -> dict[str, Any]:
+    """An order of the small model under `class_name`."""
+    return {
+        "inferenceServiceClassName": class_name,
+        "model": {"src": "HuggingFace", "ref": {"name": QWEN_SMALL}},
+    }
+
+
 def _host(platform: LocalPlatform, name: str) -> str | None:
     ingress = _ingress(platform, name)
     return None if ingress is None else str(ingress.spec.rules[0].host)
@@ -117,14 +125,7 @@ def test_an_ingress_host_follows_the_global_domain_unless_the_module_sets_its_ow
         module_config(admin, "ai-inference", {"probe": {"intervalSeconds": 10}}) as put_module,
     ):
         orders(name)
-        alice.create(
-            NS,
-            name,
-            {
-                "inferenceServiceClassName": "default-llm",
-                "model": {"src": "HuggingFace", "ref": {"name": QWEN_SMALL}},
-            },
-        )
+        alice.create(NS, name, _spec("default-llm"))
         # The module's settings name no domain: the platform's applies.
         wait_for(
             lambda: _host(platform, name) == f"{label}.global.test",
@@ -250,14 +251,7 @@ def test_a_custom_certificate_is_copied_kept_equal_repaired_and_pruned(
     Applier(admin).apply_all([_class(class_name, custom_https)])
     try:
         orders(name)
-        alice.create(
-            NS,
-            name,
-            {
-                "inferenceServiceClassName": class_name,
-                "model": {"src": "HuggingFace", "ref": {"name": QWEN_SMALL}},
-            },
-        )
+        alice.create(NS, name, _spec(class_name))
         # No source yet: a named reason on the order, and no retry storm.
         obj = alice.wait_phase(NS, name, "Pending", reason="CertificateSecretMissing", timeout=90)
         workload = next(c for c in obj["status"]["conditions"] if c["type"] == "WorkloadReady")
@@ -360,27 +354,17 @@ def test_the_platforms_custom_certificate_is_copied_from_d8_system(
     """The global `modules.https` block names a Secret Deckhouse keeps in d8-system: the
     copy is made from there, and follows it."""
     core = client.CoreV1Api(admin)
-    try:
-        core.create_namespace({"metadata": {"name": PLATFORM_NS}})
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
     source, class_name, name = "ex-platform-wildcard", "ex-settings-https", "ex-platform-tls"
-    core.create_namespaced_secret(PLATFORM_NS, _tls_secret(source, CERT_1, PLATFORM_NS))
-    Applier(admin).apply_all([_class(class_name, None)])
+    platform_ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLATFORM_NS}}
+    Applier(admin).apply_all(
+        [platform_ns, _tls_secret(source, CERT_1, PLATFORM_NS), _class(class_name, None)]
+    )
     custom_https = {"mode": "CustomCertificate", "customCertificate": {"secretName": source}}
     platform_block = {"modules": {"publicDomainTemplate": "%s.global.test", "https": custom_https}}
     try:
         with module_config(admin, "global", platform_block, version=2):
             orders(name)
-            alice.create(
-                NS,
-                name,
-                {
-                    "inferenceServiceClassName": class_name,
-                    "model": {"src": "HuggingFace", "ref": {"name": QWEN_SMALL}},
-                },
-            )
+            alice.create(NS, name, _spec(class_name))
             made = wait_for(lambda: _copy(core, name), timeout=90, what="the copy")
             assert _decoded(made) == CERT_1
             annotations = made.metadata.annotations
