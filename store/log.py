@@ -451,8 +451,7 @@ class EventLog:
         document = dict(value)
         # Fail here, in the caller's terms, rather than deep inside the driver's bind step.
         json.dumps(document, allow_nan=False)
-        dialect = "postgresql" if self._engine.dialect.name == "postgresql" else "sqlite"
-        stmt = _upsert_latest(dialect, table, column)
+        stmt = _upsert_latest(self._engine.dialect.name, table, column)
         with _translated(), self._writing() as conn:
             head = _head(conn, uid)
             if head == 0 and not _exists(conn, uid):
@@ -549,14 +548,21 @@ def _exists(conn: Connection, uid: str) -> bool:
     return conn.execute(_EXISTS, {"uid": uid}).first() is not None
 
 
+def _dialect_insert(dialect: str, table: sa.Table) -> Any:
+    """The dialect's own INSERT of `table` (for ON CONFLICT), for an engine's dialect name.
+
+    Imported on the write paths only: the PostgreSQL dialect package costs an audit command
+    on SQLite a visible part of its start-up (the engine imports the dialect it uses anyway).
+    """
+    module = "postgresql" if dialect == "postgresql" else "sqlite"
+    return importlib.import_module(f"sqlalchemy.dialects.{module}").insert(table)
+
+
 @functools.cache
 def _upsert_latest(dialect: str, table: sa.Table, column: str) -> Any:
     """INSERT of a (stream_uid, version, column) row that replaces an older version's,
     built once per table (the values travel as parameters)."""
-    # The dialects' own INSERT (for ON CONFLICT), imported on this write path only: the
-    # PostgreSQL dialect package costs an audit command on SQLite a visible part of its
-    # start-up (the engine imports the dialect it uses anyway).
-    stmt = importlib.import_module(f"sqlalchemy.dialects.{dialect}").insert(table)
+    stmt = _dialect_insert(dialect, table)
     upsert = stmt.on_conflict_do_update(
         index_elements=[table.c.stream_uid],
         set_={"version": stmt.excluded.version, column: stmt.excluded[column]},
@@ -569,8 +575,7 @@ def _upsert_latest(dialect: str, table: sa.Table, column: str) -> Any:
 @functools.cache
 def _insert_absent_types(dialect: str) -> Any:
     """INSERT of (type, schema_version) rows that skips the pairs already there."""
-    module = "postgresql" if dialect == "postgresql" else "sqlite"
-    stmt = importlib.import_module(f"sqlalchemy.dialects.{module}").insert(schema.event_types)
+    stmt = _dialect_insert(dialect, schema.event_types)
     return stmt.on_conflict_do_nothing(
         index_elements=[schema.event_types.c.type, schema.event_types.c.schema_version]
     )
