@@ -368,10 +368,11 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _C.WORKLOAD_READY,
         _F,
         Who.ADMIN,
-        "https mode CustomCertificate names a Secret that does not exist where it is read (the "
-        "controller's namespace; d8-system for the platform's global block), so no copy can "
-        "be made for the order's Ingress; nothing is applied until it exists (what runs "
-        "keeps running).",
+        "https mode CustomCertificate names a Secret that does not exist where it is read "
+        "(d8-system for a ModuleConfig's or the platform's global block; the controller's "
+        "namespace for a class's, the settings file's or the flags'), so no copy can be made "
+        "for the order's Ingress; nothing is applied until it exists (what runs keeps "
+        "running).",
     ),
     Reason.AUTH_SECRET_CONFLICT: ReasonInfo(
         _C.WORKLOAD_READY,

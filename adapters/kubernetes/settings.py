@@ -74,7 +74,7 @@ SETTINGS_VERSION = 1
 DEFAULT_PROBE_TIMEOUT = 3  # seconds, or the probe interval when that is shorter
 # The settings the platform's global `modules.*` block may supply when the module's don't.
 EXPOSURE_KEYS = ("publicDomainTemplate", "ingressClass", "https")
-# Where Deckhouse keeps the Secret its global `modules.https.customCertificate` names.
+# Where Deckhouse keeps the Secret a module's or the global `https.customCertificate` names.
 PLATFORM_CERTIFICATE_NAMESPACE = "d8-system"
 
 
@@ -98,8 +98,9 @@ class CertManagerSettings(Frozen):
 class CustomCertificateSettings(Frozen):
     secret_name: str | None = Field(default=None, min_length=1)
     # Where that Secret is: not a setting but where the block came from (Source.resolve).
-    # None: the controller's own namespace; the platform's global block names a Secret of
-    # PLATFORM_CERTIFICATE_NAMESPACE, as every Deckhouse module reads it.
+    # None: the controller's own namespace (a block of the file or the flags); a block of
+    # the ModuleConfig or the platform's global one names a Secret of
+    # PLATFORM_CERTIFICATE_NAMESPACE, where Deckhouse has every module read it.
     _secret_namespace: str | None = PrivateAttr(default=None)
 
     @property
@@ -354,13 +355,29 @@ class Source:
         )
         mine = _merge(base or {}, self.overrides)
         resolved = Settings.from_settings(with_fallbacks(mine, fallbacks or {}))
-        if mine.get("https") is None and (fallbacks or {}).get("https") is not None:
-            # The platform's block: its CustomCertificate Secret is the platform's too.
+        if _kept_by_the_platform(module_config, mine, self.overrides, fallbacks or {}):
             https = resolved.https
             kept = https.custom_certificate.kept_in(PLATFORM_CERTIFICATE_NAMESPACE)
             moved = https.model_copy(update={"custom_certificate": kept})
             resolved = resolved.model_copy(update={"https": moved})
         return resolved
+
+
+def _kept_by_the_platform(
+    module_config: Mapping[str, Any] | None,
+    mine: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+    fallbacks: Mapping[str, Any],
+) -> bool:
+    """Whether the https block in force is one Deckhouse's: its ModuleConfig's or the
+    global one. Deckhouse keeps the CustomCertificate Secret of either in d8-system (its
+    `copy_custom_certificate` hook reads it there for every module); a block from the
+    file or the flags, on a cluster without Deckhouse, names one of the controller's."""
+    if overrides.get("https") is not None:
+        return False
+    if mine.get("https") is not None:
+        return module_config is not None
+    return fallbacks.get("https") is not None
 
 
 def reload(previous: Settings, obj: Mapping[str, Any] | None) -> tuple[Settings, str | None]:

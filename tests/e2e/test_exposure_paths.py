@@ -352,12 +352,19 @@ def test_the_platforms_custom_certificate_is_copied_from_d8_system(
     platform: LocalPlatform, alice: Orders, admin: client.ApiClient, orders: Any
 ) -> None:
     """The global `modules.https` block names a Secret Deckhouse keeps in d8-system: the
-    copy is made from there, and follows it."""
+    copy is made from there, and follows it. So does the one the module's own ModuleConfig
+    names: Deckhouse keeps that one in d8-system too."""
     core = client.CoreV1Api(admin)
     source, class_name, name = "ex-platform-wildcard", "ex-settings-https", "ex-platform-tls"
+    module_source = "ex-module-wildcard"
     platform_ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLATFORM_NS}}
     Applier(admin).apply_all(
-        [platform_ns, _tls_secret(source, CERT_1, PLATFORM_NS), _class(class_name, None)]
+        [
+            platform_ns,
+            _tls_secret(source, CERT_1, PLATFORM_NS),
+            _tls_secret(module_source, CERT_1, PLATFORM_NS),
+            _class(class_name, None),
+        ]
     )
     custom_https = {"mode": "CustomCertificate", "customCertificate": {"secretName": source}}
     platform_block = {"modules": {"publicDomainTemplate": "%s.global.test", "https": custom_https}}
@@ -381,8 +388,23 @@ def test_the_platforms_custom_certificate_is_copied_from_d8_system(
                 timeout=90,
                 what="the copy to follow the platform's Secret",
             )
+
+            # The module's own block replaces the global one: its Secret is in d8-system too.
+            module_https = {**custom_https, "customCertificate": {"secretName": module_source}}
+            with module_config(admin, "ai-inference", {"https": module_https}):
+                wait_for(
+                    lambda: (
+                        (c := _copy(core, name)) is not None
+                        and c.metadata.annotations["ai.deckhouse.io/certificate-source"]
+                        == f"{PLATFORM_NS}/{module_source}"
+                    ),
+                    timeout=90,
+                    what="the copy made from the module's Secret in d8-system",
+                )
+                assert _decoded(_copy(core, name)) == CERT_1
     finally:
         core.delete_namespaced_secret(source, PLATFORM_NS)
+        core.delete_namespaced_secret(module_source, PLATFORM_NS)
         client.CustomObjectsApi(admin).delete_cluster_custom_object(
             GROUP, VERSION, "inferenceserviceclasses", class_name
         )

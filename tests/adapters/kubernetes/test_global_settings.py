@@ -126,20 +126,27 @@ def test_the_source_puts_the_global_block_under_the_file_the_module_config_and_t
     assert source.resolve(None).public_domain_template is None  # no global: the default
 
 
-def test_the_global_blocks_certificate_is_read_where_the_platform_keeps_it() -> None:
-    """Deckhouse keeps the Secret its global `modules.https.customCertificate` names in
-    d8-system; one the module's own settings name stays in the controller's namespace."""
+def test_deckhouses_certificates_are_read_where_the_platform_keeps_them() -> None:
+    """Deckhouse keeps the Secret its global `modules.https.customCertificate` names, and
+    the one a module's ModuleConfig names, in d8-system; one the file or the flags name
+    (a cluster without Deckhouse) is in the controller's namespace."""
     fallbacks = global_settings.exposure_of(global_config({"https": CUSTOM}))
     platform = Source().resolve(None, fallbacks).https.custom_certificate
     assert (platform.secret_namespace, platform.secret_name) == ("d8-system", "wild")
     own_https = {"mode": "CustomCertificate", "customCertificate": {"secretName": "own"}}
-    for source, config in (
-        (Source({"https": own_https}), None),  # the file's block
-        (Source(), module_config({"https": own_https})),  # the module's ModuleConfig
-        (Source({}, {"https": own_https}), None),  # flags
+    for source, config, namespace in (
+        (Source({"https": own_https}), None, None),  # the file's block
+        (Source(), module_config({"https": own_https}), "d8-system"),  # the ModuleConfig's
+        (Source({"https": CUSTOM}), module_config({"https": own_https}), "d8-system"),
+        (Source({}, {"https": own_https}), None, None),  # flags
+        (Source({}, {"https": own_https}), module_config({}), None),  # flags over a config
     ):
-        mine = source.resolve(config, fallbacks).https.custom_certificate
-        assert (mine.secret_namespace, mine.secret_name) == (None, "own")
+        for globally in (fallbacks, {}):
+            mine = source.resolve(config, globally).https.custom_certificate
+            assert (mine.secret_namespace, mine.secret_name) == (namespace, "own")
+    # A ModuleConfig without a block: the global one, from d8-system.
+    unset = Source().resolve(module_config({}), fallbacks).https.custom_certificate
+    assert (unset.secret_namespace, unset.secret_name) == ("d8-system", "wild")
     # A block the module sets in another mode replaces the global one whole: none read.
     moved_away = Source({"https": {"mode": "OnlyInURI"}}).resolve(None, fallbacks)
     assert moved_away.https.custom_certificate.secret_name is None
