@@ -202,7 +202,9 @@ class Actor:
             auth_secret_uid=inputs.token_uid,
             hpa_api_version=self._hpa_api_version,
         )
-        return [self._rewrite(doc) if self._rewrite else doc for doc in docs]
+        # Stamped before the arbiter's replicas are taken out (_keep_priority_replicas):
+        # a take is not a change of what the order should run.
+        return [converging.stamped(self._rewrite(doc) if self._rewrite else doc) for doc in docs]
 
     def _certificate(
         self, order: OrderRef, source: tuple[str | None, str] | None

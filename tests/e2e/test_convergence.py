@@ -298,6 +298,20 @@ def test_a_class_switched_to_cluster_local_without_token_prunes_and_back(
             timeout=60,
             what="the Ingress and the token Secret pruned",
         )
+
+        def tokenless() -> bool:
+            # What was rendered for the token and is no longer: left live, the pods would
+            # go on asking for a token, and a restarted one would wait for the gone Secret.
+            template = (
+                client.AppsV1Api(admin.api)
+                .read_namespaced_deployment("conv-prune", NS)
+                .spec.template
+            )
+            env = [e.name for c in template.spec.containers for e in c.env or []]
+            annotations = template.metadata.annotations or {}
+            return "VLLM_API_KEY" not in env and AUTH_SECRET_UID_ANNOTATION not in annotations
+
+        wait_for(tokenless, timeout=60, what="the token's env and annotation dropped")
         obj = alice.wait_phase(NS, "conv-prune", "Ready", timeout=90)
         assert "authSecretName" not in obj["status"] or not obj["status"]["authSecretName"]
         assert live_uid(lambda: core.read_namespaced_service("conv-prune", NS))  # kept

@@ -315,6 +315,24 @@ def test_a_custom_certificate_is_copied_kept_equal_repaired_and_pruned(
         )
         assert core.read_namespaced_secret(source, MODULE_NS).data  # the source is left alone
 
+        # https Disabled: the TLS block and the issuer's annotation, set before, are gone.
+        custom.patch_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "inferenceserviceclasses",
+            class_name,
+            {"spec": {"exposurePolicy": {"https": {"mode": "Disabled"}}}},
+        )
+        wait_for(
+            lambda: (
+                (i := _ingress(platform, name)) is not None
+                and not i.spec.tls
+                and "cert-manager.io/cluster-issuer" not in (i.metadata.annotations or {})
+            ),
+            timeout=60,
+            what="the Ingress without TLS",
+        )
+
         # Its data never reached the status, the Events, the event log or the logs.
         obj = alice.get(NS, name)
         events = core.list_namespaced_event(NS).items

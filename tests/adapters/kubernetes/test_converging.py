@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from adapters.kubernetes.converged import Converged
-from adapters.kubernetes.converging import Key, covers, drifted, strays
+from adapters.kubernetes.converging import (
+    RENDERED_ANNOTATION,
+    Key,
+    covers,
+    drifted,
+    stamped,
+    strays,
+)
 
 UID = "uid-1"
 
@@ -94,6 +101,27 @@ def test_drifted_names_what_is_missing_or_differs_and_ignores_server_defaults() 
     live_scaled = _deployment(replicas=3, template={"spec": {"containers": [CONTAINER]}})
     assert drifted([desired], {key: live_scaled}) == [desired]
     assert drifted([desired], {}) == [desired]
+
+
+def test_a_field_no_longer_rendered_is_drift_through_the_digest() -> None:
+    """`covers` alone finds nothing when a render drops a field (the token's env entry):
+    every field still set is live. The digest of what was rendered tells them apart, so
+    the object is applied again and server-side apply removes the field."""
+    token = {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "llm-auth"}}}
+    before = _deployment(
+        replicas=1, template={"spec": {"containers": [{**CONTAINER, "env": [token]}]}}
+    )
+    after = _deployment(replicas=1, template={"spec": {"containers": [CONTAINER]}})
+    live = copy.deepcopy(stamped(before))
+    live["status"] = {"replicas": 1}  # the server's own fields do not count
+    key = ("Deployment", "llm")
+    assert covers(live, after)  # what the digest is for
+    assert drifted([stamped(before)], {key: live}) == []
+    assert drifted([stamped(after)], {key: live}) == [stamped(after)]
+    # The digest is of the content, not of the object's identity.
+    again = stamped(copy.deepcopy(before))
+    assert again["metadata"]["annotations"] == live["metadata"]["annotations"]
+    assert RENDERED_ANNOTATION not in before["metadata"].get("annotations", {})  # a copy
 
 
 def test_strays_are_ours_unrendered_and_not_being_deleted() -> None:
