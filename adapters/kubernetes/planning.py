@@ -18,8 +18,8 @@ from adapters.kubernetes.watching import Informer, Obj
 from adapters.kubernetes.world import ClusterCache
 from fsm import effects
 from fsm.placement import capacity, demand, inventory, planner, recipes
-from fsm.state import OrderState
-from fsm.values import ModelOutcome, Plan, PlanOutcome
+from fsm.state import OrderState, serving_basis
+from fsm.values import EffectivePolicy, ModelOutcome, Plan, PlanOutcome
 
 __all__ = ["Planning"]
 
@@ -159,12 +159,13 @@ class Planning:
         on_plan = _OnPlan(parsed)
         demands = []
         for other, state in states.items():
-            plan = state.plan
-            if other == uid or state.deleted or plan is None or state.policy is None:
+            running = None if other == uid or state.deleted else _running(state)
+            if running is None:
                 continue
+            plan, policy = running
             if state.workload is not None and state.workload.desired_replicas == 0:
                 continue  # scaled to zero for a higher-priority order: it holds no place
-            wanted = state.policy.constraints.min_replicas
+            wanted = policy.constraints.min_replicas
             if state.workload is not None:
                 wanted = max(wanted, state.workload.desired_replicas)
             replicas = wanted - on_plan.count(held.get(other, ()), plan)
@@ -177,6 +178,8 @@ class Planning:
                     name=state.name,
                     plan=plan,
                     replicas=replicas,
+                    # None while its class fails, as for its claims: the arbiter judges
+                    # none of its passes then, so what was taken would not come back.
                     priority=priorities.get(other),
                 )
             )
@@ -199,6 +202,21 @@ class Planning:
             tried_device_classes=command.excluded_device_classes,
         )
         return planner.plan(request, self.snapshot(uid), self.recipes())
+
+
+def _running(state: OrderState) -> tuple[Plan, EffectivePolicy] | None:
+    """The plan an order's replicas are to run on, and the policy that counts them.
+
+    While its class fails (no policy now) the workload keeps running the plan in force,
+    repaired from what it was applied with (`fsm.effects`, `_repair`): its waiting pods
+    still compete for devices, so that plan is still demand. Left out, its devices were
+    promised to another order."""
+    if state.policy is not None:
+        return (state.plan, state.policy) if state.plan is not None else None
+    policy = serving_basis(state).policy
+    if state.plan_in_force is None or policy is None:
+        return None
+    return state.plan_in_force, policy
 
 
 def _held_by_holder(snapshot: capacity.Snapshot) -> dict[str, list[capacity.Allocation]]:

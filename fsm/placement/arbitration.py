@@ -199,7 +199,11 @@ def take(victim: Holding, count: int, *, by: str, priority_class_name: str | Non
 
 def growth_snapshot(snapshot: Snapshot, minimums: Mapping[str, int]) -> Snapshot:
     """`snapshot` as growth sees it: each holder's claims up to its minimum replicas are
-    not reclaimable (their priority is forgotten); only the ones above it are."""
+    not reclaimable (their priority is forgotten); only the ones above it are.
+
+    Allocated claims are kept first, then the holder's demand placeholders: those hold
+    no replica, and one kept in the stead of a claim (by its name sorting first) left the
+    holder's running replica to be taken, below its minimum (docs/priority.md, rule 3)."""
     by_holder: dict[str, list[Allocation]] = {}
     for alloc in snapshot.allocations:
         if alloc.holder is not None and alloc.priority is not None:
@@ -207,7 +211,8 @@ def growth_snapshot(snapshot: Snapshot, minimums: Mapping[str, int]) -> Snapshot
     protected: set[str] = set()
     for holder, allocs in by_holder.items():
         keep = minimums.get(holder, len(allocs))  # unknown minimum: nothing to take
-        protected.update(a.key for a in sorted(allocs, key=lambda a: a.key)[:keep])
+        kept_first = sorted(allocs, key=lambda a: (a.planned, a.key))
+        protected.update(a.key for a in kept_first[:keep])
     allocations = tuple(
         replace(a, priority=None) if a.key in protected else a for a in snapshot.allocations
     )

@@ -130,6 +130,9 @@ class Allocation:
     share_percent: int = FULL_SHARE
     holder: str | None = None  # the order's UID, from ORDER_UID_LABEL
     priority: int | None = None  # the holder's priority value; None: never reclaimable
+    # A plan's replica not allocated yet (fsm/placement/demand.py): no claim stands
+    # behind it, so no running replica goes when it is "freed".
+    planned: bool = False
 
     @property
     def key(self) -> str:

@@ -102,6 +102,7 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
                 share_percent=share,
                 holder=demand.holder,
                 priority=demand.priority,
+                planned=True,
             )
             allocations.append(planned)
             claim_taken(usage, by_id, planned)

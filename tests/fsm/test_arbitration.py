@@ -26,6 +26,7 @@ from fsm.placement.arbitration import (
     victims_of,
 )
 from fsm.placement.capacity import ORDER_UID_LABEL, Allocation, Snapshot
+from fsm.placement.demand import Demand, with_demand
 from fsm.reasons import Reason
 from fsm.values import PlacementMode, Plan, SharingMode
 from tests.support import planner_inputs as inputs
@@ -137,6 +138,20 @@ def test_growth_takes_only_replicas_above_the_holders_minimum(
     grown = growth_snapshot(snapshot, minimums)
     assert {a.key for a in grown.allocations if a.priority is not None} == reclaimable
     assert [a.key for a in grown.allocations] == [a.key for a in snapshot.allocations]
+
+
+# A generated claim's name is the pod's and the template's with random suffixes, so it may
+# sort before or after the holder's demand placeholder ("low-planned-0"): both are tried.
+_CLAIM_NAMES = ["low-6b9f7c8d5-x2kq9-gpu-7hxkz", "low-v6b9f7c8d-x2kq9-gpu-7hxkz"]
+
+
+@pytest.mark.parametrize("name", _CLAIM_NAMES, ids=["claim-sorts-first", "claim-sorts-last"])
+def test_growth_keeps_a_holders_claims_before_its_demand_placeholders(name: str) -> None:
+    real = alloc(name, "low", 100)
+    planned = replace(alloc("low-planned-0", "low", 100), planned=True)
+    snapshot = Snapshot(allocations=tuple(sorted((real, planned), key=lambda a: a.key)))
+    grown = growth_snapshot(snapshot, {"low": 1})
+    assert {a.key for a in grown.allocations if a.priority is not None} == {planned.key}
 
 
 # --- take and rule: tables over a small cluster ------------------------------------------
@@ -273,3 +288,38 @@ def test_replicas_come_back_only_from_free_room_once_takers_are_placed() -> None
     full = rule(victim, two_l4s(("u-low", 100), ("u-high", 1000)), {})
     assert full.give_back is None
     assert full.verdict == taken_verdict(record)
+
+
+@pytest.mark.parametrize("name", _CLAIM_NAMES, ids=["claim-sorts-first", "claim-sorts-last"])
+def test_growth_never_takes_a_victims_last_running_replica_for_its_placeholder(
+    name: str,
+) -> None:
+    """The low order (minimum 1, its HPA asks 2) runs one replica on gpu-0; the plan it
+    waits on named gpu-2, which a workload that is no order holds now, so its demand
+    placeholder sits there. The high order's growth may take only what is above low's
+    minimum: the placeholder's room, which frees nothing. Its one running replica stays."""
+    l4s = (gpu(f"gpu-{i}", "NVIDIA L4", "24Gi") for i in range(3))
+    claims = [
+        inputs.claim(name, "node", "gpu-0", holder="u-low", namespace="support"),
+        inputs.claim("high-0", "node", "gpu-1", holder="u-high", namespace="support"),
+        inputs.claim("not-an-order", "node", "gpu-2", namespace="support"),
+    ]
+    allocated = snapshot(
+        [device_class("gpu.nvidia.com", GPU_CLASS)],
+        [resource_slice("node", *l4s)],
+        claims,
+        priorities={"u-low": 100, "u-high": 1000},
+    )
+    waits = Demand(
+        holder="u-low",
+        namespace="support",
+        name="low",
+        plan=L4_PLAN.model_copy(update={"devices": ("gpu.nvidia.com/node/gpu-2",)}),
+        replicas=1,
+        priority=100,
+    )
+    snap = with_demand(allocated, [waits])
+    serving = view(available=1, bound=1, desired=2, max_replicas=2)
+    ruling = rule(serving, snap, {"u-low": 1, "u-high": 1})
+    assert ruling.reclaims == ()
+    assert ruling.verdict is not None and ruling.verdict.reason is Reason.SCALE_UP_BLOCKED

@@ -40,6 +40,7 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
                     share_percent=demand.plan.share_percent or FULL_SHARE,
                     holder=demand.holder,
                     priority=demand.priority,
+                    planned=True,
                 )
             )
     return replace(snapshot, allocations=tuple(sorted(allocations, key=lambda a: a.key)))
