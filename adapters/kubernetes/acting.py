@@ -303,6 +303,11 @@ class Actor:
         except errors.APIInvalidError:
             if live is None or not converging.owned_by(live, order.uid):
                 raise
+            # A manifest the API refuses on its own (a recipe's env name with "=") fails
+            # the same made anew: deleting first would take down what runs, for nothing.
+            refused = self._writer.refused(doc)
+            if refused is not None:
+                raise refused from None
             # An edit apply cannot undo (a Service retyped to ExternalName keeps the
             # user's externalName): the object is ours, so it is made anew.
             kind = str(live.get("kind"))

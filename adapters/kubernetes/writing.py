@@ -221,6 +221,26 @@ class Writer:
         self._wrote(f"create-{resource.kind}")
         return created
 
+    def refused(self, obj: Mapping[str, Any]) -> errors.APIInvalidError | None:
+        """Why the API refuses `obj` on its own, None when it accepts it: a dry-run
+        create under a generated name (nothing is stored, so this is not a write), which
+        validates the manifest apart from any live object of its name."""
+        meta = {k: v for k, v in obj["metadata"].items() if k != "name"}
+        meta["generateName"] = f"{obj['metadata']['name'][:50]}-"
+        resource = self.resource_for(obj["apiVersion"], obj["kind"])
+        namespace = meta.get("namespace") if resource.namespaced else None
+        try:
+            call(
+                self._api,
+                "POST",
+                resource.collection_path(namespace),
+                query=[("dryRun", "All"), ("fieldManager", self.field_manager)],
+                body={**obj, "metadata": meta},
+            )
+        except errors.APIInvalidError as exc:
+            return exc
+        return None
+
     def get(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
         """A live read (not the cache), for the few decisions that must not act on a
         stale copy; None when absent."""

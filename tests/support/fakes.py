@@ -135,6 +135,10 @@ class FakeWriter:
             stored["metadata"]["uid"] = live["metadata"]["uid"]
         return put(self.cache, stored)
 
+    def refused(self, obj: Mapping[str, Any]) -> errors.APIInvalidError | None:
+        refusal = self.refusing.get(str(obj["kind"]))
+        return refusal if isinstance(refusal, errors.APIInvalidError) else None
+
     def create(self, obj: Mapping[str, Any]) -> Obj:
         meta = obj["metadata"]
         self._refuse(str(obj["kind"]))

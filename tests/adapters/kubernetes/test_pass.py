@@ -575,6 +575,24 @@ def test_a_service_retyped_to_external_name_is_made_anew(bed: Bed) -> None:
     assert bed.writer.calls[("delete", "Service")] == 1
 
 
+def test_a_manifest_the_api_refuses_on_its_own_leaves_what_runs(bed: Bed) -> None:
+    """A 422 from the manifest itself (a recipe's env name the API refuses): making the
+    object anew would fail the same, so the live one is not deleted; the order says why."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    deployment = bed.child("Deployment", "llm")
+    assert deployment is not None
+    deployment["spec"]["replicas"] = 5  # drift: the next pass applies
+    fakes.put(bed.world, deployment)
+    invalid = "spec.template.spec.containers[0].env[2].name: Invalid value: 'A=B'"
+    bed.writer.refusing["Deployment"] = errors.APIInvalidError(invalid, status=422)
+    bed.settle(uid, passes=1)
+    assert bed.writer.calls[("delete", "Deployment")] == 0
+    assert bed.child("Deployment", "llm") is not None
+    workload = bed.conditions(uid)["WorkloadReady"]
+    assert workload["reason"] == "WorkloadApplyFailed" and "A=B" in workload["message"]
+
+
 def test_a_deleted_token_secret_is_made_again_and_rolls_the_pods(bed: Bed) -> None:
     uid = bed.order("llm")
     bed.settle(uid)

@@ -129,6 +129,35 @@ def test_apply_takes_fields_another_manager_owns(admin, writer, namespace) -> No
     assert mine["data"] == {"a": "ours"}  # forced: no 409 over the field
 
 
+def service(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}], **spec},
+    }
+
+
+@pytest.mark.cluster
+def test_refused_tells_a_manifest_the_api_refuses_on_its_own_and_stores_nothing(
+    admin, writer, namespace
+) -> None:
+    """The Actor asks before it makes an object anew (acting.py): a 422 that comes from
+    the manifest itself must not delete what runs."""
+    core = client.CoreV1Api(admin)
+    wanted = service(namespace, "kept", type="ClusterIP")
+    writer.apply(wanted)
+    writes = writer.writes
+    assert writer.refused(wanted) is None  # valid on its own, though its name is taken
+    bad = service(namespace, "bad", type="ClusterIP", sessionAffinity="Sometimes")
+    refusal = writer.refused(bad)
+    assert isinstance(refusal, errors.APIInvalidError) and "sessionAffinity" in str(refusal)
+    # Dry runs: nothing stored and no write counted.
+    assert writer.writes == writes
+    names = [s.metadata.name for s in core.list_namespaced_service(namespace).items]
+    assert names == ["kept"]
+
+
 @pytest.mark.cluster
 def test_apply_a_custom_resource(writer, namespace, gadgets) -> None:
     created = writer.apply(gadget(namespace, "g1", size=1))
