@@ -281,6 +281,11 @@ class Reconciler:
                 self._commit(p, tell=False)
             self._tell(p)  # its Events are requests: not while other plans wait
             return moved
+        if p.refused and isinstance(command, effects.ApplyWorkload | effects.EnsureAuthSecret):
+            # One refusal a pass, then the backoff: two writes refused with different
+            # messages (the token Secret's, the Deployment's: a namespace being deleted)
+            # each replaced the other's, appending an event every round, every pass.
+            return False
         if isinstance(command, effects.ApplyWorkload) and not command.repair:
             self._take(p, command.reclaims)  # the plan's place needs these claims freed
         if isinstance(command, effects.PublishStatus):

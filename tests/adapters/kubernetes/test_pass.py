@@ -327,6 +327,34 @@ def test_a_refused_apply_is_said_on_the_order_and_tried_again_on_a_backoff(
     assert again.seconds <= 2.5 * APPLY_RETRY.initial
 
 
+def test_two_refusals_are_said_one_at_a_time_on_the_backoff(bed: Bed) -> None:
+    """The token Secret and the Deployment both to be repaired and both refused, with
+    different messages (a namespace being deleted, a webhook down): the first is said,
+    the pass stops writing, and the next passes wait on the backoff, appending nothing."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    for kind, name in (("Secret", "llm-auth"), ("Deployment", "llm")):
+        child = bed.child(kind, name)
+        assert child is not None
+        fakes.drop(bed.world, child)
+    bed.writer.refusing["Secret"] = errors.APIForbiddenError("namespace terminating", status=403)
+    bed.writer.refusing["Deployment"] = errors.APIServerError("webhook down", status=500)
+    assert bed.settle(uid, passes=1) == queueing.RequeueAfter(0.0)
+    version = bed.log.stream(uid).version
+    for _ in range(3):
+        again = bed.settle(uid, passes=1)
+        assert isinstance(again, queueing.RequeueAfter) and again.seconds >= APPLY_RETRY.initial
+    assert bed.log.stream(uid).version == version
+    assert bed.conditions(uid)["WorkloadReady"]["reason"] == "WorkloadApplyFailed"
+
+    del bed.writer.refusing["Secret"]  # the next refusal is the Deployment's, said once
+    bed.settle(uid, passes=1)
+    assert "webhook down" in bed.conditions(uid)["WorkloadReady"]["message"]
+    version = bed.log.stream(uid).version
+    assert isinstance(bed.settle(uid, passes=1), queueing.RequeueAfter)
+    assert bed.log.stream(uid).version == version
+
+
 def test_a_token_secret_replaced_by_one_not_the_orders_is_never_rendered_onto(
     bed: Bed,
 ) -> None:
