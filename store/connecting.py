@@ -14,10 +14,16 @@ connection attempt, a silent peer (TCP keepalives and a user timeout, so a parti
 server is an error in seconds, not the kernel's quarter of an hour), a lock (a new
 leader's fence update queued behind a frozen old leader's append waited for hours), and a
 transaction left open by a client that stopped (the server ends it, and its locks).
+
+Both databases' failures are told apart here (`passing`): an outage that a later attempt
+may not meet, or an answer that will be the same next time (a table missing, a permission
+denied, a corrupt file). The log raises the first as StoreUnavailable, the second as
+StoreUnusable.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from typing import Any
@@ -25,7 +31,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
-__all__ = ["BUSY_TIMEOUT_MS", "WRITE", "create_engine", "normalise_url"]
+__all__ = ["BUSY_TIMEOUT_MS", "WRITE", "create_engine", "described", "normalise_url", "passing"]
 
 BUSY_TIMEOUT_MS = 10_000
 # libpq connection parameters, for those the URL does not set.
@@ -48,6 +54,24 @@ PAGE_CACHE_KIB = 512  # per SQLite connection
 
 # Execution option that marks a connection whose transactions will write.
 WRITE = "ai_inference_write"
+
+# PostgreSQL's failures that a later attempt may not meet, by SQLSTATE class (its first
+# two characters): the connection (08), a transaction rolled back for a concurrent one
+# (40), the server short of resources (53), a lock not granted in time (55), the server
+# shutting down, starting or cancelling a statement (57), its I/O (58). And two codes of
+# class 25: a write refused by a read-only node (a standby, or a primary being failed
+# over; the connection is dropped, so the next attempt connects again) and a session the
+# server ended for idling in a transaction. Every other code answers what was asked and
+# will answer it so again: a table missing or a permission denied (42), corrupt data (XX).
+_PG_PASSING_CLASSES = frozenset({"08", "40", "53", "55", "57", "58"})
+_PG_READ_ONLY = "25006"
+_PG_PASSING_CODES = frozenset({_PG_READ_ONLY, "25P03"})
+# SQLite's primary result codes of the same kind (extended codes share their prefix):
+# not SQLITE_ERROR (no such table), READONLY (a file or mount we may not write), CORRUPT
+# or NOTADB.
+_SQLITE_PASSING = frozenset(
+    {"BUSY", "LOCKED", "NOMEM", "INTERRUPT", "IOERR", "FULL", "CANTOPEN", "PROTOCOL"}
+)
 
 
 def normalise_url(url: str | URL) -> URL:
@@ -94,7 +118,52 @@ def create_engine(url: str | URL, *, read_only: bool = False) -> Engine:
                 cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
             dbapi_connection.commit()
 
+    else:
+
+        @sa.event.listens_for(engine, "handle_error")
+        def _read_only_node(context: sa.engine.ExceptionContext) -> None:
+            # A node that refused a write (a standby; the old primary of a fail-over) keeps
+            # refusing it on this connection, and the pool's ping does not tell: drop the
+            # pool's connections, so the next attempt reaches the node the URL names now.
+            if getattr(context.original_exception, "sqlstate", None) == _PG_READ_ONLY:
+                context.is_disconnect = True
+
     return engine
+
+
+def passing(exc: sa.exc.SQLAlchemyError) -> bool:
+    """Whether `exc` is an outage a later attempt may not meet (the database away, busy,
+    locked, failing over), rather than an answer retrying cannot change."""
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    orig = getattr(exc, "orig", None)
+    sqlstate = getattr(orig, "sqlstate", None)
+    if isinstance(sqlstate, str):
+        return sqlstate[:2] in _PG_PASSING_CLASSES or sqlstate in _PG_PASSING_CODES
+    name = getattr(orig, "sqlite_errorname", None)
+    if isinstance(name, str):
+        return name.removeprefix("SQLITE_").split("_")[0] in _SQLITE_PASSING
+    # No code from a server: the driver or the pool did not reach one (refused, timed out).
+    return isinstance(
+        exc,
+        sa.exc.OperationalError
+        | sa.exc.InterfaceError
+        | sa.exc.TimeoutError
+        | sa.exc.DisconnectionError,
+    )
+
+
+def described(exc: sa.exc.SQLAlchemyError) -> str:
+    """What the database said, with its code: without SQLAlchemy's statement and its
+    parameters (an event's payload), which say nothing of what went wrong."""
+    orig = getattr(exc, "orig", None)
+    if orig is None:
+        return str(exc.args[0]) if exc.args else type(exc).__name__
+    primary = getattr(getattr(orig, "diag", None), "message_primary", None)
+    said = str(primary or orig).strip() or type(orig).__name__
+    sqlstate = getattr(orig, "sqlstate", None)
+    code = f"SQLSTATE {sqlstate}" if sqlstate else getattr(orig, "sqlite_errorname", None)
+    return f"{said} ({code})" if code else said
 
 
 def _postgres_connect_args(url: URL) -> dict[str, str]:
@@ -103,10 +172,32 @@ def _postgres_connect_args(url: URL) -> dict[str, str]:
     args = {k: v for k, v in POSTGRES_DEFAULTS.items() if k not in url.query}
     given = url.query.get("options", "")
     options = " ".join(given) if isinstance(given, tuple) else given
-    added = [f"-c {k}={v}" for k, v in POSTGRES_SESSION.items() if k not in options]
+    named = _setting_names(options)
+    added = [f"-c {k}={v}" for k, v in POSTGRES_SESSION.items() if k not in named]
     if added:
         args["options"] = " ".join(filter(None, [options, *added]))
     return args
+
+
+# A word of libpq's `options`: spaces separate words unless escaped with a backslash.
+_OPTION_WORD = re.compile(r"(?:\\.|[^\s\\])+")
+
+
+def _setting_names(options: str) -> set[str]:
+    """The server settings `options` names (`-c name=value`, `-cname=value`,
+    `--name=value`), spelt as the server reads them: lower case, `-` as `_`. Not a
+    substring test: `deadlock_timeout` holds `lock_timeout`, and hid its default."""
+    names: set[str] = set()
+    words = iter(_OPTION_WORD.findall(options))
+    for word in words:
+        if word == "-c":
+            setting = next(words, "")
+        elif word.startswith(("--", "-c")):
+            setting = word[2:]
+        else:
+            continue  # another switch, or its argument
+        names.add(setting.partition("=")[0].strip().lower().replace("-", "_"))
+    return names
 
 
 def _configure_sqlite(engine: Engine, *, read_only: bool = False) -> None:

@@ -11,12 +11,16 @@ replaced without touching the controller:
     ├── StreamDeleted      the order was deleted; its stream is read-only history now
     ├── UndecodableEvent   a stored event names an unknown type/version or fails to validate
     ├── StoreUnavailable   the database cannot be reached or stayed locked (retry later)
-    └── SchemaError        the migrations could not bring the schema to this code's head
-        └── UnreadableLog  the log holds event types or versions this code cannot read
+    └── StoreUnusable      the database answers, but retrying cannot help: a table gone, a
+        │                  permission revoked, a corrupt file
+        └── SchemaError    the migrations could not bring the schema to this code's head
+            └── UnreadableLog  the log holds event types or versions this code cannot read
 
 `StreamConflict` and `StaleEpoch` are the two answers a correct controller expects in
 normal operation: on a conflict it re-reads and re-decides; on a stale epoch it has lost
-the lease and must stop its workers.
+the lease and must stop its workers. Of the database's own failures, `StoreUnavailable`
+is worth waiting out and `StoreUnusable` is not: a process that meets it should say so
+and stop rather than wait for a log that will not come back by itself.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ __all__ = [
     "StaleEpoch",
     "StoreError",
     "StoreUnavailable",
+    "StoreUnusable",
     "StreamConflict",
     "StreamDeleted",
     "StreamNotFound",
@@ -91,7 +96,12 @@ class StoreUnavailable(StoreError):
     """The database did not answer, refused the connection or stayed locked."""
 
 
-class SchemaError(StoreError):
+class StoreUnusable(StoreError):
+    """The database answered with a failure that asking again will not cure: a table
+    missing, a permission denied, a corrupt file, an internal error of the server."""
+
+
+class SchemaError(StoreUnusable):
     """The schema could not be migrated to the revision this code needs."""
 
 

@@ -48,6 +48,7 @@ from store.errors import (
     StaleEpoch,
     StoreError,
     StoreUnavailable,
+    StoreUnusable,
     StreamConflict,
     StreamDeleted,
     StreamNotFound,
@@ -92,13 +93,22 @@ def open_log(url: str, *, read_only: bool = False) -> EventLog:
 
 @contextmanager
 def _translated() -> Iterator[None]:
-    """The one boundary where the database library's failures become the store's."""
+    """The one boundary where the database library's failures become the store's.
+
+    Every one of them: an outage a later attempt may not meet is StoreUnavailable (the
+    controller waits it out at its log gate); any other answer, asked again, is the same
+    (a table missing, a permission denied, a corrupt file), and is StoreUnusable."""
     try:
         yield
-    except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError) as exc:
-        raise StoreUnavailable(str(exc)) from exc
     except sa.exc.IntegrityError as exc:
         raise StoreError(f"integrity violation: {exc}") from exc
+    except sa.exc.SQLAlchemyError as exc:
+        said = connecting.described(exc)
+        if connecting.passing(exc):
+            raise StoreUnavailable(f"the event log's database is unavailable: {said}") from exc
+        raise StoreUnusable(
+            f"the event log's database cannot be used, and retrying will not help: {said}"
+        ) from exc
 
 
 class EventLog:

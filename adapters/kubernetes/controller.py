@@ -163,8 +163,9 @@ class Controller:
         )
         self.cache.certificate_sources = self._certificate_sources
         self._clock = clock
-        # While the log is down, orders wait at one gate and one probe asks for it.
-        self.log_gate = LogGate(log_store.epoch, self.queue.add)
+        # While the log is down, orders wait at one gate and one probe asks for it; a log
+        # that answers but cannot be used ends leadership, as a take-over's failure does.
+        self.log_gate = LogGate(log_store.epoch, self.queue.add, give_up=self._abdicate)
         self._workers = queueing.Workers(self.queue, self._pass, workers=workers)
         self._class_workers = queueing.Workers(self.class_queue, self._class_pass, workers=1)
         self._stopping = False
@@ -319,6 +320,10 @@ class Controller:
 
     def _take_over(self, epoch: int) -> None:
         self._epoch = self._log.claim_epoch(epoch)
+        # The log was found readable when this process opened it, maybe long ago as a
+        # standby; a newer release may have led since and written events this one cannot
+        # fold. Checked after the claim: no append of an older epoch lands from then on.
+        self._log.check_readable()
         # Settings first: the orders a settings change enqueues must find them in force.
         self.cache.module_configs.add_handler(self._settings_changed)
         self.cache.watch_changes(
@@ -420,7 +425,13 @@ class Controller:
         try:
             return self.reconciler.reconcile(uid)
         except StreamConflict as exc:
-            self.reconciler.forget(uid)  # someone else moved the stream: re-read it
+            # Someone else moved a stream this pass appended to: read it again. Not always
+            # this order's: a take appends to its victim's too (Reconciler._take).
+            self.reconciler.forget(uid)
+            if exc.uid != uid:
+                self.reconciler.forget(exc.uid)
+                # Its own pass re-reads it and arms again what forgetting dropped (probes).
+                self.queue.add(exc.uid)
             return queueing.Retry(exc)
         except fencing.NotLeading as exc:
             log.info("pass over %s stopped before a write: %s", uid, exc)

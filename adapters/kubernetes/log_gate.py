@@ -12,6 +12,13 @@ run). One thread probes the log with a cheap read on a jittered backoff (0.5 s d
 to 10 s); when it answers, the gate opens and every parked order is enqueued at once, so
 the backlog drains within the probe interval of the return, and N orders cost one probe
 per interval, not N retries.
+
+A probe that fails otherwise than with the log away (`StoreUnusable`: a table gone, a
+permission revoked, a corrupt file; or anything unforeseen) will fail so however long it
+waits. The gate then stays closed, since every pass would meet the same log, and gives up:
+`give_up` is told why, and the controller stops leading and fails its liveness, so
+Kubernetes restarts the pod and its start says what is wrong with the log. Before, the
+prober died of it and left the gate closed for ever behind a controller that looked alive.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from dataclasses import dataclass
 
 from adapters import metrics
 from adapters.kubernetes import queueing
-from store import StoreError
+from store import StoreUnavailable
 
 __all__ = ["GateStats", "LogGate"]
 
@@ -51,12 +58,15 @@ class LogGate:
         probe: Callable[[], object],
         wake: Callable[[str], None],
         *,
+        give_up: Callable[[str], None],
         backoff: queueing.Backoff = PROBE_BACKOFF,
     ) -> None:
-        """`probe`: a cheap read of the log that raises StoreError while it is down;
-        `wake`: enqueue an order (the controller's work queue)."""
+        """`probe`: a cheap read of the log that raises StoreUnavailable while it is down;
+        `wake`: enqueue an order (the controller's work queue); `give_up`: told why, once,
+        when the probe fails otherwise (the controller stops: the log will not answer)."""
         self._probe = probe
         self._wake = wake
+        self._give_up = give_up
         self._backoff = backoff
         self._lock = threading.Lock()
         self._parked: set[str] = set()
@@ -118,10 +128,20 @@ class LogGate:
                 self.stats.probes += 1
             try:
                 self._probe()
-            except StoreError:
+            except StoreUnavailable:
                 continue
+            except Exception as exc:
+                # Not the log away: asking again cannot open the gate (module docstring).
+                self._broken(exc)
+                return
             self._open()
             return
+
+    def _broken(self, error: Exception) -> None:
+        with self._lock:
+            self._prober = None  # closed for good: parked orders stay parked
+        # The type and message only, as above; `give_up` logs it.
+        self._give_up(f"probing the event log: {type(error).__name__}: {error}")
 
     def _open(self) -> None:
         with self._lock:

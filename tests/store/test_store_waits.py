@@ -48,6 +48,38 @@ def test_a_setting_the_url_names_wins(postgres_url: str) -> None:
 
 
 @pytest.mark.postgres
+def test_a_setting_whose_name_holds_a_default_s_name_keeps_that_default(postgres_url: str) -> None:
+    # `deadlock_timeout` holds `lock_timeout`: a substring test took the one for the other.
+    url = postgres_url.replace("?options=", "?options=-c%20deadlock_timeout%3D2s%20")
+    assert _show(url, "deadlock_timeout") == "2s"
+    assert _show(url, "lock_timeout") == "10s"
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ("-c lock_timeout=1s", True),
+        ("-clock_timeout=1s", True),
+        ("--lock-timeout=1s", True),
+        ("-c LOCK_TIMEOUT=1s", True),
+        ("-c search_path=a\\ b -c lock_timeout=1s", True),
+        ("-c deadlock_timeout=1s", False),
+        ("-c search_path=lock_timeout", False),
+        ("-c application_name=lock_timeout\\ 1", False),
+    ],
+)
+def test_the_url_s_options_are_read_by_setting_name(options: str, named: bool) -> None:
+    url = sa.engine.URL.create(
+        "postgresql+psycopg", host="127.0.0.1", database="x", query={"options": options}
+    )
+    sent = connecting._postgres_connect_args(url)["options"]
+    assert sent.startswith(options)
+    default = f"-c lock_timeout={connecting.POSTGRES_SESSION['lock_timeout']}"
+    assert (default not in sent) is named
+    assert "-c idle_in_transaction_session_timeout=" in sent  # not named: always added
+
+
+@pytest.mark.postgres
 def test_the_connection_parameters_bound_a_silent_server(postgres_url: str) -> None:
     engine = connecting.create_engine(postgres_url)
     try:

@@ -1,0 +1,152 @@
+"""Every failure of the database reaches the log's callers as a store error, of the kind
+that says what to do: StoreUnavailable (wait it out) or StoreUnusable (retrying will not
+help). Before, a permission denied, a corrupt file or a read-only node escaped as the
+driver's own exception, and the controller's log gate, which waits for StoreError only,
+died of it; a table gone on SQLite was "unavailable" and waited for ever.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg.errors
+import pytest
+import sqlalchemy as sa
+
+import store
+from store import connecting
+from tests.store.store_samples import at, things
+
+KEY = store.StreamKey("7f0c1d2e-0000-4000-8000-0000000000f1", "support", "support-llm")
+
+
+def test_a_table_gone_is_unusable_not_an_outage(log: store.EventLog) -> None:
+    log.append(KEY, things(1), 0, 1, at(0))
+    with log.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE leader_fence")
+    with pytest.raises(store.StoreUnusable, match="leader_fence") as gone:
+        log.epoch()
+    assert not isinstance(gone.value, store.StoreUnavailable)
+    assert isinstance(gone.value.__cause__, sa.exc.SQLAlchemyError)  # kept for the logs
+    assert "[SQL:" not in str(gone.value)  # the database's words, not the statement
+
+
+def test_a_corrupt_sqlite_file_is_unusable(sqlite_url: str, tmp_path: Path) -> None:
+    with store.open_log(sqlite_url) as log:
+        log.append(KEY, things(1, 2, 3), 0, 1, at(0))
+    path = tmp_path / "log.sqlite"
+    data = bytearray(path.read_bytes())
+    # The header's magic kept (it is still a database), every page after it garbage.
+    data[100:] = b"\x13" * (len(data) - 100)
+    path.write_bytes(bytes(data))
+    with (
+        store.EventLog(connecting.create_engine(sqlite_url)) as log,
+        pytest.raises(store.StoreUnusable, match="malformed"),
+    ):
+        log.read(KEY.uid)
+
+
+def _search_path(url: str) -> str:
+    found = re.search(r"search_path%3D([a-z0-9_]+)", url)
+    assert found, url
+    return found.group(1)
+
+
+@pytest.fixture
+def reader_role(postgres_url: str) -> Iterator[str]:
+    """A role that may read the log's schema revision and nothing else of it."""
+    store.open_log(postgres_url).close()  # migrated by the owner
+    role = f"reader_{uuid.uuid4().hex[:8]}"
+    schema = _search_path(postgres_url)
+    admin = sa.create_engine(postgres_url)
+    try:
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f"CREATE ROLE {role} LOGIN")
+            conn.exec_driver_sql(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+            conn.exec_driver_sql(f"GRANT SELECT ON alembic_version TO {role}")
+        yield role
+    finally:
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f"DROP OWNED BY {role}")
+            conn.exec_driver_sql(f"DROP ROLE {role}")
+        admin.dispose()
+
+
+@pytest.mark.postgres
+def test_a_permission_denied_is_unusable(postgres_url: str, reader_role: str) -> None:
+    url = postgres_url.replace("://postgres@", f"://{reader_role}@")
+    with (
+        store.EventLog(connecting.create_engine(url)) as log,
+        pytest.raises(store.StoreUnusable, match=r"permission denied .*\(SQLSTATE 42501\)"),
+    ):
+        log.epoch()
+
+
+@pytest.mark.postgres
+def test_a_read_only_node_is_unavailable_and_the_next_attempt_connects_again(
+    postgres_url: str,
+) -> None:
+    with store.open_log(postgres_url) as log:
+        log.claim_epoch(1)
+        log.engine.dispose()
+        # The pool's one connection now refuses writes, as one to a primary that a
+        # fail-over turned into a standby does; a new connection reaches a writable node.
+        with log.engine.connect() as conn:
+            conn.exec_driver_sql("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            conn.commit()
+        with pytest.raises(store.StoreUnavailable, match=r"read-only .*\(SQLSTATE 25006\)"):
+            log.claim_epoch(2)
+        assert log.claim_epoch(2) == 2
+
+
+class _Sqlite(sqlite3.OperationalError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name.lower())
+        self.sqlite_errorname = name
+
+
+@pytest.mark.parametrize(
+    ("failure", "passing"),
+    [
+        # PostgreSQL, by SQLSTATE: what a later attempt may not meet...
+        (sa.exc.OperationalError("", {}, psycopg.errors.lookup("08006")()), True),
+        (sa.exc.OperationalError("", {}, psycopg.errors.lookup("40001")()), True),
+        (sa.exc.OperationalError("", {}, psycopg.errors.lookup("53300")()), True),
+        (sa.exc.OperationalError("", {}, psycopg.errors.lookup("55P03")()), True),
+        (sa.exc.OperationalError("", {}, psycopg.errors.lookup("57P01")()), True),
+        (sa.exc.InternalError("", {}, psycopg.errors.lookup("25006")()), True),
+        (sa.exc.InternalError("", {}, psycopg.errors.lookup("25P03")()), True),
+        # ...and what it will meet again.
+        (sa.exc.ProgrammingError("", {}, psycopg.errors.lookup("42501")()), False),
+        (sa.exc.ProgrammingError("", {}, psycopg.errors.lookup("42P01")()), False),
+        (sa.exc.InternalError("", {}, psycopg.errors.lookup("XX001")()), False),
+        (sa.exc.OperationalError("", {}, psycopg.errors.lookup("28P01")()), False),
+        (sa.exc.DataError("", {}, psycopg.errors.lookup("22P02")()), False),
+        # SQLite, by result code.
+        (sa.exc.OperationalError("", {}, _Sqlite("SQLITE_BUSY")), True),
+        (sa.exc.OperationalError("", {}, _Sqlite("SQLITE_IOERR_SHORT_READ")), True),
+        (sa.exc.OperationalError("", {}, _Sqlite("SQLITE_ERROR")), False),
+        (sa.exc.OperationalError("", {}, _Sqlite("SQLITE_READONLY")), False),
+        (sa.exc.DatabaseError("", {}, _Sqlite("SQLITE_NOTADB")), False),
+        # No code: the server not reached (refused, timed out), or no answer from it.
+        (sa.exc.OperationalError("", {}, psycopg.OperationalError("refused")), True),
+        (sa.exc.TimeoutError("the pool is exhausted"), True),
+        (sa.exc.ProgrammingError("", {}, sqlite3.ProgrammingError("closed")), False),
+        (sa.exc.NoResultFound("no fence row"), False),
+    ],
+    ids=lambda value: (
+        (
+            getattr(getattr(value, "orig", None), "sqlstate", None)
+            or getattr(getattr(value, "orig", None), "sqlite_errorname", None)
+            or type(getattr(value, "orig", None) or value).__name__
+        )
+        if not isinstance(value, bool)
+        else str(value)
+    ),
+)
+def test_what_a_later_attempt_may_not_meet(failure: sa.exc.SQLAlchemyError, passing: bool) -> None:
+    assert connecting.passing(failure) is passing
