@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 # Seconds until an order whose token's name is taken by a Secret not its own looks again
 # (fsm/reasons.py says 30 s to the user).
 AUTH_SECRET_CONFLICT_RECHECK = 30.0
+# The field manager that holds a Deployment's replica count between our last apply that
+# set it and the HPA's first scale (Actor._hand_replicas_over).
+REPLICAS_HANDOVER = "ai-inference-handover-to-hpa"
 
 _RESOURCES = {
     "ResourceClaimTemplate": kinds.RESOURCE_CLAIM_TEMPLATES,
@@ -298,6 +301,7 @@ class Actor:
         )
 
     def _apply(self, order: OrderRef, doc: Mapping[str, Any], live: Obj | None) -> None:
+        self._hand_replicas_over(order, doc, live)
         try:
             self._read_own_write(self._writer.apply(doc))
         except errors.APIInvalidError:
@@ -317,6 +321,34 @@ class Actor:
             meta = live["metadata"]
             self._writer.delete(resource, order.namespace, meta["name"], meta["uid"])
             self._read_own_write(self._writer.apply(doc))
+
+    def _hand_replicas_over(
+        self, order: OrderRef, doc: Mapping[str, Any], live: Obj | None
+    ) -> None:
+        """Before the first apply of a Deployment that stops setting its replicas (an HPA
+        now owns the count): an apply that leaves out a field only its applier owned
+        removes it, and the count falls to the default of 1, killing running replicas
+        until the HPA scales back (if it ever wrote one). So the count is first applied
+        as it is under REPLICAS_HANDOVER, which keeps it owned; the HPA takes it over
+        when it scales. Kubernetes' server-side apply documents this hand-over."""
+        if doc.get("kind") != "Deployment" or "replicas" in (doc.get("spec") or {}):
+            return
+        if live is None or (live.get("spec") or {}).get("replicas") is None:
+            return
+        # The cache drops managedFields (watching.py): one read, before this rare apply.
+        fresh = self._writer.get(kinds.DEPLOYMENTS, order.namespace, order.name)
+        if fresh is None or not _replicas_applied_by(fresh, self._writer.field_manager):
+            return
+        meta = fresh["metadata"]
+        self._writer.apply(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "spec": {"replicas": fresh["spec"]["replicas"]},
+            },
+            field_manager=REPLICAS_HANDOVER,
+        )
 
     def _read_own_write(self, written: Obj) -> None:
         """Wait (bounded) for the watch to bring back what was just written, so the next
@@ -494,6 +526,17 @@ _ACTORS = frozenset({Who.USER, Who.ADMIN})
 
 def _stale_note(message: str) -> bool:
     return STALE_FACTS_NOTE in message
+
+
+def _replicas_applied_by(obj: Obj, manager: str) -> bool:
+    """Whether `manager`'s server-side applies own the object's `spec.replicas`."""
+    for entry in (obj.get("metadata") or {}).get("managedFields") or []:
+        if entry.get("manager") != manager or entry.get("operation") != "Apply":
+            continue
+        spec = (entry.get("fieldsV1") or {}).get("f:spec") or {}
+        if "f:replicas" in spec:
+            return True
+    return False
 
 
 def _keep_priority_replicas(docs: list[dict[str, Any]], live: dict[converging.Key, Obj]) -> None:

@@ -194,8 +194,15 @@ class Writer:
 
     # -- writes --------------------------------------------------------------------------
 
-    def apply(self, obj: Mapping[str, Any], *, resource: Resource | None = None) -> Obj:
-        """Server-side apply `obj` (forced, our field manager); the stored object back."""
+    def apply(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        resource: Resource | None = None,
+        field_manager: str | None = None,
+    ) -> Obj:
+        """Server-side apply `obj` (forced, our field manager unless told another); the
+        stored object back."""
         meta = obj["metadata"]
         resource = resource or self.resource_for(obj["apiVersion"], obj["kind"])
         namespace = meta.get("namespace") if resource.namespaced else None
@@ -204,7 +211,7 @@ class Writer:
             self._api,
             "PATCH",
             resource.object_path(namespace, meta["name"]),
-            query=[("fieldManager", self.field_manager), ("force", True)],
+            query=[("fieldManager", field_manager or self.field_manager), ("force", True)],
             body=dict(obj),
             # JSON is YAML: the body goes as JSON under the apply content type.
             content_type="application/apply-patch+yaml",

@@ -11,12 +11,13 @@ writes (its one Writer) or repairs, so a loop that writes forever fails.
 from __future__ import annotations
 
 import base64
+import threading
 import time
 from typing import Any
 
 import httpx
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from adapters.kubernetes.rendering import AUTH_SECRET_UID_ANNOTATION
@@ -329,6 +330,83 @@ def test_a_class_switched_to_cluster_local_without_token_prunes_and_back(
         wait_for(lambda: rolled_out(admin, "conv-prune"), timeout=90, what="the rollout")
         obj = alice.wait_phase(NS, "conv-prune", "Ready", timeout=90)
         assert settle(platform, obj["metadata"]["uid"]) == 0
+
+
+@pytest.mark.timeout(300)
+def test_a_class_turning_to_an_hpa_never_drops_a_running_replica(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    """Fixed replicas (min = max = 2) become an HPA's (max 4): the Deployment's apply
+    stops setting replicas. Server-side apply removes a field only its applier owned, so
+    the count fell to the default of 1 — a running replica killed — unless it is handed
+    over first. Every count the Deployment passes through is watched."""
+    # Four devices: a replan is never offered the place the order holds (SPEC 3.1).
+    node = gpu_node("e2e-handover-node", [(L4, "24Gi")] * 4)
+    fixed = {"minReplicas": 2, "maxReplicas": 2}
+    with extra_capacity(platform, [node], [product_class("e2e-handover-l4", L4)]):
+        admin.create_class("e2e-handover", class_spec(["e2e-handover-l4"], scaling=fixed))
+        class_ready(platform, "e2e-handover")
+        spec = {"inferenceServiceClassName": "e2e-handover", "model": hf(QWEN_SMALL)}
+        orders("conv-handover", spec)
+        alice.wait_phase(NS, "conv-handover", "Ready", timeout=90)
+        wait_for(lambda: rolled_out(admin, "conv-handover"), timeout=90, what="two replicas")
+        apps = admin.apps
+        before = apps.read_namespaced_deployment("conv-handover", NS)
+        assert before.spec.replicas == 2
+
+        counts: list[int] = []
+        stop = threading.Event()
+
+        def watch_counts() -> None:
+            version = before.metadata.resource_version
+            while not stop.is_set():
+                for event in watch.Watch().stream(
+                    apps.list_namespaced_deployment,
+                    NS,
+                    field_selector="metadata.name=conv-handover",
+                    resource_version=version,
+                    timeout_seconds=2,
+                ):
+                    counts.append(event["object"].spec.replicas)
+                    version = event["object"].metadata.resource_version
+
+        watcher = threading.Thread(target=watch_counts, daemon=True)
+        watcher.start()
+        try:
+            scaling = {"minReplicas": 2, "maxReplicas": 4}
+            admin.custom.patch_cluster_custom_object(
+                GROUP, VERSION, CLASSES, "e2e-handover", {"spec": {"scalingPolicy": scaling}}
+            )
+            autoscaling = client.AutoscalingV1Api(admin.api)
+            wait_for(
+                lambda: live_uid(
+                    lambda: autoscaling.read_namespaced_horizontal_pod_autoscaler(
+                        "conv-handover", NS
+                    )
+                ),
+                timeout=60,
+                what="the HPA",
+            )
+
+            def applied_without_replicas() -> bool:
+                fields = apps.read_namespaced_deployment("conv-handover", NS).metadata
+                return not any(
+                    m.manager == "ai-inference"
+                    and m.operation == "Apply"
+                    and "f:replicas" in (m.fields_v1 or {}).get("f:spec", {})
+                    for m in fields.managed_fields
+                )
+
+            wait_for(applied_without_replicas, timeout=60, what="the apply without replicas")
+            obj = alice.wait_phase(NS, "conv-handover", "Ready", timeout=90)
+            assert obj["status"]["constraints"]["maxReplicas"] == 4
+            settle(platform, obj["metadata"]["uid"])
+        finally:
+            stop.set()
+            watcher.join(timeout=10)
+        assert counts, "the watch saw no change of the Deployment"
+        assert min(counts) == 2, f"the replica count went through {counts}"
+        assert apps.read_namespaced_deployment("conv-handover", NS).spec.replicas == 2
 
 
 @pytest.mark.timeout(300)

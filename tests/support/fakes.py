@@ -122,7 +122,13 @@ class FakeWriter:
         group, _, version = api_version.rpartition("/")
         return Resource(group, version, kind.lower() + "s", kind)
 
-    def apply(self, obj: Mapping[str, Any], *, resource: Resource | None = None) -> Obj:
+    def apply(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        resource: Resource | None = None,
+        field_manager: str | None = None,
+    ) -> Obj:
         meta = obj["metadata"]
         self._refuse(str(obj["kind"]))
         self._count("apply", str(obj["kind"]))
