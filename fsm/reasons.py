@@ -361,8 +361,10 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         Who.ADMIN,
         "The API server refused a workload object or the token Secret (a quota, an admission "
         "webhook, a namespace being deleted, a failed request); the message quotes it, or for "
-        "the Secret its HTTP status only. Tried again at every change of the order and on a "
-        "backoff from 5 s doubling to 5 min.",
+        "the Secret its HTTP status only. Or an object of a child's name exists that is not "
+        "the order's (a user's own Service, Ingress or HPA): it is never adopted, changed or "
+        "deleted, and the message names it. Tried again at every change of the order and on "
+        "a backoff from 5 s doubling to 5 min.",
     ),
     Reason.CERTIFICATE_SECRET_MISSING: ReasonInfo(
         _C.WORKLOAD_READY,

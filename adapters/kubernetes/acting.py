@@ -303,6 +303,8 @@ class Actor:
     def _apply(self, order: OrderRef, doc: Mapping[str, Any], live: Obj | None) -> None:
         self._hand_replicas_over(order, doc, live)
         try:
+            if live is None:
+                live = self._unclaimed(order, doc)
             self._read_own_write(self._writer.apply(doc))
         except errors.APIInvalidError:
             if live is None or not converging.owned_by(live, order.uid):
@@ -321,6 +323,33 @@ class Actor:
             meta = live["metadata"]
             self._writer.delete(resource, order.namespace, meta["name"], meta["uid"])
             self._read_own_write(self._writer.apply(doc))
+
+    def _unclaimed(self, order: OrderRef, doc: Mapping[str, Any]) -> Obj | None:
+        """The live object of `doc`'s name, missing from the cache: None when there is
+        none; NameTaken when it is not the order's. The cache holds only the order's
+        labelled objects, so one of that name it does not show may be someone else's (a
+        user's own Service, a deleted namesake's child the garbage collector has not
+        reached). Server-side apply merges into maps and keyed lists field by field, so
+        a forced apply, or even an unforced one, would take it over: our selector added
+        to theirs, our owner reference on it, deleted with the order. Read first, for
+        the kinds that merge so; a Deployment's selector and a claim template's spec are
+        immutable, so the API refuses those whole (422) and nothing is taken."""
+        if doc.get("kind") not in _MERGED_INTO:
+            return None
+        kind, name = converging.key_of(doc)
+        resource = _RESOURCES.get(kind) or self._writer.resource_for(
+            str(doc.get("apiVersion")), kind
+        )
+        found = self._writer.get(resource, order.namespace, name)
+        if found is None or converging.owned_by(found, order.uid):
+            return found
+        if (found.get("metadata") or {}).get("deletionTimestamp"):
+            # A deleted namesake's child on its way out: nothing for anyone to do.
+            raise NameTaken(f"{kind} {order.namespace}/{name} is being deleted; waiting")
+        raise NameTaken(
+            f"{kind} {order.namespace}/{name} exists and is not this order's: it is never "
+            "adopted, changed or deleted; rename or delete it, and the order goes on"
+        )
 
     def _hand_replicas_over(
         self, order: OrderRef, doc: Mapping[str, Any], live: Obj | None
@@ -526,6 +555,14 @@ _ACTORS = frozenset({Who.USER, Who.ADMIN})
 
 def _stale_note(message: str) -> bool:
     return STALE_FACTS_NOTE in message
+
+
+# The kinds whose foreign namesake an apply would merge into (Actor._unclaimed).
+_MERGED_INTO = frozenset({"Service", "Ingress", "HorizontalPodAutoscaler"})
+
+
+class NameTaken(errors.APIError):
+    """An object of a child's name exists that the order does not own."""
 
 
 def _replicas_applied_by(obj: Obj, manager: str) -> bool:

@@ -410,6 +410,59 @@ def test_a_class_turning_to_an_hpa_never_drops_a_running_replica(
 
 
 @pytest.mark.timeout(300)
+def test_a_users_service_of_the_orders_name_is_never_taken_over(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    """The user's own Service has the name the order's would: the controller's cache
+    does not show it (no order label), and a forced apply took it over — its selector
+    rewritten, the order's owner reference added, deleted with the order. It is left as
+    it is; the order says why, and is served once the name is free."""
+    node = gpu_node("e2e-taken-node", [(L4, "24Gi")])
+    with extra_capacity(platform, [node], [product_class("e2e-taken-l4", L4)]):
+        admin.create_class("e2e-taken", class_spec(["e2e-taken-l4"]))
+        class_ready(platform, "e2e-taken")
+        core = admin.core
+        theirs = client.V1Service(
+            metadata=client.V1ObjectMeta(name="conv-taken"),
+            spec=client.V1ServiceSpec(
+                selector={"app": "theirs"}, ports=[client.V1ServicePort(port=8080)]
+            ),
+        )
+        made = core.create_namespaced_service(NS, theirs)
+        try:
+            orders(
+                "conv-taken", {"inferenceServiceClassName": "e2e-taken", "model": hf(QWEN_SMALL)}
+            )
+            obj = wait_for(
+                lambda: (
+                    (o := alice.get(NS, "conv-taken"))
+                    and any(
+                        c["type"] == "WorkloadReady"
+                        and "Service support/conv-taken exists and is not this order's"
+                        in c["message"]
+                        for c in (o.get("status") or {}).get("conditions", [])
+                    )
+                    and o
+                ),
+                timeout=60,
+                what="the order saying the Service's name is taken",
+            )
+            assert obj["status"]["phase"] == "Pending"
+            service = core.read_namespaced_service("conv-taken", NS)
+            assert service.metadata.uid == made.metadata.uid
+            assert service.spec.selector == {"app": "theirs"}
+            assert not service.metadata.owner_references
+            managers = {m.manager for m in service.metadata.managed_fields or []}
+            assert "ai-inference" not in managers  # not one field written
+        finally:
+            core.delete_namespaced_service("conv-taken", NS, _preload_content=False)
+        alice.wait_phase(NS, "conv-taken", "Ready", timeout=120)
+        service = core.read_namespaced_service("conv-taken", NS)
+        assert service.metadata.uid != made.metadata.uid
+        assert service.metadata.owner_references[0].uid == obj["metadata"]["uid"]
+
+
+@pytest.mark.timeout(300)
 def test_a_burst_never_promises_a_device_twice(
     platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
 ) -> None:

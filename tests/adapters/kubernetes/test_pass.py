@@ -26,7 +26,7 @@ import store
 from adapters.kubernetes import errors, queueing
 from adapters.kubernetes.acting import AUTH_SECRET_CONFLICT_RECHECK, NO_REPLICA_ANSWERS
 from adapters.kubernetes.background import Background
-from adapters.kubernetes.kinds import SECRETS
+from adapters.kubernetes.kinds import SECRETS, SERVICES
 from adapters.kubernetes.reconciling import APPLY_RETRY, Reconciler
 from adapters.kubernetes.rendering import AUTH_SECRET_UID_ANNOTATION
 from adapters.kubernetes.settings import ProbeSettings, Settings
@@ -185,9 +185,11 @@ def test_a_new_order_gets_each_child_once_and_a_quiet_pass_writes_nothing(bed: B
         CHILDREN, 1
     )
     assert bed.writer.calls[("create", "Secret")] == 1
-    # One live read: the order itself, before its children are made. Its token Secret is
-    # created without a read first (a 404 each new order paid); a conflict reads it.
-    assert bed.writer.reads == {"InferenceService": 1}
+    # Live reads: the order itself, before its children are made, and the children an
+    # apply would merge into if someone else's had their name (Actor._unclaimed). Its
+    # token Secret is created without a read first (a 404 each new order paid); a
+    # conflict reads it.
+    assert bed.writer.reads == {"InferenceService": 1, "Service": 1, "Ingress": 1}
     # One status: the plan applied and its Deployment seen rolling out, both in the pass
     # that applied it (a status without them, then a second write, before).
     assert bed.writer.calls[("status", "InferenceService")] == 1
@@ -601,6 +603,33 @@ def test_a_service_retyped_to_external_name_is_made_anew(bed: Bed) -> None:
     live = bed.child("Service", "llm")
     assert live is not None and live["spec"]["type"] == "ClusterIP"
     assert bed.writer.calls[("delete", "Service")] == 1
+
+
+def test_a_service_of_the_orders_name_not_its_own_is_never_taken_over(bed: Bed) -> None:
+    """A user's own Service named like the order: not in the cache (it has no order
+    label), it is read before the apply, never adopted or rewritten;
+    the order says why, and goes on once the name is free."""
+    theirs = fakes.put(
+        bed.world,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "llm", "namespace": "support"},
+            "spec": {"selector": {"app": "theirs"}, "ports": [{"port": 80}]},
+        },
+    )
+    uid = bed.order("llm")
+    bed.settle(uid, passes=1)
+    workload = bed.conditions(uid)["WorkloadReady"]
+    assert workload["reason"] == "WorkloadApplyFailed"
+    assert "Service support/llm exists and is not this order's" in workload["message"]
+    assert bed.writer.get(SERVICES, "support", "llm") == theirs  # untouched
+
+    fakes.drop(bed.world, theirs)
+    bed.settle(uid)
+    service = bed.child("Service", "llm")
+    assert service is not None and service["metadata"]["uid"] != theirs["metadata"]["uid"]
+    assert bed.conditions(uid)["WorkloadReady"]["reason"] != "WorkloadApplyFailed"
 
 
 def test_a_manifest_the_api_refuses_on_its_own_leaves_what_runs(bed: Bed) -> None:
