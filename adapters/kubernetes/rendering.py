@@ -30,7 +30,7 @@ from fsm import identity
 from fsm.identity import OrderRef
 from fsm.placement import sizing
 from fsm.placement.recipes import Recipe, render_args
-from fsm.quantity import MIB
+from fsm.quantity import GIB, MIB
 from fsm.values import (
     Authentication,
     CatalogKind,
@@ -255,7 +255,15 @@ def _driver(plan: Plan) -> str:
 
 def _quantity(amount: Fraction) -> str:
     """Bytes rounded up to a whole MiB (whole GiB written as Gi): never below the need."""
-    mib = max(1, math.ceil(amount / MIB))
+    return _mib(max(1, math.ceil(amount / MIB)))
+
+
+def _quantity_down(amount: Fraction) -> str:
+    """Bytes rounded down to a whole MiB (at least 1): never above what is there."""
+    return _mib(max(1, math.floor(amount / MIB)))
+
+
+def _mib(mib: int) -> str:
     return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
 
 
@@ -272,13 +280,50 @@ def _need_per_device(plan: Plan, facts: ModelFacts) -> Fraction:
     return need / (plan.accelerator_count * sizing.GPU_MEMORY_UTILIZATION)
 
 
+def _plan_memory(plan: Plan) -> tuple[Fraction, Fraction] | None:
+    """The memory a device of the plan has: [G - 1/2, G + 1/2) GiB, as the planner rounds
+    it (`gib_rounded`) into `acceleratorMemoryGiB` = G; None for a plan that names none."""
+    if plan.accelerator_memory_gib < 1:
+        return None
+    gib = Fraction(plan.accelerator_memory_gib)
+    return (gib - Fraction(1, 2)) * GIB, (gib + Fraction(1, 2)) * GIB
+
+
+def _device_memory(plan: Plan, facts: ModelFacts) -> tuple[Fraction, Fraction | None]:
+    """The least (and for a Shared plan, the bound of) memory of a device the claim may get.
+
+    The least is the planner's fit test solved for one device, rounded up to a whole MiB.
+    A Shared claim consumes its share of that least (`_consumed`), so it also keeps to the
+    plan's rounded size: a device of G GiB has at least G - 1/2 of them, and none of
+    another size is one the planner counted for this plan.
+    """
+    least = Fraction(math.ceil(_need_per_device(plan, facts) / _share(plan) / MIB) * MIB)
+    bounds = _plan_memory(plan) if plan.sharing_mode is SharingMode.SHARED else None
+    if bounds is None:
+        return least, None
+    return max(least, bounds[0]), bounds[1]
+
+
+def _consumed(plan: Plan, least: Fraction) -> Fraction:
+    """A Shared claim's consumable capacity: its share of the least memory its device has.
+
+    The planner counts `sharePercent` units of 100 per device, so claims whose shares add
+    up to at most 100 must fit (each takes at most its share of the device: share x least,
+    rounded down) and more must not. The device's exact memory is not in the plan, only
+    G GiB rounded, so `least` may be below it by up to a GiB: more claims than counted
+    then fit when (units + share) x least <= memory (docs/workload.md, "Shared claims").
+    """
+    return _share(plan) * least
+
+
 def _claim_template(order: OrderRef, plan: Plan, facts: ModelFacts) -> Manifest:
     driver = _driver(plan)
-    consumed = _need_per_device(plan, facts)
-    device_memory = consumed / _share(plan)
-    selectors = [
-        f"device.capacity['{driver}'].memory.compareTo(quantity('{_quantity(device_memory)}')) >= 0"
-    ]
+    least, below = _device_memory(plan, facts)
+    memory = f"device.capacity['{driver}'].memory"
+    expression = f"{memory}.compareTo(quantity('{_quantity(least)}')) >= 0"
+    if below is not None:
+        expression += f" && {memory}.compareTo(quantity('{_quantity(below)}')) < 0"
+    selectors = [expression]
     if plan.accelerator_product_name:
         # The product the plan counted on: the scheduler takes the first device that fits
         # a claim, and without it an order planned on a T4 was handed an A100 that another
@@ -293,9 +338,9 @@ def _claim_template(order: OrderRef, plan: Plan, facts: ModelFacts) -> Manifest:
     }
     devices: dict[str, Any] = {"requests": [{"name": CLAIM_NAME, "exactly": exactly}]}
     if plan.sharing_mode is SharingMode.SHARED:
-        # Consumable capacity: the claim takes its part of the device's memory, which is
-        # what lets several claims be allocated one device (DRA.md).
-        exactly["capacity"] = {"requests": {"memory": _quantity(consumed)}}
+        # Consumable capacity: the claim takes its share of the device's memory, which is
+        # what lets as many claims be allocated one device as the planner counted (DRA.md).
+        exactly["capacity"] = {"requests": {"memory": _quantity_down(_consumed(plan, least))}}
         sharing: dict[str, Any] = {"strategy": "MPS"}
         if plan.share_percent:
             sharing["mpsConfig"] = {"defaultActiveThreadPercentage": plan.share_percent}

@@ -29,7 +29,7 @@ from adapters.kubernetes.settings import Settings, Source
 from fsm.placement import cel, sizing
 from fsm.placement.capacity import Device
 from fsm.policy import classless_policy
-from fsm.quantity import GIB, MIB, parse_quantity
+from fsm.quantity import GIB, MIB, gib_rounded, parse_quantity
 from fsm.values import (
     Authentication,
     CatalogKind,
@@ -513,6 +513,7 @@ def test_selector_admits_every_device_the_planner_judged_big_enough(
     per_consumer = memory * (share or 100) / 100
     plan = PLAN.model_copy(
         update={
+            "accelerator_memory_gib": gib_rounded(memory),  # as the planner reports it
             "accelerator_count": count,
             "sharing_mode": SharingMode.SHARED if share else SharingMode.DEDICATED,
             "share_percent": share,
@@ -526,9 +527,26 @@ def test_selector_admits_every_device_the_planner_judged_big_enough(
     if sizing.fits(facts, count=count, device_memory=per_consumer):
         assert admitted, "the planner's device is refused by the claim"
         if share:
-            # Consumed capacity never exceeds the share: shares the planner counted fit.
-            consumed = exactly["capacity"]["requests"]["memory"]
-            assert parse_quantity(consumed) <= per_consumer
+            # Consumed capacity never exceeds the share, and falls short of it by less than
+            # the share of a GiB (the plan's whole GiB) and a MiB: as many claims as the
+            # planner counted fit, and more do not (test_rendering_shares.py counts them).
+            consumed = parse_quantity(exactly["capacity"]["requests"]["memory"])
+            assert per_consumer - GIB * share / 100 - MIB < consumed <= per_consumer
+
+
+def test_only_a_shared_claim_keeps_to_the_plans_memory() -> None:
+    # A Shared claim consumes its share of a device of the plan's size, so it is kept to
+    # devices of that size (test_rendering_shares.py); a Dedicated claim asks only the
+    # planner's fit test, as it always did (the same template: its pods do not roll).
+    memory = "device.capacity['gpu.nvidia.com'].memory"
+    dedicated = request_of(render())["selectors"][0]["cel"]["expression"]
+    assert dedicated == f"{memory}.compareTo(quantity('8246Mi')) >= 0"
+    shared = request_of(render(plan=SHARED.model_copy(update={"accelerator_memory_gib": 24})))
+    assert shared["selectors"][0]["cel"]["expression"] == (
+        f"{memory}.compareTo(quantity('24064Mi')) >= 0 && "
+        f"{memory}.compareTo(quantity('25088Mi')) < 0"
+    )
+    assert shared["capacity"] == {"requests": {"memory": "12032Mi"}}  # half of 23.5Gi
 
 
 def test_selector_refuses_a_device_too_small() -> None:
