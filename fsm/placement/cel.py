@@ -12,8 +12,9 @@ which the planner reports as PlacementUndecidable, never as a crash.
 Evaluation is slow next to everything else the planner does (about 0.25 ms), so programs
 are compiled once per expression, results are memoised per (class name, generation,
 selectors, device), and an answer is shared by the devices that agree on what the
-selector read (cel_reads.py). Known gap: `cel.bind` is not supported by cel-python; a selector
-using it cannot be judged.
+selector read (cel_reads.py). Kubernetes' other CEL libraries that selectors use (the
+strings extension, lists, sets) live in cel_extensions.py. Known gaps, which leave a
+selector that uses them unjudged: `cel.bind`, and the libraries docs/planner.md lists.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 import celpy
 from celpy import celtypes
 
-from fsm.placement import cel_reads
+from fsm.placement import cel_extensions, cel_reads
 from fsm.placement.capacity import Device, DeviceClassInfo, Version
 from fsm.placement.kept import KeptFor
 from fsm.quantity import QuantityError, parse_quantity
@@ -171,6 +172,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "asApproximateFloat": lambda q: celtypes.DoubleType(float(q.value)),
     "add": lambda q, other: Quantity(q.value + _as_quantity(other).value),
     "sub": lambda q, other: Quantity(q.value - _as_quantity(other).value),
+    **cel_extensions.FUNCTIONS,
 }
 
 
@@ -194,7 +196,7 @@ def _environment() -> celpy.Environment:
 def _program(expression: str) -> celpy.Runner:
     env = _environment()
     try:
-        return env.program(env.compile(expression), functions=FUNCTIONS)
+        return env.program(cel_extensions.adapt(env.compile(expression)), functions=FUNCTIONS)
     except Exception as err:  # the parser's own errors vary by grammar rule
         raise SelectorError(expression, f"does not parse: {err}") from err
 
@@ -268,7 +270,8 @@ def _describe(err: BaseException) -> str:
     args = getattr(err, "args", ())
     if not args:
         return type(err).__name__
-    message = str(args[0])
+    # An undeclared name's message goes on to print the whole activation: cut it there.
+    message = str(args[0]).split(" (in activation ", 1)[0]
     if len(args) >= 3 and isinstance(args[2], tuple) and args[2]:
         message += f" ({args[2][0]})"
     return message

@@ -33,6 +33,10 @@ EXPRESSIONS = [
     f"{ATTR}.type == 'gpu'",  # an error where the type is missing
     f"!device.allowMultipleAllocations && {ATTR}.count > 1",
     f"{ATTR}.count > 1 && {ATTR}.productName.startsWith('A')",
+    f"{ATTR}.productName.lowerAscii().contains('a1')",  # cel_extensions.py
+    f"{ATTR}.productName.charAt(3) == '0' || {ATTR}.type == 'gpu'",  # an error ORed
+    f"sets.intersects(['gpu', 'vgpu'], [{ATTR}.type])",
+    f"[{ATTR}.count, 2].max() == 2",
 ]
 
 
