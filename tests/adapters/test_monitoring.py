@@ -80,6 +80,23 @@ def test_the_alerts_the_platform_team_asked_for_exist() -> None:
         assert rule["annotations"]["summary"]
 
 
+def test_deckhouses_prometheus_selects_the_rules_and_the_monitor() -> None:
+    """Deckhouse's main Prometheus loads PrometheusRules labelled `prometheus: main` and
+    `component: rules`, and PodMonitors labelled `prometheus: main`, from namespaces that
+    say so (modules/300-prometheus, its ruleSelector and podMonitorSelector). A rule
+    without `component: rules` is never loaded, and its alerts never fire."""
+    rule_selector = {"prometheus": "main", "component": "rules"}
+    monitor_selector = {"prometheus": "main"}
+    (rule,) = load_documents([MONITORING / "prometheusrule.yaml"])
+    (monitor,) = load_documents([MONITORING / "podmonitor.yaml"])
+    assert rule_selector.items() <= rule["metadata"]["labels"].items()
+    assert monitor_selector.items() <= monitor["metadata"]["labels"].items()
+    # The module's namespace (a Helm template: read as text) is one that says so.
+    template = (resource_dir("deploy") / "templates" / "namespace.yaml").read_text("utf-8")
+    assert 'prometheus.deckhouse.io/rules-watcher-enabled: "true"' in template
+    assert 'prometheus.deckhouse.io/monitor-watcher-enabled: "true"' in template
+
+
 def test_the_checker_catches_a_misspelt_metric_and_label() -> None:
     with pytest.raises(AssertionError, match="not a metric"):
         test_expressions_name_exposed_metrics_and_their_labels("x", "ai_inference_order > 1")
