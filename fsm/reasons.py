@@ -372,9 +372,10 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         Who.ADMIN,
         "https mode CustomCertificate names a Secret that does not exist where it is read "
         "(d8-system for a ModuleConfig's or the platform's global block; the controller's "
-        "namespace for a class's, the settings file's or the flags'), so no copy can be made "
-        "for the order's Ingress; nothing is applied until it exists (what runs keeps "
-        "running).",
+        "namespace for a class's, the settings file's or the flags'), or one that is not a "
+        "kubernetes.io/tls Secret with tls.crt and tls.key (nothing else is ever copied), so "
+        "no copy can be made for the order's Ingress; nothing is applied until it is one (what "
+        "runs keeps running).",
     ),
     Reason.AUTH_SECRET_CONFLICT: ReasonInfo(
         _C.WORKLOAD_READY,

@@ -9,12 +9,16 @@ only name a Secret of its own namespace, so each order whose Ingress needs it ge
 workload: the garbage collector takes it with the order, the pass prunes it when the
 order no longer needs it (converging.strays).
 
-The copy is kept equal to the source — its type and its data, every key, nothing more —
-without ever updating or patching a Secret: a copy that differs (the source rotated, the
-copy edited) is deleted with its UID as a precondition and created anew. The source is
-read by name (ClusterCache.secrets, never a list of Secrets); its absence is the order's
-`CertificateSecretMissing`. The data passes through and is never logged, quoted in an
-error or written anywhere but the copy: errors name the Secret and the HTTP status only.
+The copy is kept equal to the source's certificate — `tls.crt`, `tls.key` and `ca.crt`,
+nothing more — without ever updating or patching a Secret: a copy that differs (the
+source rotated, the copy edited) is deleted with its UID as a precondition and created
+anew. The source is read by name (ClusterCache.secrets, never a list of Secrets); its
+absence is the order's `CertificateSecretMissing`, and so is a source that is not a
+`kubernetes.io/tls` Secret: whoever may name it (an administrator's class, the settings)
+can place a copy in a namespace they read, so only a certificate is ever copied, never
+another Secret's data (a database password kept beside it), as Deckhouse's own copy
+reads only those keys. The data passes through and is never logged, quoted in an error
+or written anywhere but the copy: errors name the Secret and the HTTP status only.
 
 Who calls it: acting.py, in the same pass that applies the workload.
 """
@@ -30,6 +34,8 @@ from adapters.kubernetes.writing import Writer
 from fsm.identity import OrderRef, custom_tls_secret_name
 
 __all__ = [
+    "COPIED_KEYS",
+    "TLS_TYPE",
     "CertificateSecretMissing",
     "copy_of",
     "keep_equal",
@@ -38,6 +44,9 @@ __all__ = [
 ]
 
 Obj = Mapping[str, Any]
+TLS_TYPE = "kubernetes.io/tls"
+# What a copy carries of its source: the certificate, its key, and the CA when given.
+COPIED_KEYS = ("tls.crt", "tls.key", "ca.crt")
 
 
 class CertificateSecretMissing(RenderError):
@@ -47,12 +56,20 @@ class CertificateSecretMissing(RenderError):
 def copy_of(order: OrderRef, source: Obj | None, *, namespace: str, name: str) -> dict[str, Any]:
     """The copy the order's Ingress names, of the source Secret `namespace/name`.
 
-    Raises CertificateSecretMissing when there is no source to copy."""
+    Raises CertificateSecretMissing when there is no source to copy, or when it is not a
+    certificate (type kubernetes.io/tls, with tls.crt and tls.key)."""
     if source is None:
         raise CertificateSecretMissing(
             f"https mode CustomCertificate: Secret {name!r} does not exist in namespace "
             f"{namespace}, so the order's Ingress has no certificate; create it there "
             f"(type kubernetes.io/tls)"
+        )
+    data = source.get("data") or {}
+    if source.get("type") != TLS_TYPE or not {"tls.crt", "tls.key"} <= data.keys():
+        raise CertificateSecretMissing(
+            f"https mode CustomCertificate: Secret {name!r} in namespace {namespace} is not "
+            f"a {TLS_TYPE} Secret with tls.crt and tls.key, so nothing of it is copied and "
+            f"the order's Ingress has no certificate; name a certificate's Secret"
         )
     return {
         "apiVersion": "v1",
@@ -64,8 +81,8 @@ def copy_of(order: OrderRef, source: Obj | None, *, namespace: str, name: str) -
             "annotations": {"ai.deckhouse.io/certificate-source": f"{namespace}/{name}"},
             "ownerReferences": [owner_reference(order)],
         },
-        "type": str(source.get("type") or "kubernetes.io/tls"),
-        "data": dict(source.get("data") or {}),
+        "type": TLS_TYPE,
+        "data": {key: data[key] for key in COPIED_KEYS if key in data},
     }
 
 

@@ -48,6 +48,28 @@ def test_a_missing_source_is_named_without_a_crash() -> None:
         copy_of(None)
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        {**SOURCE, "type": "Opaque", "data": {"password": "aHVudGVyMg=="}},
+        {**SOURCE, "type": "Opaque"},  # a certificate's keys, not a certificate's type
+        {**SOURCE, "data": {"tls.crt": "Y2VydA=="}},  # no key
+    ],
+    ids=["opaque", "opaque-with-tls-keys", "no-key"],
+)
+def test_only_a_certificate_is_ever_copied(source: dict[str, Any]) -> None:
+    """Whoever names the source (a class, the settings) may read the namespace the copy
+    lands in: naming the store's password Secret must not put it there."""
+    with pytest.raises(CertificateSecretMissing, match=r"is not a kubernetes\.io/tls Secret"):
+        copy_of(source)
+
+
+def test_a_copy_carries_the_certificate_and_nothing_else() -> None:
+    extra = {**SOURCE["data"], "ca.crt": "Y2E=", "password": "aHVudGVyMg=="}
+    made = copy_of({**SOURCE, "data": extra})
+    assert made["data"] == {"tls.crt": "Y2VydA==", "tls.key": "a2V5", "ca.crt": "Y2E="}
+
+
 def _live(desired: dict[str, Any], **changes: Any) -> dict[str, Any]:
     live = copy.deepcopy(desired)
     live["metadata"].update(
