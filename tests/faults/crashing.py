@@ -26,6 +26,7 @@ from typing import Any
 
 import store
 from adapters import faults
+from adapters.kubernetes.converging import RENDERED_ANNOTATION
 from fsm.fold import fold
 from fsm.reasons import ConditionStatus
 from fsm.status import render_status
@@ -76,6 +77,9 @@ _REQUESTS = {
 _SETTLE_QUIET = 3.0  # seconds without a write of the controller: settled
 _VOLATILE = re.compile(r"(Time|Timestamp)$")
 _SERVER_SET = frozenset({"resourceVersion", "uid", "clusterIP", "clusterIPs"})
+# A digest of the rest of the object, which is compared made generic: the digest itself
+# is of the run's own names and UIDs, so it differs between any two runs.
+_DERIVED = frozenset({RENDERED_ANNOTATION})
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,7 @@ def normal(value: Any, mix: Mix, uids: Mapping[str, str]) -> Any:
         return {
             k: normal(v, mix, uids)
             for k, v in value.items()
-            if not _VOLATILE.search(k) and k not in _SERVER_SET
+            if not _VOLATILE.search(k) and k not in _SERVER_SET and k not in _DERIVED
         }
     if isinstance(value, list):
         return [normal(v, mix, uids) for v in value]
