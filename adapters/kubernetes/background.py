@@ -23,6 +23,13 @@ of others beside it (`benchmarks/probes.py`). A repeat runs at most half a grain
 early or late, and its period stays `every` on average (rounding up would add a grain to
 each); one armed to run at once is not held back.
 
+A call that raises breaks its promise to answer (the probe and the hub lookup each
+return their failures): it is logged with its key, and no order is left waiting on it. A
+one-shot call's result is not kept and its order not woken (the pass that started it asks
+again on its requeue); a repeat runs again `every` seconds later, and until one of its
+calls returns no pass waits for its answer (`waiting` is false), so the order's status is
+published meanwhile.
+
 `inline=True` runs each call at once on the caller's thread (a repeated one only when it
 is due at once, and never again): the pass's unit tests use it to stay deterministic.
 """
@@ -53,6 +60,7 @@ class _Repeat:
     news: Callable[[Any], bool]
     due: float  # time.monotonic()
     announced: bool  # its next result wakes the order for sure (the pass may wait for it)
+    failing: bool = False  # its last call raised: no pass waits for it until one returns
 
 
 class Background:
@@ -113,10 +121,18 @@ class Background:
 
     def _finish(self, key: Key, call: Callable[[], Any]) -> None:
         try:
-            result = call()
-        finally:
-            with self._lock:
-                self._running.discard(key)
+            try:
+                result = call()
+            finally:
+                with self._lock:
+                    self._running.discard(key)
+        except Exception as error:
+            if self._inline:
+                raise  # the pass's tests see it
+            # Nothing is kept and the order is not woken: the pass that started the call
+            # asks again on its requeue (a woken pass would ask at once, in a loop).
+            _log_failure(key, error)
+            return
         with self._lock:
             self._done[key] = result
         if not self._inline:
@@ -138,12 +154,15 @@ class Background:
 
         Armed again (the next pass's call, with its state): the call, interval and
         judgement are replaced, the time it is due is kept. `announced`: its next result
-        is news whatever it says (`waiting` then counts it)."""
+        is news whatever it says (`waiting` then counts it) — unless its last call raised:
+        until a call returns, no pass waits for one (see `_repeat_failed`)."""
         now = time.monotonic()
         with self._lock:
             old = self._repeats.get(key)
             due = old.due if old is not None else self._on_grain(now, first_after)
-            self._repeats[key] = _Repeat(call, every, news, due, announced)
+            failing = old is not None and old.failing
+            announced = announced and not failing
+            self._repeats[key] = _Repeat(call, every, news, due, announced, failing)
             if announced:
                 self._announced.add(key)
             else:
@@ -211,10 +230,16 @@ class Background:
 
     def _fire_running(self, key: Key, repeat: _Repeat) -> None:
         try:
-            result = repeat.call()
-        finally:
-            with self._lock:
-                self._running.discard(key)
+            try:
+                result = repeat.call()
+            finally:
+                with self._lock:
+                    self._running.discard(key)
+        except Exception as error:
+            if self._inline:
+                raise  # the pass's tests see it; an inline repeat runs once anyway
+            self._repeat_failed(key, error)
+            return
         with self._lock:
             current = self._repeats.get(key)
             if current is not repeat and current is not None:
@@ -224,6 +249,7 @@ class Background:
                 return  # cancelled while it ran
             if not repeat.news(result):
                 if current is not None:
+                    current.failing = False
                     current.due = self._on_grain(time.monotonic(), current.every)
                     heapq.heappush(self._heap, (current.due, next(self._order), key))
                     self._lock.notify_all()
@@ -232,6 +258,28 @@ class Background:
             self._announced.discard(key)
             self._done[key] = result
         if not self._inline:
+            self._wake(key[1])
+
+    def _repeat_failed(self, key: Key, error: Exception) -> None:
+        """A repeated call raised (its promise is to return): logged, and it runs again
+        `every` seconds later. Before, its timer entry was spent and never put back, and
+        arming it again kept the time it was due: it never ran again (an order Ready
+        with a dead runtime); announced, its order waited for its answer for ever and
+        never published a status. So a pass waiting for it is woken, and until a call
+        returns no pass waits for one: the order's status goes out meanwhile."""
+        _log_failure(key, error)
+        with self._lock:
+            current = self._repeats.get(key)
+            if current is None:
+                return  # cancelled while it ran
+            waited = key in self._announced
+            self._announced.discard(key)
+            current.announced = False
+            current.failing = True
+            current.due = self._on_grain(time.monotonic(), current.every)
+            heapq.heappush(self._heap, (current.due, next(self._order), key))
+            self._lock.notify_all()
+        if waited:
             self._wake(key[1])
 
     def forget(self, uid: str) -> None:
@@ -251,9 +299,13 @@ class Background:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+def _log_failure(key: Key, error: BaseException) -> None:
+    log.error("a background call failed (%s of %s): %s: %s", *key, type(error).__name__, error)
+
+
 def _report(future: Future[None]) -> None:
     if future.cancelled():
         return  # stopped before it ran (the pool was shut down): nothing failed
     error = future.exception()
-    if error is not None:  # the order is not woken: its requeue asks again
+    if error is not None:  # the runner's own failure: the calls' are handled there
         log.error("a background call failed: %s", error)

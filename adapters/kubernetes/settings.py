@@ -39,6 +39,7 @@ import jsonschema
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from adapters.probes.http import shown_url
 from adapters.resources import resource_dir
 from fsm.values import Frozen, HttpsMode
 
@@ -171,7 +172,8 @@ class HuggingFaceSettings(Frozen):
     @classmethod
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")) or len(value.split("://", 1)[1]) == 0:
-            raise ValueError(f"{value!r} is not an http(s) URL")
+            # Shown without a `user:password@`: the message reaches Events and the log.
+            raise ValueError(f"{shown_url(value)!r} is not an http(s) URL")
         return value.rstrip("/")
 
 

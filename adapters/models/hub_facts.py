@@ -13,19 +13,24 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from fsm.values import EndpointType, ModelFormat, Quantization
+from fsm.values import INT64_MAX, EndpointType, ModelFormat, Quantization
 
 __all__ = [
+    "MAX_PARAMETER_COUNT",
+    "InvalidValue",
     "UnknownQuantization",
     "chat_template_mentions_tools",
     "context_window",
     "endpoint_types",
+    "gguf_context_window",
+    "gguf_parameter_count",
     "gguf_variant",
     "model_format",
     "parameter_count",
     "quantization",
     "torch_dtype",
     "weight_files",
+    "weights_bytes",
 ]
 
 _CHAT_TASKS = frozenset({"text-generation", "conversational", "image-text-to-text"})
@@ -38,9 +43,22 @@ _GGUF_SPLIT = re.compile(r"-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
 _GGUF_PREFERRED = "q4_k_m"
 _TOOLS_WORD = re.compile(r"\btools\b")
 
+# Bit widths AWQ and GPTQ pack into int32 words (AWQ uses 4; GPTQ 2, 3, 4 or 8).
+_PACKED_BITS = (2, 3, 4, 8)
+# A group of weights sharing one scale: -1 (or 0) is one group per row.
+_MAX_GROUP_SIZE = 1 << 20
+# No model comes near it (the largest published have about 2e12 parameters): a count
+# beyond it is a hub's mistake, and would pass any class's maxParameterCount unread.
+MAX_PARAMETER_COUNT = 10**15
+
 
 class UnknownQuantization(ValueError):
     """config.json names a quantization method the platform has no recipes for."""
+
+
+class InvalidValue(ValueError):
+    """A value the hub published that no rule can use (of the wrong type, or absurd);
+    the message names the field and where it was read."""
 
 
 def endpoint_types(
@@ -175,24 +193,103 @@ def parameter_count(
     int32 and add one fp16 scale per `group_size` weights, so a 32.8B AWQ model shows
     as 5.7B; undo both so class limits (maxParameterCount) compare real sizes.
     BitsAndBytes 4-bit stores two weights per uint8.
+
+    Raises InvalidValue for a count that is no whole number from 0 up, for `bits` other
+    than 2, 3, 4 or 8 and a `group_size` other than -1 or a positive whole number (each
+    used to crash the lookup, or to shrink or negate the count), and for a result outside
+    1..MAX_PARAMETER_COUNT.
     """
     if not by_dtype:
         return None
-    counts = {k.upper(): int(v) for k, v in by_dtype.items()}
+    if not isinstance(by_dtype, Mapping):
+        raise InvalidValue(f"the info's safetensors.parameters {_clip(by_dtype)} is not an object")
+    counts: dict[str, int] = {}
+    for dtype, value in by_dtype.items():
+        field = f"the info's safetensors.parameters[{_clip(dtype)}]"
+        if not isinstance(dtype, str):
+            raise InvalidValue(f"{field} is not keyed by a dtype name")
+        counts[dtype.upper()] = _whole(value, field, low=0, high=MAX_PARAMETER_COUNT)
     total = sum(counts.values())
     qc = (config or {}).get("quantization_config")
     qc = qc if isinstance(qc, Mapping) else {}
     if quant in (Quantization.AWQ, Quantization.GPTQ) and counts.get("I32"):
-        bits = int(qc.get("bits") or qc.get("w_bit") or 4)
-        group = int(qc.get("group_size") or qc.get("q_group_size") or -1)
+        field, bits = _setting(qc, ("bits", "w_bit"), 4)
+        if bits not in _PACKED_BITS:
+            raise InvalidValue(f"{field} {bits} is not one of {', '.join(map(str, _PACKED_BITS))}")
+        field, group = _setting(qc, ("group_size", "q_group_size"), -1)
+        if group < -1 or group > _MAX_GROUP_SIZE:
+            raise InvalidValue(
+                f"{field} {group} is neither -1 nor a group of 1 to {_MAX_GROUP_SIZE} weights"
+            )
         packed = counts["I32"]
         per_group = 1 / group if group > 0 else 0.0
         linear = packed * 32 / (bits * (1 + per_group))  # qweight + qzeros, unpacked
         scales = linear * per_group
-        return round(linear + (total - packed) - scales)
-    if quant is Quantization.BITSANDBYTES and qc.get("load_in_4bit") and counts.get("U8"):
-        return total + counts["U8"]
+        total = round(linear + (total - packed) - scales)
+    elif quant is Quantization.BITSANDBYTES and qc.get("load_in_4bit") and counts.get("U8"):
+        total += counts["U8"]
+    if not 1 <= total <= MAX_PARAMETER_COUNT:
+        raise InvalidValue(
+            f"the info's safetensors.parameters add up to {total} parameters, not 1 to "
+            f"{MAX_PARAMETER_COUNT:.0e}"
+        )
     return total
+
+
+def _setting(qc: Mapping[str, Any], keys: tuple[str, ...], default: int) -> tuple[str, int]:
+    """The first of `keys` present in `quantization_config`, named, as a whole number."""
+    for key in keys:
+        value = qc.get(key)
+        field = f"config.json's quantization_config.{key}"
+        if value is not None:
+            return field, _whole(value, field)
+    return f"config.json's quantization_config.{keys[0]}", default
+
+
+def _whole(value: object, field: str, *, low: int | None = None, high: int | None = None) -> int:
+    """`value` as a whole number (a float only when integral: 4.0, not 0.5 or 1e400),
+    within [low, high]; else InvalidValue naming `field`."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidValue(f"{field} {_clip(value)} is not a whole number")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise InvalidValue(f"{field} {_clip(value)} is not from {low} to {high}")
+    return value
+
+
+def gguf_parameter_count(gguf: Mapping[str, Any]) -> int | None:
+    """The hub's `gguf.total`: a count from 1 to MAX_PARAMETER_COUNT, when present."""
+    value = gguf.get("total")
+    if value is None:
+        return None
+    return _whole(value, "the info's gguf.total", low=1, high=MAX_PARAMETER_COUNT)
+
+
+def gguf_context_window(gguf: Mapping[str, Any]) -> int | None:
+    """The hub's `gguf.context_length`: a positive number of tokens, when present."""
+    value = gguf.get("context_length")
+    if value is None:
+        return None
+    return _whole(value, "the info's gguf.context_length", low=1, high=INT64_MAX)
+
+
+def weights_bytes(weights: Sequence[str], sizes: Mapping[str, object]) -> int | None:
+    """The bytes of the weight files, None when any size is unknown (or there are none)."""
+    if not weights or any(sizes.get(w) is None for w in weights):
+        return None
+    total = sum(
+        _whole(sizes[w], f"the info's size of {_clip(w)}", low=0, high=INT64_MAX) for w in weights
+    )
+    if total > INT64_MAX:
+        raise InvalidValue(f"the info's sizes of the weight files add up beyond {INT64_MAX}")
+    return total
+
+
+def _clip(value: object, limit: int = 60) -> str:
+    """A value's repr short enough for a condition message (never a whole answer)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def torch_dtype(config: Mapping[str, Any] | None) -> str | None:

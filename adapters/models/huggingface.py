@@ -10,15 +10,17 @@ facts live in `hub_facts` and docs/model-sources.md.
 What callers can rely on:
 - every failure is one of four distinct reasons: ModelAccessDenied (gated or refused
   token), ModelNotFound (no such repo or revision), ModelSourceUnreachable (hub down,
-  slow, 429/5xx) and ModelMetadataInvalid (an answer that cannot be read);
+  slow, 429/5xx) and ModelMetadataInvalid (an answer that cannot be read, or one that
+  made the code fail in a way no rule foresaw: `resolve` never raises);
 - one resolution never takes longer than `total_timeout`, one request than
   `request_timeout`; the library does no retries of its own on these calls;
 - answers are cached per (endpoint, name, revision, token fingerprint) for `cache_ttl`
   (failures that will not fix themselves for `failure_cache_ttl`; unreachable is never
   cached), and callers asking the same while the hub is asked wait for that answer;
 - the token is sent only to the configured endpoint, never logged, never in a message
-  or a cache key; huggingface_hub neither reads a token from the machine nor sends
-  telemetry (set explicitly below, whatever the environment says).
+  or a cache key (nor is the endpoint's `user:password@`); huggingface_hub neither reads
+  a token from the machine, nor sends telemetry, nor keeps cookies between requests (set
+  explicitly below, whatever the environment says).
 
 Exceptions of huggingface_hub and httpx2 are translated once, in `_Resolution.errors`.
 """
@@ -29,12 +31,14 @@ import json
 import logging
 import re
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from importlib import metadata
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx2
 import pydantic
@@ -45,6 +49,7 @@ from huggingface_hub import (
     get_session,
     hf_hub_url,
     hf_raise_for_status,
+    set_client_factory,
 )
 from huggingface_hub.errors import (
     GatedRepoError,
@@ -59,9 +64,14 @@ from huggingface_hub.hf_api import ModelInfo
 # Public (documented) API; the package's lazy re-export hides it from type checkers.
 from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
 
+# The library's own client factory (its request hook, redirects, no timeout of its own):
+# not re-exported, and what `set_client_factory` replaces, so it is wrapped, not copied.
+from huggingface_hub.utils._http import default_client_factory
+
 from adapters.models import hub_facts
 from adapters.models.caching import Flights, TtlCache, token_fingerprint
 from adapters.models.lookup import ModelFound, ModelLookup, ModelUnavailable
+from adapters.probes.http import shown_url
 from fsm.reasons import Reason
 from fsm.values import INT64_MAX, ModelFacts, ModelFormat, ModelSource
 
@@ -99,12 +109,25 @@ def harden_huggingface_hub() -> None:
     """Set the library's switches explicitly instead of inheriting the machine's.
 
     No implicit token (never ~/.cache/huggingface/token nor HF_TOKEN: only the order's),
-    no telemetry, no update checks, no request dumps.
+    no telemetry, no update checks, no request dumps, no cookies kept.
     """
     constants.HF_HUB_DISABLE_IMPLICIT_TOKEN = True
     constants.HF_HUB_DISABLE_TELEMETRY = True
     constants.HF_HUB_DISABLE_UPDATE_CHECK = True
     constants.HF_DEBUG = False
+    set_client_factory(_cookieless_client)
+
+
+def _cookieless_client() -> httpx2.Client:
+    """The library's one client, as it makes it, with a cookie jar that keeps nothing.
+
+    That client carries every tenant's requests: a cookie a mirror set in its answer to
+    one tenant's token went with the next tenant's anonymous requests. The standard
+    library's policy with no allowed domain neither stores nor sends one.
+    """
+    client = default_client_factory()
+    client.cookies = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+    return client
 
 
 harden_huggingface_hub()
@@ -150,7 +173,9 @@ class HubSettings:
 
     def __post_init__(self) -> None:
         if not self.endpoint.startswith(("http://", "https://")):
-            raise ValueError(f"hub endpoint must be an http(s) URL, got {self.endpoint!r}")
+            raise ValueError(
+                f"hub endpoint must be an http(s) URL, got {shown_url(self.endpoint)!r}"
+            )
         object.__setattr__(self, "endpoint", self.endpoint.rstrip("/"))
         if self.request_timeout <= 0 or self.total_timeout <= 0:
             raise ValueError("hub timeouts must be positive")
@@ -218,8 +243,18 @@ class HubResolver:
         try:
             result = ModelFound(resolution.facts())
         except _Failed as failed:
-            message = failed.message.replace(token, "[redacted]") if token else failed.message
-            result = ModelUnavailable(failed.reason, message)
+            result = ModelUnavailable(failed.reason, resolution.redacted(failed.message))
+        except Exception as unexpected:
+            # No rule foresaw it (a bug, a library's new error). Raised, it reached no
+            # order: nothing was cached, and the order asked again every 2 s, for ever,
+            # its status held back meanwhile. So it is an answer too, said once.
+            trace = "".join(traceback.format_exception(unexpected))
+            log.error("resolving %s@%s raised: %s", name, revision, resolution.redacted(trace))
+            result = ModelUnavailable(
+                Reason.MODEL_METADATA_INVALID,
+                f"{resolution.the_hub} described {name!r} in a way the controller could not "
+                f"read ({type(unexpected).__name__}; the controller's log has the details).",
+            )
         if isinstance(result, ModelFound):
             self._cache.put(key, result, self.settings.cache_ttl)
             log.info("resolved %s@%s at %s", name, revision, result.facts.revision)
@@ -256,7 +291,7 @@ class HubResolver:
         )
         self.settings, self._api = settings, api
         self._cache.clear()
-        log.info("hub endpoint is now %s", settings.endpoint)
+        log.info("hub endpoint is now %s", shown_url(settings.endpoint))
         return True
 
 
@@ -273,8 +308,20 @@ class _Resolution:
         self.sha = revision
         self.deadline = self.clock() + self.settings.total_timeout
         self.cut_short = False  # the last request had less than request_timeout left
-        self.hub = f"the hub ({self.settings.endpoint})"
-        self.the_hub = f"The hub ({self.settings.endpoint})"  # at a sentence's start
+        shown = shown_url(self.settings.endpoint)  # never a `user:password@` of the URL
+        self.hub = f"the hub ({shown})"
+        self.the_hub = f"The hub ({shown})"  # at a sentence's start
+
+    def redacted(self, text: str) -> str:
+        """`text` without the token or the endpoint's password, whoever wrote it."""
+        try:
+            password = urlsplit(self.settings.endpoint).password
+        except ValueError:  # not even urlsplit reads it ("http://[::1"): no password then
+            password = None
+        for secret in (self.token, password):
+            if secret:
+                text = text.replace(secret, "[redacted]")
+        return text
 
     # --- the facts ----------------------------------------------------------------------
 
@@ -314,7 +361,6 @@ class _Resolution:
             ) from unknown
         by_dtype = info.safetensors.parameters if info.safetensors else None
         architectures = (config or {}).get("architectures")
-        weight_sizes = [sizes.get(w) for w in weights]
         try:
             return ModelFacts(
                 source=ModelSource.HUGGING_FACE,
@@ -325,15 +371,11 @@ class _Resolution:
                 format=fmt,
                 quantization=quant,
                 parameter_count=(
-                    gguf.get("total")
+                    hub_facts.gguf_parameter_count(gguf)
                     if fmt is ModelFormat.GGUF
                     else hub_facts.parameter_count(by_dtype, quant, config)
                 ),
-                weights_bytes=(
-                    sum(s for s in weight_sizes if s is not None)
-                    if weight_sizes and None not in weight_sizes
-                    else None
-                ),
+                weights_bytes=hub_facts.weights_bytes(weights, sizes),
                 dtype=hub_facts.torch_dtype(config),
                 architecture=(
                     architectures[0]
@@ -341,14 +383,26 @@ class _Resolution:
                     else gguf.get("architecture")
                 ),
                 context_window_tokens=hub_facts.context_window(config)
-                or gguf.get("context_length"),
+                or hub_facts.gguf_context_window(gguf),
                 gated=bool(info.gated),
                 supports_tool_calling=hub_facts.chat_template_mentions_tools(
                     self.chat_template(info, names, gguf)
                 ),
                 revision=self.sha,
             )
-        except (pydantic.ValidationError, TypeError) as invalid:
+        except hub_facts.InvalidValue as invalid:
+            raise _Failed(
+                Reason.MODEL_METADATA_INVALID,
+                f"{self.the_hub} described {self.name!r} with a value no rule can use: {invalid}.",
+            ) from invalid
+        except pydantic.ValidationError as invalid:
+            fields = sorted({".".join(map(str, e["loc"])) for e in invalid.errors()})
+            raise _Failed(
+                Reason.MODEL_METADATA_INVALID,
+                f"{self.the_hub} described {self.name!r} with values of the wrong type "
+                f"({', '.join(fields)}).",
+            ) from invalid
+        except TypeError as invalid:
             raise _Failed(
                 Reason.MODEL_METADATA_INVALID,
                 f"{self.the_hub} described {self.name!r} with values of the wrong type.",

@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import http.client
 import json
+import re
 import ssl
 import threading
 import time
@@ -59,6 +60,7 @@ __all__ = [
     "ProbeAnswer",
     "Prober",
     "probe",
+    "shown_url",
 ]
 
 MODELS_PATH = "/v1/models"
@@ -315,6 +317,20 @@ def _shown(url: httpx.URL) -> str:
     return str(url.copy_with(username=None, password=None)) if url.userinfo else str(url)
 
 
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+
+
+def shown_url(url: str) -> str:
+    """`url` as a message or a log may show it: without its userinfo (`user:password@`),
+    a credential too. The hub's endpoint is shown through it as the probe's URLs are; a
+    URL httpx cannot parse loses whatever stands before an `@` in its authority."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError):
+        return _USERINFO.sub(r"\1", url)
+    return _shown(parsed) if parsed.userinfo else url
+
+
 def _same_origin(a: httpx.URL, b: httpx.URL) -> bool:
     return (a.scheme, a.host, a.port) == (b.scheme, b.host, b.port)
 
@@ -337,7 +353,7 @@ def _exchange(
             try:
                 location = response.getheader("location")
                 if response.status in _REDIRECTS and location is not None:
-                    target = url.join(location)
+                    target = _redirect_target(url, location, response.status)
                     if not _same_origin(url, target):
                         raise _Failed(
                             f"redirect to another origin not followed: {_shown(target)}",
@@ -361,6 +377,18 @@ def _exchange(
     raise _Failed(f"more than {MAX_REDIRECTS} redirects")
 
 
+def _redirect_target(url: httpx.URL, location: str, status: int) -> httpx.URL:
+    """Where a redirect points, or _Failed: a `Location` httpx cannot parse (`/\\x01`,
+    `http://[::1`) made `join` raise out of the probe, which ended the order's probing."""
+    try:
+        return url.join(location)
+    except (httpx.InvalidURL, ValueError) as err:
+        raise _Failed(
+            f"HTTP {status} redirect to an invalid URL not followed ({type(err).__name__})",
+            status,
+        ) from err
+
+
 def _send(
     connection: http.client.HTTPConnection,
     target: str,
@@ -380,10 +408,15 @@ def _send(
             phase = "connecting" if connection.sock is None else "no answer"
             connection.close()  # a late answer must not be taken for the next request's
             raise _Failed(f"timed out after {timeout:g}s ({phase})") from err
-        except (OSError, http.client.HTTPException):
+        except (OSError, http.client.HTTPException):  # TLS's errors too (ValueErrors also)
             connection.close()
             if not reused or attempt == 2 or time.monotonic() > deadline:
                 raise
+        except ValueError as err:
+            # http.client refusing to send a header (a token with a line break): its
+            # message quotes the value's repr, which _scrub cannot find. Not said.
+            connection.close()
+            raise _Failed(f"the request could not be sent ({type(err).__name__})") from err
     raise AssertionError("unreachable: the second attempt returns or raises")
 
 
@@ -412,7 +445,7 @@ def _read_capped(
 ) -> bytes:
     """The whole body, or _Failed past `max_body` bytes or the deadline."""
     declared = response.getheader("content-length", "")
-    if declared.isdigit() and int(declared) > max_body:
+    if declared.isascii() and declared.isdigit() and int(declared) > max_body:
         raise _Failed(f"response of {declared} bytes exceeds {max_body}", response.status)
     body = bytearray()
     while True:

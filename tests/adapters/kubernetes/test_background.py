@@ -102,6 +102,72 @@ def test_an_announced_call_holds_the_status_back_while_it_runs(pool: Background)
     eventually(lambda: not pool.busy(KEY), timeout=10, what="the call done")
 
 
+class Failing:
+    """Raises on its first `fails` calls, then answers `answer`."""
+
+    def __init__(self, fails: int, answer: str = "same") -> None:
+        self.fails = fails
+        self.answer = answer
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def __call__(self) -> str:
+        with self.lock:
+            self.count += 1
+            if self.count <= self.fails:
+                raise RuntimeError(f"call {self.count} broke its promise")
+            return self.answer
+
+
+def test_a_repeat_whose_call_raises_runs_again(
+    pool: Background, woken: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its timer entry was spent and never put back, and arming it again kept the time it
+    was due: it never ran again (an order Ready with a dead runtime, never probed)."""
+    calls = Failing(fails=1_000_000)
+    with caplog.at_level("ERROR"):
+        pool.repeat(KEY, calls, every=EVERY, first_after=0, news=lambda _r: True)
+        eventually(lambda: calls.count >= 2, timeout=10, what="a second run")
+        for _ in range(3):  # the passes' arming keeps it going, too
+            pool.repeat(KEY, calls, every=EVERY, first_after=0, news=lambda _r: True)
+        runs = calls.count
+        eventually(lambda: calls.count >= runs + 3, timeout=10, what="three more runs")
+    assert pool.repeating(KEY) and woken == []  # nobody waited for it: nobody woken
+    assert "a background call failed (probe of uid-1): RuntimeError: call 1" in caplog.text
+
+
+def test_an_announced_repeat_that_raises_holds_no_status_back(
+    pool: Background, woken: list[str]
+) -> None:
+    """A first probe is announced: the pass holds the order's status back until it
+    answers. One that raised left `waiting` true for ever: no status was ever published."""
+    calls, every = Failing(fails=2, answer="first answer"), 0.3  # time for the pass
+    pool.repeat(KEY, calls, every=every, first_after=0, news=lambda _r: True, announced=True)
+    eventually(lambda: woken, timeout=10, interval=0.005, what="the waiting order woken")
+    assert woken == ["uid-1"] and pool.take(KEY) == (False, None)
+    # The woken pass arms the probe again, announced as before: until a call returns,
+    # nobody waits for one.
+    pool.repeat(KEY, calls, every=every, first_after=0, news=lambda _r: True, announced=True)
+    assert not pool.waiting("uid-1") and calls.count == 1
+    eventually(lambda: pool.take(KEY) == (True, "first answer"), timeout=10, what="an answer")
+    assert woken == ["uid-1", "uid-1"] and calls.count == 3
+    pool.repeat(KEY, calls, every=EVERY, first_after=60, news=lambda _r: True, announced=True)
+    assert pool.waiting("uid-1")  # a call returned: announcing counts again
+
+
+def test_a_one_shot_call_that_raises_keeps_nothing_and_says_whose_it_was(
+    pool: Background, woken: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("ERROR"):
+        pool.start(("hub", "uid-2"), Failing(fails=1))
+        eventually(lambda: not pool.busy(("hub", "uid-2")), timeout=10, what="the call done")
+        eventually(lambda: "hub of uid-2" in caplog.text, timeout=10, what="the failure logged")
+    assert pool.take(("hub", "uid-2")) == (False, None) and not pool.waiting("uid-2")
+    assert woken == []  # its pass asks again on its requeue, not in a loop
+    pool.start(("hub", "uid-2"), Calls("answer"))
+    eventually(lambda: pool.take(("hub", "uid-2")) == (True, "answer"), timeout=10, what="it")
+
+
 def test_first_probes_after_a_restart_are_spread_over_the_interval() -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     ready = OrderState(probe_ok=True, last_probe_at=now - timedelta(hours=1))

@@ -237,3 +237,11 @@ def test_the_controllers_flags_become_overrides() -> None:
     }
     settings = Source(None, overrides).resolve(None)
     assert settings.https.mode is HttpsMode.ONLY_IN_URI and settings.probe.timeout_seconds == 3
+
+
+def test_a_refused_hub_endpoint_is_named_without_its_credentials() -> None:
+    """The message reaches an Event and the log (a refused ModuleConfig)."""
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_settings({"huggingFace": {"endpoint": "ftp://mirror:s3cret@hub.corp/x"}})
+    assert "s3cret" not in str(refused.value)
+    assert "ftp://hub.corp/x" in str(refused.value)

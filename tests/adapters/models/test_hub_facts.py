@@ -133,6 +133,95 @@ def test_parameter_count(
     assert hub_facts.parameter_count(by_dtype, quant, config) == expected
 
 
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (q(quant_method="awq", bits=4.0, group_size=128.0), 32_763_876_352),
+        (q(quant_method="awq", w_bit=4, q_group_size=128), 32_763_876_352),
+        (q(quant_method="awq", bits=4, group_size=0), 33_251_464_192),  # 0: ungrouped
+    ],
+    ids=["integral-floats", "autoawq-keys", "group-zero-is-ungrouped"],
+)
+def test_parameter_count_takes_every_spelling_of_a_setting(
+    config: dict[str, Any], expected: int
+) -> None:
+    assert hub_facts.parameter_count(AWQ_32B, Quantization.AWQ, config) == expected
+
+
+INF = float("inf")
+
+# (id, per-dtype counts, config, what the message names). Each used to crash the lookup
+# (ZeroDivisionError, ValueError, OverflowError) or to give an absurd count that passes
+# any class's maxParameterCount (bits 64: 16x smaller; bits -4: negative).
+INVALID_COUNTS = [
+    ("bits-half", AWQ_32B, q(bits=0.5, group_size=128), "quantization_config.bits 0.5"),
+    ("bits-word", AWQ_32B, q(bits="four", group_size=128), "quantization_config.bits 'four'"),
+    ("bits-true", AWQ_32B, q(bits=True), "quantization_config.bits True"),
+    ("bits-64", AWQ_32B, q(bits=64, group_size=128), "quantization_config.bits 64"),
+    ("bits-negative", AWQ_32B, q(bits=-4, group_size=128), "quantization_config.bits -4"),
+    ("w_bit-16", AWQ_32B, q(w_bit=16), "quantization_config.w_bit 16"),
+    ("group-infinite", AWQ_32B, q(bits=4, group_size=INF), "quantization_config.group_size inf"),
+    ("group-nan", AWQ_32B, q(bits=4, group_size=float("nan")),
+     "quantization_config.group_size nan"),
+    ("group-negative", AWQ_32B, q(bits=4, group_size=-4), "quantization_config.group_size -4"),
+    ("group-huge", AWQ_32B, q(bits=4, group_size=2**40), "quantization_config.group_size"),
+    ("count-negative", {"BF16": -7}, None, "safetensors.parameters['BF16'] -7"),
+    ("count-word", {"BF16": "7B"}, None, "safetensors.parameters['BF16'] '7B'"),
+    ("count-float", {"BF16": 1.5}, None, "safetensors.parameters['BF16'] 1.5"),
+    ("count-beyond-any-model", {"BF16": 10**16}, None, "safetensors.parameters['BF16']"),
+    ("counts-add-up-to-zero", {"BF16": 0}, None, "add up to 0 parameters"),
+    ("counts-cancel-out", {"BF16": 10, "F32": -10}, None, "safetensors.parameters['F32']"),
+    ("counts-not-an-object", ["BF16"], None, "safetensors.parameters ['BF16']"),
+    ("dtype-not-a-name", {7: 10}, None, "safetensors.parameters[7]"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("by_dtype", "config", "names"),
+    [row[1:] for row in INVALID_COUNTS],
+    ids=[row[0] for row in INVALID_COUNTS],
+)
+def test_a_count_no_rule_can_use_is_an_invalid_value_naming_the_field(
+    by_dtype: Any, config: dict[str, Any] | None, names: str
+) -> None:
+    quant = Quantization.AWQ if config else Quantization.NONE
+    with pytest.raises(hub_facts.InvalidValue) as invalid:
+        hub_facts.parameter_count(by_dtype, quant, config)
+    assert names in str(invalid.value)
+
+
+@pytest.mark.parametrize(
+    ("gguf", "names"),
+    [
+        ({"total": -1}, "gguf.total -1"),
+        ({"total": 0}, "gguf.total 0"),
+        ({"total": "7B"}, "gguf.total '7B'"),
+        ({"total": 10**16}, "gguf.total"),
+        ({"total": 1, "context_length": -4096}, "gguf.context_length -4096"),
+        ({"total": 1, "context_length": 0.5}, "gguf.context_length 0.5"),
+    ],
+    ids=["negative", "zero", "word", "beyond-any-model", "negative-window", "fraction-window"],
+)
+def test_gguf_counts_no_rule_can_use_are_invalid_values(gguf: dict[str, Any], names: str) -> None:
+    with pytest.raises(hub_facts.InvalidValue) as invalid:
+        hub_facts.gguf_parameter_count(gguf)
+        hub_facts.gguf_context_window(gguf)
+    assert names in str(invalid.value)
+
+
+def test_gguf_counts_and_weight_sizes_that_are_fine() -> None:
+    assert hub_facts.gguf_parameter_count({"total": 7_615_616_512}) == 7_615_616_512
+    assert hub_facts.gguf_parameter_count({}) is None
+    assert hub_facts.gguf_context_window({"context_length": 32768}) == 32768
+    assert hub_facts.weights_bytes(["a", "b"], {"a": 1, "b": 2}) == 3
+    assert hub_facts.weights_bytes(["a", "b"], {"a": 1}) is None  # a size unknown
+    assert hub_facts.weights_bytes([], {}) is None
+    with pytest.raises(hub_facts.InvalidValue, match="size of 'a' -1"):
+        hub_facts.weights_bytes(["a"], {"a": -1})
+    with pytest.raises(hub_facts.InvalidValue, match="add up beyond"):
+        hub_facts.weights_bytes(["a", "b"], {"a": 2**62, "b": 2**62})
+
+
 GGUF_REPO = [
     "qwen2.5-7b-instruct-q2_k.gguf",
     "qwen2.5-7b-instruct-q4_k_m-00002-of-00002.gguf",

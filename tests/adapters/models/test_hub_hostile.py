@@ -40,6 +40,7 @@ class HostileHub(ThreadingHTTPServer):
         self.mode = "garbage"
         self.sent = 0  # body bytes written before the client went away
         self.requests = 0
+        self.cookies: list[str | None] = []  # the Cookie header of each request
         self.release = threading.Event()  # ends every hung answer
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
         self._thread.start()
@@ -70,8 +71,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.server.requests += 1
+        self.server.cookies.append(self.headers.get("Cookie"))
         mode = self.server.mode
-        if mode in self.BODIES:
+        if mode == "sets-a-cookie":
+            self._answer(self.BODIES["garbage"], cookie=f"session={MARKER}; Path=/")
+        elif mode in self.BODIES:
             self._answer(self.BODIES[mode])
         elif mode == "huge":
             self._huge()
@@ -83,8 +87,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif mode == "trickle":
             self._trickle()
 
-    def _answer(self, body: bytes) -> None:
+    def _answer(self, body: bytes, *, cookie: str | None = None) -> None:
         self.send_response(200)
+        if cookie is not None:
+            self.send_header("Set-Cookie", cookie)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -182,6 +188,20 @@ def test_slow_hung_or_trickling_hubs_are_unreachable_within_the_bounds(
     assert says in failure.message
     assert failure.transient  # retried with backoff by the controller, never cached
     assert elapsed < 3.0, f"{mode}: {elapsed:.1f}s past the 2s bound"
+
+
+def test_a_cookie_set_for_one_tenant_never_goes_with_anothers_request(
+    hostile: HostileHub,
+) -> None:
+    """huggingface_hub sends every request through one process-wide client: a session
+    cookie a mirror set in its answer to tenant A's token went with tenant B's anonymous
+    requests, and with every later one."""
+    hostile.mode = "sets-a-cookie"
+    resolver = resolver_for(hostile.url)
+    unavailable(resolver.resolve(MODEL, token="hf_tenantAtokenabcdefghijklmn"))
+    unavailable(resolver.resolve(MODEL))  # another question: asked, not cached
+    assert len(hostile.cookies) == 2
+    assert hostile.cookies == [None, None]
 
 
 # --- tokens that cannot be sent ----------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from adapters.models import hub_facts
 from adapters.models.caching import token_fingerprint
 from adapters.models.huggingface import HubResolver, HubSettings
 from adapters.models.lookup import ModelFound, ModelUnavailable
@@ -442,6 +443,67 @@ def test_counts_that_add_up_beyond_64_bits_are_metadata_invalid(hub: StandInHub)
     assert failure.reason is Reason.MODEL_METADATA_INVALID
 
 
+AWQ = "Qwen/Qwen2.5-32B-Instruct-AWQ"
+
+
+@pytest.mark.parametrize(
+    ("quantization_config", "names"),
+    [
+        ({"bits": 0.5, "group_size": 128}, "quantization_config.bits 0.5"),
+        ({"bits": "four", "group_size": 128}, "quantization_config.bits 'four'"),
+        ({"bits": 4, "group_size": float("inf")}, "quantization_config.group_size inf"),
+        ({"bits": 64, "group_size": 128}, "quantization_config.bits 64"),
+        ({"bits": -4, "group_size": 128}, "quantization_config.bits -4"),
+    ],
+    ids=["bits-half", "bits-word", "group-size-1e400", "bits-64", "bits-negative"],
+)
+def test_config_values_no_rule_can_use_are_metadata_invalid_and_cached(
+    hub: StandInHub, quantization_config: dict[str, Any], names: str
+) -> None:
+    """The first three raised out of `resolve` (ZeroDivisionError, ValueError,
+    OverflowError): nothing cached, the order's lookup asked again every 2 s for ever with
+    its status held back. The last two gave a count 16x too small, or negative: either
+    passed any class's maxParameterCount."""
+    changed = with_config(
+        hub,
+        AWQ,
+        architectures=["Qwen2ForCausalLM"],
+        quantization_config={"quant_method": "awq", **quantization_config},
+    )
+    with altered_hub(hub, AWQ, files=changed) as odd:
+        resolver = HubResolver(HubSettings(endpoint=odd.url))
+        failure = unavailable(resolver.resolve(AWQ))
+        asked = len(odd.requests)
+        assert resolver.resolve(AWQ) == failure  # cached: the hub is not asked again
+        assert len(odd.requests) == asked
+    assert failure.reason is Reason.MODEL_METADATA_INVALID
+    assert names in failure.message and "config.json" in failure.message
+
+
+def test_an_error_no_rule_foresaw_is_an_answer_and_the_token_stays_out_of_the_log(
+    hub: StandInHub,
+    tokens: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    token = tokens["alice"]
+
+    def broken(template: object) -> bool:
+        raise RuntimeError(f"a bug holding {token}")
+
+    monkeypatch.setattr(hub_facts, "chat_template_mentions_tools", broken)
+    resolver = HubResolver(HubSettings(endpoint=hub.url))
+    with caplog.at_level(logging.ERROR):
+        failure = unavailable(resolver.resolve(GATED, token=token))
+    assert failure.reason is Reason.MODEL_METADATA_INVALID
+    assert "could not read (RuntimeError" in failure.message and token not in failure.message
+    assert "Traceback" in caplog.text and "a bug holding [redacted]" in caplog.text
+    assert token not in caplog.text
+    hub.clear_requests()
+    assert resolver.resolve(GATED, token=token) == failure  # cached as any invalid answer
+    assert hub.requests == ()
+
+
 # --- the settings change the hub ---------------------------------------------------------
 
 
@@ -461,3 +523,25 @@ def test_use_endpoint_re_points_the_resolver_and_forgets_the_old_hubs_answers(
         assert hub.requests and not other.requests
     finally:
         other.close()
+
+
+def test_credentials_in_the_hub_url_are_never_shown(
+    hub: StandInHub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A mirror's `https://user:password@…` went into every ModelResolved message (the
+    status, Events) and the log line of a changed endpoint."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there
+    with caplog.at_level(logging.DEBUG):
+        resolver = HubResolver(HubSettings(endpoint=hub.url))
+        assert resolver.use_endpoint(f"http://mirror-user:pa55word@127.0.0.1:{port}")
+        failure = unavailable(resolver.resolve(PUBLIC))
+        with pytest.raises(ValueError) as refused:
+            HubSettings(endpoint="ftp://mirror-user:pa55word@127.0.0.1/")
+    assert failure.reason is Reason.MODEL_SOURCE_UNREACHABLE
+    assert f"The hub (http://127.0.0.1:{port})" in failure.message
+    assert f"hub endpoint is now http://127.0.0.1:{port}" in caplog.text
+    for text in (failure.message, caplog.text, str(refused.value)):
+        assert "pa55word" not in text and "mirror-user" not in text

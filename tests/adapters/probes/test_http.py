@@ -110,6 +110,16 @@ class Handler(BaseHTTPRequestHandler):
             self._redirect("/ok/v1/models", 307)
         elif case == "loop":
             self._redirect("/loop/v1/models")
+        elif case == "bad-location-control":
+            self._redirect("/\x01x")
+        elif case == "bad-location-ipv6":
+            self._redirect("http://[::1")
+        elif case == "odd-length":
+            self.send_response(200)
+            self.send_header("Content-Length", "\u00b2")  # "²": isdigit(), and no int
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(MODELS)
         elif case == "cut-short":
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -169,6 +179,9 @@ def server(servers: tuple[Loopback, Loopback]) -> Loopback:
         ("moved", TOKEN, True, 200, ""),
         ("away-by-name", TOKEN, False, 302, "another origin"),
         ("loop", None, False, None, "redirects"),
+        ("bad-location-control", TOKEN, False, 302, "redirect to an invalid URL not followed"),
+        ("bad-location-ipv6", TOKEN, False, 302, "redirect to an invalid URL not followed"),
+        ("odd-length", None, True, 200, ""),
         ("missing", None, False, 404, "HTTP 404"),
     ],
     ids=[
@@ -187,6 +200,9 @@ def server(servers: tuple[Loopback, Loopback]) -> Loopback:
         "same-origin-redirect-followed",
         "other-host-redirect-refused",
         "redirect-loop",
+        "redirect-to-a-control-character",  # httpx's join raised out of the probe
+        "redirect-to-an-unclosed-ipv6-host",
+        "content-length-of-a-non-ascii-digit",  # int("²") raised out of the probe
         "no-models-api",
     ],
 )
@@ -240,6 +256,30 @@ def test_a_closed_port_is_an_answer_not_an_exception() -> None:
 def test_an_invalid_base_url_is_an_answer(base: str) -> None:
     answer = probe(base, None, timeout=TIMEOUT)
     assert not answer.ok and "invalid endpoint URL" in answer.error
+
+
+@pytest.mark.parametrize("case", ["bad-location-control", "bad-location-ipv6", "ok"])
+def test_kept_connections_answer_a_bad_redirect_and_probe_on(server: Loopback, case: str) -> None:
+    """The controller's Prober: a Location httpx cannot parse is a failed probe, and the
+    origin's next probe still gets its answer."""
+    prober = Prober()
+    try:
+        answer = prober.probe(f"{server.base}/{case}", TOKEN, timeout=2.0)
+        assert answer.ok is (case == "ok"), answer.error
+        assert prober.probe(f"{server.base}/ok", TOKEN, timeout=2.0).ok
+    finally:
+        prober.close()
+
+
+@pytest.mark.parametrize("token", ["tok\nen-0123456789", "tok\ren-0123456789"])
+def test_a_token_http_client_will_not_send_is_an_answer_that_does_not_quote_it(
+    server: Loopback, token: str
+) -> None:
+    """http.client refuses such a header with a ValueError quoting its repr (which the
+    scrub could not find): it escaped the probe, the token in its text."""
+    answer = probe(f"{server.base}/ok", token, timeout=2.0)
+    assert not answer.ok and "could not be sent" in answer.error
+    assert "0123456789" not in answer.error and server.seen == []
 
 
 def test_credentials_in_the_url_are_not_shown() -> None:
@@ -302,3 +342,17 @@ def test_probes_share_one_tls_context(
         refused = probe(base, None, timeout=2.0)
         assert "CERTIFICATE_VERIFY_FAILED" in refused.error
     assert len(loads) == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://user:pa55word@mirror.corp/hf", "https://mirror.corp/hf"),
+        ("https://token@mirror.corp", "https://mirror.corp"),
+        ("http://user:pa55word@[::1", "http://[::1"),  # httpx cannot parse it
+        ("https://huggingface.co", "https://huggingface.co"),  # untouched
+    ],
+    ids=["user-and-password", "user-only", "unparsable", "no-credentials"],
+)
+def test_shown_url_drops_the_userinfo(url: str, shown: str) -> None:
+    assert probe_http.shown_url(url) == shown
