@@ -3,10 +3,12 @@
 Only a successful probe makes an order Ready, and persistent failures after Ready make it
 Failed (SPEC §3 steps 7-8), so the probe must give a clear answer in bounded time and
 bounded memory whatever the endpoint does: every socket operation (connect, send, each
-read) waits at most the timeout and the whole exchange has a deadline checked between
-chunks; the body is read in chunks and cut at `max_body`; redirects are followed only
-within the same scheme, host and port (a redirect elsewhere would carry the probe, and
-the token, to another party); the answer counts only if it is JSON with a `data` list
+read) waits at most the timeout, and every read, of the answer's head too, at most the
+time left before the exchange's deadline (`deadlines`): an endpoint that drips its
+headers a byte at a time fails at the deadline, as a silent one does; the body is read
+in chunks and cut at `max_body`; redirects are followed only within the same scheme,
+host and port (a redirect elsewhere would carry the probe, and the token, to another
+party); the answer counts only if it is JSON with a `data` list
 (an OpenAI-style model list).
 
 The token is sent as `Authorization: Bearer` and never appears in an answer's error
@@ -50,6 +52,7 @@ from typing import Any
 import httpx
 
 from adapters import metrics
+from adapters.probes import deadlines
 
 __all__ = [
     "DEFAULT_MAX_BODY",
@@ -114,8 +117,16 @@ def _connection(origin: _Origin, timeout: float) -> http.client.HTTPConnection:
     next one after any close. No proxy: a probe goes to the endpoint itself."""
     verify, scheme, host, port = origin
     if scheme == "https":
-        return http.client.HTTPSConnection(host, port, timeout=timeout, context=_tls(verify))
-    return http.client.HTTPConnection(host, port, timeout=timeout)
+        return _HTTPSConnection(host, port, timeout=timeout, context=_tls(verify))
+    return _HTTPConnection(host, port, timeout=timeout)
+
+
+class _HTTPConnection(http.client.HTTPConnection):
+    response_class = deadlines.DeadlineResponse  # reads end by the probe's deadline
+
+
+class _HTTPSConnection(http.client.HTTPSConnection):
+    response_class = deadlines.DeadlineResponse
 
 
 @dataclass(slots=True)
@@ -247,8 +258,9 @@ def probe(
     """Probe `base_url` once, on a connection of its own. Never raises for anything the
     endpoint or network does.
 
-    The exchange ends within about twice `timeout` (one blocking read may start just
-    before the deadline).
+    Every read ends by `timeout` after the start, however the endpoint drips its answer;
+    a connect or send may start just before it, so the exchange ends within about twice
+    `timeout` at worst.
     """
     started = time.monotonic()
     try:
@@ -290,10 +302,12 @@ def _probe(
     headers = {"Accept": "application/json", "User-Agent": _USER_AGENT}
     if token:
         headers["Authorization"] = f"Bearer {token}"
+    deadline = started + timeout
     try:
-        status, body = _exchange(
-            connection, url, headers, max_body=max_body, deadline=started + timeout, timeout=timeout
-        )
+        with deadlines.until(deadline):
+            status, body = _exchange(
+                connection, url, headers, max_body=max_body, deadline=deadline, timeout=timeout
+            )
         _check_models(body, status)
     except _Failed as failed:
         return _failure(failed, token, started)

@@ -23,6 +23,8 @@ SLOW_SECONDS = 5.0
 TIMEOUT = 0.5
 # The probe's documented bound is about twice the timeout; allow scheduling slack.
 BOUND = 2 * TIMEOUT + 0.5
+DRIP_SECONDS = 0.3  # between the header bytes of `drip-headers`
+DRIP_TIMEOUT = 1.5  # each read waits less than it, the whole head forever
 
 
 class Loopback(ThreadingHTTPServer):
@@ -92,6 +94,15 @@ class Handler(BaseHTTPRequestHandler):
                     return
                 self.wfile.write(b" ")
                 self.wfile.flush()
+        elif case == "drip-headers":
+            # A byte every 0.3 s: no read waits its timeout, the head never ends.
+            try:
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Drip: ")
+                while not self.server.release.wait(DRIP_SECONDS):
+                    self.wfile.write(b"a")
+                    self.wfile.flush()
+            except OSError:
+                pass  # the probe hung up: what we want
         elif case == "huge-declared":
             self._send(200, b'{"data": [], "pad": "' + b"x" * (2 * DEFAULT_MAX_BODY) + b'"}')
         elif case == "huge-streamed":
@@ -239,6 +250,20 @@ def test_a_slow_endpoint_times_out_within_the_bound(server: Loopback, case: str)
     assert not answer.ok and answer.status_code is None
     assert "timed out" in answer.error
     assert answer.latency < BOUND
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["own-connection", "kept-connection"])
+def test_dripping_headers_time_out_at_the_deadline(server: Loopback, kept: bool) -> None:
+    # Before, each header byte reset the read timeout: a head of 100 KiB took days.
+    prober = Prober()
+    probing = prober.probe if kept else probe
+    answer = probing(f"{server.base}/drip-headers", TOKEN, timeout=DRIP_TIMEOUT)
+    assert not answer.ok and answer.status_code is None
+    assert f"timed out after {DRIP_TIMEOUT:g}s" in answer.error
+    assert DRIP_TIMEOUT - 0.1 < answer.latency < DRIP_TIMEOUT + 0.5
+    # The deadline was the exchange's, not the connection's: the next probe answers.
+    assert probing(f"{server.base}/ok", TOKEN, timeout=DRIP_TIMEOUT).ok
+    prober.close()
 
 
 def test_a_closed_port_is_an_answer_not_an_exception() -> None:
