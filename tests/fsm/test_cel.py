@@ -94,6 +94,12 @@ ATTR = "device.attributes['gpu.nvidia.com']"
     ],
 )
 def test_selectors(expression: str, whole: bool | None, partition: bool) -> None:
+    judged_as(expression, whole, partition)
+
+
+def judged_as(expression: str, whole: bool | None, partition: bool | None) -> None:
+    """`expression`'s verdict on the whole GPU and on the MIG partition (None: it cannot
+    be judged, a SelectorError)."""
     for device, expected in ((WHOLE, whole), (PARTITION, partition)):
         if expected is None:
             with pytest.raises(cel.SelectorError):
