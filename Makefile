@@ -26,7 +26,6 @@ faults: setup
 
 docs: setup
 	.venv/bin/python scripts/gen_docs.py
-	.venv/bin/python scripts/gen_module_crds.py
 
 # The controller's OCI image (scripts/build-image.sh; as root, cached): build/image:VERSION
 image: setup

@@ -1,7 +1,7 @@
 """The module carries its CRDs with their CEL rules (deploy/crds/, generated).
 
 Deckhouse installs a module's `crds/` as it is, without kustomize: the rules of
-crds/cel/ must already be in. scripts/gen_module_crds.py writes them; this fails while a
+crds/cel/ must already be in. scripts/gen_docs.py writes them; this fails while a
 committed file is stale, or differs from what `kubectl kustomize crds/` renders (the
 plain install's CRDs).
 """
@@ -19,8 +19,8 @@ from tests.support.kustomize import kustomize
 
 
 def _generator() -> ModuleType:
-    path = REPO / "scripts" / "gen_module_crds.py"
-    spec = importlib.util.spec_from_file_location("gen_module_crds", path)
+    path = REPO / "scripts" / "gen_docs.py"
+    spec = importlib.util.spec_from_file_location("gen_docs", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -29,14 +29,14 @@ def _generator() -> ModuleType:
 
 def test_the_module_crds_are_generated_and_up_to_date() -> None:
     generator = _generator()
-    names = generator.names()
+    names = generator.crd_names()
     assert names == sorted(p.stem for p in (REPO / "crds").glob("*.yaml"))
     committed = sorted(p.stem for p in (REPO / "deploy" / "crds").glob("*.yaml"))
     assert committed == names
     for name in names:
         path: Path = REPO / "deploy" / "crds" / f"{name}.yaml"
-        assert path.read_text(encoding="utf-8") == generator.rendered(name), (
-            f"{path} is stale: run scripts/gen_module_crds.py"
+        assert path.read_text(encoding="utf-8") == generator.module_crd(name), (
+            f"{path} is stale: run scripts/gen_docs.py"
         )
     assert generator.main(["--check"]) == 0
 
