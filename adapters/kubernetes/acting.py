@@ -29,6 +29,7 @@ from adapters.kubernetes.rendering import (
     certificate_source,
     render_workload,
 )
+from adapters.kubernetes.rest import Resource
 from adapters.kubernetes.settings import Settings
 from adapters.kubernetes.watching import Obj
 from adapters.kubernetes.world import ClusterCache
@@ -316,12 +317,8 @@ class Actor:
                 raise refused from None
             # An edit apply cannot undo (a Service retyped to ExternalName keeps the
             # user's externalName): the object is ours, so it is made anew.
-            kind = str(live.get("kind"))
-            resource = _RESOURCES.get(kind) or self._writer.resource_for(
-                str(live.get("apiVersion")), kind
-            )
             meta = live["metadata"]
-            self._writer.delete(resource, order.namespace, meta["name"], meta["uid"])
+            self._writer.delete(self._resource(live), order.namespace, meta["name"], meta["uid"])
             self._read_own_write(self._writer.apply(doc))
 
     def _unclaimed(self, order: OrderRef, doc: Mapping[str, Any]) -> Obj | None:
@@ -337,10 +334,7 @@ class Actor:
         if doc.get("kind") not in _MERGED_INTO:
             return None
         kind, name = converging.key_of(doc)
-        resource = _RESOURCES.get(kind) or self._writer.resource_for(
-            str(doc.get("apiVersion")), kind
-        )
-        found = self._writer.get(resource, order.namespace, name)
+        found = self._writer.get(self._resource(doc), order.namespace, name)
         if found is None or converging.owned_by(found, order.uid):
             return found
         if (found.get("metadata") or {}).get("deletionTimestamp"):
@@ -379,6 +373,11 @@ class Actor:
             field_manager=REPLICAS_HANDOVER,
         )
 
+    def _resource(self, obj: Mapping[str, Any]) -> Resource:
+        """The API resource of one of an order's objects (an HPA's version is discovered)."""
+        kind = str(obj.get("kind"))
+        return _RESOURCES.get(kind) or self._writer.resource_for(str(obj.get("apiVersion")), kind)
+
     def _read_own_write(self, written: Obj) -> None:
         """Wait (bounded) for the watch to bring back what was just written, so the next
         pass compares with it and does not apply the same object again."""
@@ -390,11 +389,9 @@ class Actor:
 
     def _prune(self, order: OrderRef, stray: Mapping[str, Any]) -> None:
         kind, name = converging.key_of(stray)
-        resource = _RESOURCES.get(kind) or self._writer.resource_for(
-            str(stray.get("apiVersion")), kind
-        )
         self.repairs += 1
-        self._writer.delete(resource, order.namespace, name, str(stray["metadata"]["uid"]))
+        uid = str(stray["metadata"]["uid"])
+        self._writer.delete(self._resource(stray), order.namespace, name, uid)
         log.info("%s: pruned %s %s", order.key, kind, name)
         if kind == "Ingress":
             self._prune_tls_secret(order)
