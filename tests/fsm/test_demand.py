@@ -69,8 +69,8 @@ def test_demand_takes_the_same_room_as_counting_anew_for_each(
     snap, demands = cluster
     after = demand.with_demand(snap, demands)
     assert after == reference_demand.with_demand(snap, demands)
-    # Equality leaves out what stands behind an allocation: each placeholder says it is
-    # one (growth keeps a holder's claims before them: fsm/placement/arbitration.py).
+    # Each placeholder says it is one, and no claim does (growth keeps a holder's claims
+    # before its placeholders: fsm/placement/arbitration.py).
     claims = {a.key for a in snap.allocations}
     assert all(a.planned is (a.key not in claims) for a in after.allocations)
 
