@@ -400,7 +400,8 @@ def test_a_class_turning_to_an_hpa_never_drops_a_running_replica(
             wait_for(applied_without_replicas, timeout=60, what="the apply without replicas")
             obj = alice.wait_phase(NS, "conv-handover", "Ready", timeout=90)
             assert obj["status"]["constraints"]["maxReplicas"] == 4
-            settle(platform, obj["metadata"]["uid"])
+            # Handed over once: quiet passes after it write nothing (no handover loop).
+            assert settle(platform, obj["metadata"]["uid"]) == 0
         finally:
             stop.set()
             watcher.join(timeout=10)
@@ -448,6 +449,9 @@ def test_a_users_service_of_the_orders_name_is_never_taken_over(
                 what="the order saying the Service's name is taken",
             )
             assert obj["status"]["phase"] == "Pending"
+            # Said once: passes while the name stays taken write nothing more. (Each is
+            # a refusal, and lengthens the backoff the order is served after.)
+            assert settle(platform, obj["metadata"]["uid"], passes=2) == 0
             service = core.read_namespaced_service("conv-taken", NS)
             assert service.metadata.uid == made.metadata.uid
             assert service.spec.selector == {"app": "theirs"}
