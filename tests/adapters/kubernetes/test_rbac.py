@@ -175,6 +175,9 @@ CONTROLLER_MAY_NOT = [
     ("list", "", "nodes", None),
     ("create", "scheduling.k8s.io", "priorityclasses", None),
     ("update", "coordination.k8s.io", "leases", "support"),
+    ("delete", "coordination.k8s.io", "leases", "d8-ai-inference"),
+    ("patch", "coordination.k8s.io", "leases", "d8-ai-inference"),
+    ("watch", "coordination.k8s.io", "leases", "d8-ai-inference"),
     ("create", "rbac.authorization.k8s.io", "rolebindings", "support"),
 ]  # fmt: skip
 
