@@ -184,6 +184,21 @@ def validate_class(
                 "exposurePolicy.https.certManager.clusterIssuerName (e.g. letsencrypt)",
             )
         )
+    if (
+        https is not None
+        and https.mode is HttpsMode.CUSTOM_CERTIFICATE
+        and not https.custom_certificate_secret_name
+    ):
+        # Else the module's Secret would be used without a word: a class's block is
+        # taken whole (docs/policy.md), so it names its own certificate.
+        problems.append(
+            ClassProblem(
+                ClassReason.CERTIFICATE_SECRET_UNNAMED,
+                "exposurePolicy.https.mode is CustomCertificate: set "
+                "exposurePolicy.https.customCertificate.secretName (a kubernetes.io/tls "
+                "Secret in the module's namespace)",
+            )
+        )
     return ClassValidity(tuple(problems))
 
 

@@ -446,6 +446,7 @@ class ClassReason(StrEnum):
     PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
     DEVICE_CLASS_NOT_FOUND = "DeviceClassNotFound"
     ISSUER_MISSING = "IssuerMissing"
+    CERTIFICATE_SECRET_UNNAMED = "CertificateSecretUnnamed"
     INVALID_SPEC = "InvalidSpec"
 
 
@@ -480,6 +481,11 @@ CLASS_CONDITION_CATALOGUE: dict[ClassReason, tuple[ConditionStatus, str]] = {
     ClassReason.ISSUER_MISSING: (
         _F,
         "exposurePolicy.https.mode is CertManager but no clusterIssuerName is set.",
+    ),
+    ClassReason.CERTIFICATE_SECRET_UNNAMED: (
+        _F,
+        "exposurePolicy.https.mode is CustomCertificate but no secretName is set (the CRD's "
+        "CEL rule refuses such a class where the server has CEL; this is for the others).",
     ),
     ClassReason.INVALID_SPEC: (
         _F,

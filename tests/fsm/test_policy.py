@@ -112,6 +112,12 @@ def test_every_seed_class_is_valid(name: str) -> None:
             "clusterIssuerName",
             id="cert-manager-without-issuer",
         ),
+        pytest.param(
+            {"exposurePolicy": {"type": "External", "https": {"mode": "CustomCertificate"}}},
+            ClassReason.CERTIFICATE_SECRET_UNNAMED,
+            "secretName",
+            id="custom-certificate-without-secret",
+        ),
     ],
 )
 def test_each_class_problem_has_its_reason(
