@@ -343,6 +343,10 @@ class Controller:
             return  # the Lease went while we synced
         self._reload_settings()
         self._enqueue(self.cache.orders.uids())
+        # Orders deleted while no leader watched: no DELETED event will ever come for
+        # them (this process never saw them), so a pass over each finds it gone and
+        # closes its stream; else the log would keep them live for good.
+        self._enqueue(self.reconciler.gone_while_away())
         self._enqueue_classes()
         # Leading before the workers start: a pass asks still_leading() first.
         self.leading.set()

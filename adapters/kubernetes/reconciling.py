@@ -443,6 +443,12 @@ class Reconciler:
         with self._states_lock:
             return dict(self._states)
 
+    def gone_while_away(self) -> list[str]:
+        """The orders the log holds live and the synced cache does not: deleted while
+        no leader watched them."""
+        live = set(self._world.orders.uids())
+        return [s.uid for s in self._log.streams() if s.deleted_at is None and s.uid not in live]
+
     def _load_unloaded(self) -> None:
         if self._unloaded is None:
             streams = {s.uid for s in self._log.streams() if s.deleted_at is None}
