@@ -231,7 +231,10 @@ class Actor:
     ) -> ob.Observation | None:
         live = self._live(order)
         inputs = self._render_inputs(order, command)
-        source = certificate_source(order, command.policy, inputs.settings)
+        try:
+            source = certificate_source(order, command.policy, inputs.settings)
+        except RenderError as exc:  # CustomCertificate naming no Secret
+            return ob.ApplyFailed(at=now, message=str(exc)[:500])
         # An Ingress naming a CustomCertificate copies a Secret the inputs do not show:
         # such a workload is never taken as converged from a note (converged.py).
         noted = source is None

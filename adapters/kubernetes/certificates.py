@@ -153,8 +153,8 @@ def sources(
     class's are in the controller's `namespace`, the settings' in `settings_namespace`
     (None: the controller's too).
 
-    The settings' name counts whatever their mode: a ModuleConfig switching to
-    CustomCertificate then finds its Secret already read."""
+    The settings' name counts whatever their mode: a class in CustomCertificate mode
+    that names no Secret falls back to it."""
     found = {f"{settings_namespace or namespace}/{settings_secret}"} if settings_secret else set()
     for spec in class_specs:
         https = (spec.get("exposurePolicy") or {}).get("https") or {}

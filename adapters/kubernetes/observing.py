@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from adapters.kubernetes.background import Background
-from adapters.kubernetes.rendering import endpoint_url
+from adapters.kubernetes.rendering import RenderError, endpoint_url
 from adapters.kubernetes.settings import CatalogMode, Settings
 from adapters.kubernetes.watching import Obj
 from adapters.kubernetes.world import ClusterCache
@@ -305,7 +305,10 @@ class Observer:
         effective = serving_basis(state).policy
         if effective is None or state.plan_in_force is None:
             return None
-        url = endpoint_url(order, effective, self._settings())
+        try:
+            url = endpoint_url(order, effective, self._settings())
+        except RenderError:
+            return None  # not renderable: the apply tells why (WorkloadApplyFailed)
         return ob.EndpointSeen(at=at, url=url, type=effective.exposure.type)
 
     @staticmethod

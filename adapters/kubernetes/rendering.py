@@ -186,24 +186,32 @@ def _metadata(order: OrderRef, name: str | None = None, **extra: Any) -> dict[st
 
 
 def effective_https(policy: EffectivePolicy, settings: Settings) -> Https:
-    """The class's https block replaces the module's. A class's block is complete
-    (`validate_class`); only classless mode's block leaves its issuer to the module."""
-    block, module = policy.exposure.https, settings.https
-    if block is None:
-        mode, issuer = module.mode, module.cert_manager.cluster_issuer_name
-        # The settings' Secret is of their namespace (d8-system for a ModuleConfig's).
-        custom = module.custom_certificate.secret_name
-        custom_namespace = module.custom_certificate.secret_namespace
-    else:
-        mode = block.mode
-        issuer = block.cluster_issuer_name or module.cert_manager.cluster_issuer_name
-        # A class names a Secret of the controller's namespace.
-        custom, custom_namespace = block.custom_certificate_secret_name, None
+    """The class's https block replaces the module's; fields it leaves out fall back.
+
+    A class must name its issuer and its Secret (`validate_class`): only classless mode's
+    block and the plan in force of a class that named no Secret before that was refused
+    (its workload renders as it was applied) fall back. Raises RenderError when nothing
+    names the Secret."""
+    block = policy.exposure.https
+    mode = block.mode if block is not None else settings.https.mode
+    issuer = (block.cluster_issuer_name if block else None) or (
+        settings.https.cert_manager.cluster_issuer_name
+    )
+    named = block.custom_certificate_secret_name if block else None
+    # A class names a Secret of the controller's namespace; the settings', theirs.
+    custom, custom_namespace = (
+        (named, None)
+        if named
+        else (
+            settings.https.custom_certificate.secret_name,
+            settings.https.custom_certificate.secret_namespace,
+        )
+    )
     if mode is HttpsMode.CERT_MANAGER:
         return Https(mode, cluster_issuer_name=issuer)
     if mode is HttpsMode.CUSTOM_CERTIFICATE:
         if not custom:
-            raise RenderError("https mode CustomCertificate names no Secret")
+            raise RenderError("https mode CustomCertificate names no Secret (class nor settings)")
         return Https(mode, secret_name=custom, secret_namespace=custom_namespace)
     return Https(mode)
 

@@ -109,7 +109,7 @@ def test_sources_are_the_settings_secret_and_each_custom_class_secret() -> None:
     specs = [
         {"exposurePolicy": {"https": {"mode": "CustomCertificate",
                                       "customCertificate": {"secretName": "class-one"}}}},
-        {"exposurePolicy": {"https": {"mode": "CustomCertificate"}}},  # not Ready: names none
+        {"exposurePolicy": {"https": {"mode": "CustomCertificate"}}},  # falls back: settings'
         {"exposurePolicy": {"https": {"mode": "CertManager",
                                       "customCertificate": {"secretName": "unused"}}}},
         {"exposurePolicy": {"type": "ClusterLocal"}},

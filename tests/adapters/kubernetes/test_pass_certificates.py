@@ -13,9 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_pass
 from test_pass import Bed, external_token_class
 
+from adapters.kubernetes.settings import Settings
 from fsm import events as ev
+from fsm import policy
+from fsm.policy import ClassValidity
 from fsm.reasons import Reason
 from tests.support import fakes
 
@@ -124,3 +128,47 @@ def test_a_copy_gone_with_its_order_is_not_made_again(bed: Bed) -> None:
     bed.settle(uid)
     assert bed.writer.calls[("create", "Secret")] == creates + 1
     assert bed.child("Secret", COPY) is not None
+
+
+def test_a_plan_applied_before_a_class_had_to_name_its_secret_renders_as_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A class in CustomCertificate mode naming no Secret once fell back to the module's;
+    such a class is not Ready now (`CertificateSecretUnnamed`). The workload applied
+    under it renders as it was applied, and when nothing names a Secret any more the
+    order is told (`WorkloadApplyFailed`): no pass raises."""
+    wild = Settings(
+        publicDomainTemplate="%s.example.com",
+        https={"mode": "CustomCertificate", "customCertificate": {"secretName": "wild"}},
+    )
+    monkeypatch.setattr(test_pass, "SETTINGS", wild)
+    bed = Bed(tmp_path)
+    klass = external_token_class()
+    klass["spec"]["exposurePolicy"]["https"] = {"mode": "CustomCertificate"}
+    fakes.put(bed.world, klass)
+    fakes.put(bed.world, source({"tls.crt": "Yw==", "tls.key": "aw=="}))
+    try:
+        with monkeypatch.context() as before_the_rule:
+            before_the_rule.setattr(policy, "validate_class", lambda *_a, **_k: ClassValidity())
+            uid = bed.order("llm")
+            bed.settle(uid)
+        applied = bed.events(uid, ev.WorkloadApplied)
+        ingress = bed.child("Ingress", "llm")
+        assert len(applied) == 1 and ingress is not None
+        assert ingress["spec"]["tls"][0]["secretName"] == COPY
+
+        writes = bed.writer.writes
+        bed.settle(uid)  # the class is refused now; what runs stays as applied
+        assert bed.conditions(uid)["ClassResolved"]["reason"] == "ClassNotReady"
+        assert "CertificateSecretUnnamed" in bed.conditions(uid)["ClassResolved"]["message"]
+        assert bed.child("Ingress", "llm") == ingress
+        assert len(bed.events(uid, ev.WorkloadApplied)) == 1
+        assert bed.writer.writes - writes <= 2  # the status, and its Event
+
+        nameless = Settings(publicDomainTemplate="%s.example.com")  # names no Secret now
+        monkeypatch.setattr(test_pass, "SETTINGS", nameless)
+        bed.settle(uid)
+        (failed,) = bed.events(uid, ev.WorkloadApplyFailed)
+        assert "names no Secret" in failed.message
+    finally:
+        bed.log.close()

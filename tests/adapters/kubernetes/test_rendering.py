@@ -193,7 +193,7 @@ def test_long_names_keep_labels_and_hosts_within_63_characters() -> None:
          Settings(https={"certManager": {"clusterIssuerName": "letsencrypt-staging"}},
                   publicDomainTemplate=DOMAIN),
          "https", "support-llm-tls", "letsencrypt-staging"),
-        (None,
+        (HttpsPolicy(mode=HttpsMode.CUSTOM_CERTIFICATE),
          Settings(https={"mode": "CustomCertificate", "customCertificate": {"secretName": "wild"}},
                   publicDomainTemplate=DOMAIN),
          "https", "support-llm-custom-tls", None),
@@ -249,12 +249,12 @@ PLATFORM_CUSTOM = Source().resolve(
     [
         (None, SETTINGS, None),
         (HttpsPolicy(mode=HttpsMode.ONLY_IN_URI), SETTINGS, None),
-        # A class without a block: the settings' block, and their Secret.
-        (None,
+        (HttpsPolicy(mode=HttpsMode.CUSTOM_CERTIFICATE),
          Settings(https={"mode": "CustomCertificate", "customCertificate": {"secretName": "wild"}},
                   publicDomainTemplate=DOMAIN), (None, "wild")),
         # The platform's global block names a Secret of the platform's namespace.
-        (None, PLATFORM_CUSTOM, ("d8-system", "platform-wild")),
+        (HttpsPolicy(mode=HttpsMode.CUSTOM_CERTIFICATE), PLATFORM_CUSTOM,
+         ("d8-system", "platform-wild")),
         # The class's own name wins over the settings', and is the controller's.
         (HttpsPolicy.model_validate({"mode": "CustomCertificate",
                                      "customCertificate": {"secretName": "own"}}),
@@ -295,13 +295,6 @@ def test_without_a_host_template_an_external_order_has_no_ingress() -> None:
 def test_custom_certificate_without_a_secret_is_refused() -> None:
     with pytest.raises(RenderError, match="CustomCertificate"):
         render(policy(https=HttpsPolicy(mode=HttpsMode.CUSTOM_CERTIFICATE)))
-    # A class's block is taken whole: the module's Secret is not silently used for it.
-    wild = Settings(
-        https={"mode": "CustomCertificate", "customCertificate": {"secretName": "wild"}},
-        publicDomainTemplate=DOMAIN,
-    )
-    with pytest.raises(RenderError, match="CustomCertificate"):
-        render(policy(https=HttpsPolicy(mode=HttpsMode.CUSTOM_CERTIFICATE)), settings=wild)
 
 
 def test_settings_choose_ingress_class_and_domain() -> None:
