@@ -357,8 +357,8 @@ def probe_is_news(state: OrderState, answer: ob.ProbeResult) -> bool:
 
 def _probe_answer(s: OrderState, o: ob.ProbeResult) -> list[ev.Event]:
     if o.ok:
-        if s.probe_ok and s.probe_failures == 0:
-            return []
+        if s.probe_ok and s.probe_failures == 0 and s.probed_revision == s.applied_revision:
+            return []  # a new plan's first answer is news: it may be what makes it Ready
         return [ev.ProbeSucceeded(observed_at=o.at, status_code=o.status_code)]
     repeated = s.probe_ok is False and probe_error_text(o.status_code, o.error) == s.probe_error
     # Before the first Ready the streak means nothing, and past the threshold the order

@@ -193,6 +193,7 @@ def _probe_ok(s: OrderState, e: ev.ProbeSucceeded) -> Updates:
         "probe_failures": 0,
         "probe_error": "",
         "last_probe_at": e.observed_at,
+        "probed_revision": s.applied_revision,
     }
 
 

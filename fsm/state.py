@@ -200,6 +200,9 @@ class OrderState(_Value):
     probe_failures: int = 0  # consecutive failures since the last success
     probe_error: str = ""
     last_probe_at: datetime | None = None
+    # The `applied_revision` the last successful probe answered for: a new plan's
+    # workload that replaced the old pods is Ready only once a probe answered for it.
+    probed_revision: int = 0
     ever_ready: bool = False
 
     scaling: Scaling | None = None
@@ -272,6 +275,21 @@ def grace_start(state: OrderState, unallocated_since: datetime | None) -> dateti
     if unallocated_since is None or state.applied_at is None:
         return unallocated_since
     return max(unallocated_since, state.applied_at)
+
+
+def unprobed_plan(state: OrderState) -> bool:
+    """The order is Pending on a plan no probe has answered for since it was applied.
+
+    Only a successful probe makes an order Ready (SPEC §3 step 7). An order that stopped
+    serving and comes back on the same plan (a victim's replicas returned, the class
+    found again) was answered for; one whose new plan's pods replaced the old ones was
+    not, and its first probe decides, as a new order's does. A plan rolled out while the
+    old pods served never left the serving phases: the probes that follow judge it."""
+    return (
+        state.ever_ready
+        and state.phase is Phase.PENDING
+        and state.probed_revision != state.applied_revision
+    )
 
 
 def probe_error_text(status_code: int | None, error: str) -> str:

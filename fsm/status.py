@@ -19,7 +19,13 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from fsm.reasons import CATALOGUE, ConditionStatus, ConditionType, Reason
-from fsm.state import PROBE_FAILURE_THRESHOLD, Condition, OrderState, serving_basis
+from fsm.state import (
+    PROBE_FAILURE_THRESHOLD,
+    Condition,
+    OrderState,
+    serving_basis,
+    unprobed_plan,
+)
 from fsm.values import Authentication, Plan
 
 __all__ = [
@@ -133,6 +139,17 @@ def _ready(s: OrderState) -> Verdict:
     if s.ever_ready and streak >= PROBE_FAILURE_THRESHOLD:
         message = f"Probes failed {streak} times in a row since the last success: {s.probe_error}"
         return _verdict(_C.READY, Reason.SERVICE_UNHEALTHY, message, gen)
+    if unprobed_plan(s):
+        failed = (
+            s.probe_ok is False
+            and s.last_probe_at is not None
+            and s.applied_at is not None
+            and s.last_probe_at >= s.applied_at
+        )
+        if failed:
+            message = f"Probe of the new plan's workload failed: {s.probe_error}"
+            return _verdict(_C.READY, Reason.HEALTH_CHECK_FAILED, message, gen)
+        return _verdict(_C.READY, Reason.AWAITING_FIRST_PROBE, "", gen)
     if s.ever_ready or s.probe_ok:
         message = ""
         if streak:
@@ -181,7 +198,21 @@ READS: dict[ConditionType, frozenset[str]] = {
             "generation",
         }
     ),
-    _C.READY: frozenset({"ever_ready", "probe_failures", "probe_error", "probe_ok", "generation"}),
+    _C.READY: frozenset(
+        {
+            "ever_ready",
+            "probe_failures",
+            "probe_error",
+            "probe_ok",
+            "generation",
+            # unprobed_plan
+            "phase",
+            "probed_revision",
+            "applied_revision",
+            "last_probe_at",
+            "applied_at",
+        }
+    ),
     _C.SCALING_HEALTHY: frozenset({"scaling", "generation"}),
 }
 _AWAITING_READS = frozenset({"generation"})

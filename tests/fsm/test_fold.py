@@ -315,6 +315,54 @@ def test_a_success_returns_a_failed_order_to_ready() -> None:
     assert (failed.phase, back.phase, back.probe_failures) == (Phase.FAILED, Phase.READY, 0)
 
 
+# A model edited on a Ready order: replanned onto a T4 and applied.
+EDITED = (
+    spec(20, 2, name="meta-llama/Llama-3.1-8B"),
+    klass(21),
+    model(22),
+    planned(23, device_class="nvidia-t4"),
+    applied(24, "nvidia-t4"),
+)
+# Its new pods replaced the old ones (Recreate): no replica served for a while.
+REPLACED = (*SERVED, *EDITED, workload(25, 0, rollout="d/2"), workload(26, rollout="d/2"))
+
+
+def _ready_reason(state: OrderState) -> tuple[Phase, Reason]:
+    ready = state.condition(C.READY)
+    assert ready is not None
+    return state.phase, ready.reason
+
+
+def test_a_new_plans_workload_that_replaced_the_old_pods_is_ready_only_once_probed() -> None:
+    """SPEC §3 step 7, for every plan: the last success answered for the old model."""
+    back = run(*REPLACED)
+    assert _ready_reason(back) == (Phase.PENDING, R.AWAITING_FIRST_PROBE)
+    assert _ready_reason(run(probe(27), state=back)) == (Phase.READY, R.ENDPOINT_SERVING)
+    failing = run(probe(27, ok=False), state=back)
+    assert _ready_reason(failing) == (Phase.PENDING, R.HEALTH_CHECK_FAILED)
+    assert "new plan" in failing.condition(C.READY).message  # type: ignore[union-attr]
+    # It was serving before: failing persistently is Failed, as after any Ready.
+    failures = (probe(27 + i, ok=False) for i in range(PROBE_FAILURE_THRESHOLD))
+    assert _ready_reason(run(*failures, state=back)) == (Phase.FAILED, R.SERVICE_UNHEALTHY)
+
+
+def test_a_new_plan_rolled_out_while_the_old_pods_served_stays_ready() -> None:
+    rolled = run(*SERVED, *EDITED, workload(25, rollout="d/2"), workload(26, rollout="d/2"))
+    assert _ready_reason(rolled) == (Phase.READY, R.ENDPOINT_SERVING)
+    # Its first answer is still news (the log says which plan was answered for); the next
+    # one is not.
+    assert decide(rolled, probe(27)) == [ev.ProbeSucceeded(observed_at=at(27), status_code=200)]
+    answered = run(probe(27), state=rolled)
+    assert answered.probed_revision == answered.applied_revision
+    assert decide(answered, probe(28)) == []
+
+
+def test_an_order_back_on_the_plan_it_was_answered_for_needs_no_new_probe() -> None:
+    """A victim's replicas returned, a runtime restarted: the same plan was answered for."""
+    restarted = run(*SERVED, workload(10, 0, rollout="d/2"), workload(11, rollout="d/2"))
+    assert _ready_reason(restarted) == (Phase.READY, R.ENDPOINT_SERVING)
+
+
 def test_failures_before_the_first_ready_never_fail_the_order() -> None:
     state = run(*AVAILABLE, *(probe(8 + i, ok=False) for i in range(10)))
     ready = state.condition(C.READY)
