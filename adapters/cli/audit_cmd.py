@@ -20,6 +20,7 @@ import json
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -29,15 +30,17 @@ if TYPE_CHECKING:
     import store
     from store.records import RecordedEvent, StreamInfo
 
-__all__ = ["EXIT_CODES", "parse_instant", "register"]
+__all__ = ["EXIT_CODES", "order_ref", "parse_instant", "register"]
 
 EXIT_CODES = f"""exit codes:
   {options.EXIT_OK}  done
-  {options.EXIT_DIVERGED}  verify: a replayed status differs from the recorded one;
-     history/status/why: no such order, or no event yet at that point
-  {options.EXIT_USAGE}  usage error (bad arguments)
-  {options.EXIT_UNREADABLE}  the event log cannot be opened or read (no such file, unreachable,
-     no permission, or a schema this release does not read: see `ai-inference migrate`)
+  {options.EXIT_DIVERGED}  verify: a replayed status differs from the recorded one, or events are
+     missing; history/status/why: no such order, or no event or version there
+  {options.EXIT_USAGE}  usage error (bad arguments, an order not named NS/NAME or uid:UID)
+  {options.EXIT_UNREADABLE}  the event log cannot be opened or read (no such file, a malformed URL,
+     unreachable, no permission, or a schema this release does not read: see
+     `ai-inference migrate`); verify: an event this release cannot decode (the
+     other streams are still verified and reported)
 """
 
 PHASES = ("Pending", "Ready", "Degraded", "Failed")
@@ -70,7 +73,7 @@ def register(subparsers: Any) -> None:
     gone.add_argument("--live", action="store_true", help="only orders not deleted")
 
     history = add("history", "an order's events and what each changed", _history)
-    history.add_argument("order", metavar="NS/NAME", help="the order, or uid:UID")
+    history.add_argument("order", type=order_ref, metavar="NS/NAME", help="the order, or uid:UID")
 
     at = add(
         "status",
@@ -78,21 +81,31 @@ def register(subparsers: Any) -> None:
         _status,
         output="yaml",
     )
-    at.add_argument("order", metavar="NS/NAME", help="the order, or uid:UID")
+    at.add_argument("order", type=order_ref, metavar="NS/NAME", help="the order, or uid:UID")
     point = at.add_mutually_exclusive_group()
     point.add_argument(
         "--at",
         type=parse_instant,
         metavar="TIME",
         help="RFC 3339 time, e.g. 2026-12-02T10:00:00Z (whole seconds: to the end of that "
-        "second), or a time ago: -2h, -15m, -1d, -1h30m",
+        "second), or a time ago: -2h, -15m, -1d, -1h30m; NS/NAME is the order of that name "
+        "then",
     )
-    point.add_argument("--version", type=int, help="stream version (event count)")
+    point.add_argument(
+        "--version",
+        type=options.positive_int,
+        metavar="N",
+        help="stream version (1 is the first event)",
+    )
 
     why = add("why", "where an order is, why, and what would unblock it", _why)
-    why.add_argument("order", metavar="NS/NAME", help="the order, or uid:UID")
+    why.add_argument("order", type=order_ref, metavar="NS/NAME", help="the order, or uid:UID")
 
-    verify = add("verify", "replay every stream and compare with the recorded status", _verify)
+    verify = add(
+        "verify",
+        "replay every stream, compare with the recorded status, and check no event is missing",
+        _verify,
+    )
     verify.add_argument(
         "--progress",
         action="store_true",
@@ -108,6 +121,11 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     options.add_store(migrate)
+    migrate.add_argument(
+        "--create",
+        action="store_true",
+        help="start a new log if the SQLite file does not exist (else a mistyped path is refused)",
+    )
     migrate.set_defaults(run=_migrate)
 
 
@@ -119,7 +137,8 @@ def parse_instant(text: str, *, now: Callable[[], datetime] | None = None) -> da
         ago = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
         return (now or _utc_now)() - ago
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        # RFC 3339 allows `t` and `z` in lower case (section 5.6); fromisoformat not `z`.
+        moment = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(
             f"not an RFC 3339 time nor a time ago such as -2h: {text!r}"
@@ -133,6 +152,18 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def order_ref(text: str) -> str:
+    """`NAMESPACE/NAME` or `uid:UID`, checked when parsing: a malformed one is a usage error."""
+    if text.startswith("uid:"):
+        if len(text) > 4:
+            return text
+    else:
+        namespace, _, name = text.partition("/")
+        if namespace and name and "/" not in name:
+            return text
+    raise argparse.ArgumentTypeError(f"{text!r}: name the order as NAMESPACE/NAME or uid:UID")
+
+
 # -- opening the log ------------------------------------------------------------------------
 
 
@@ -140,54 +171,52 @@ class _NoSuchOrder(LookupError):
     pass
 
 
-def _find(log: store.EventLog, ref: str) -> StreamInfo:
+def _find(log: store.EventLog, ref: str, *, at: datetime | None = None) -> StreamInfo:
+    """The stream `ref` (checked by `order_ref`) names; `at`: the one it named then."""
     if ref.startswith("uid:"):
         info = log.stream(ref[4:])
     else:
-        namespace, sep, name = ref.partition("/")
-        if not sep or not namespace or not name:
-            raise _NoSuchOrder(f"{ref!r}: name the order as NAMESPACE/NAME or uid:UID")
-        info = log.find_stream(namespace, name)
+        namespace, _, name = ref.partition("/")
+        # None begun by `at`: the order of that name now, which had no events yet then.
+        info = log.find_stream(namespace, name, at=at) or log.find_stream(namespace, name)
     if info is None:
         raise _NoSuchOrder(f"no stream for {ref} in the event log")
     return info
 
 
-def _missing_sqlite_file(url: str) -> str | None:
-    """The path of a SQLite log named by `url` that does not exist, else None.
+def _malformed(url: str) -> str | None:
+    """Why `url` is no database URL, else None: make_url raises whatever converting its
+    parts raises (int()'s ValueError for a port), which would escape as a traceback."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
-    Opening it would create an empty database file, and `verify` would then report
-    "0 streams verified" for a mistyped path: a read-only command must refuse instead.
+    try:
+        make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        return f"not a database URL ({exc})"
+    return None
+
+
+def _missing_file(url: str) -> str | None:
+    """`no file PATH` if `url` names a SQLite file that does not exist, else None.
+
+    Opening it would create an empty log: `verify` would report "0 streams verified" for a
+    mistyped path, and `migrate` would make a new log beside the one meant.
     """
     from pathlib import Path
 
     from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
 
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return None  # open_log reports the malformed URL
+    parsed = make_url(url)  # `_malformed` passed it
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return None
-    return None if Path(parsed.database).exists() else parsed.database
+    return None if Path(parsed.database).exists() else f"no file {parsed.database}"
 
 
-def _unreadable(url: str, exc: BaseException, *, opening: bool = True) -> int:
+def _unreadable(url: str, exc: BaseException | str, *, opening: bool = True) -> int:
     doing = "open" if opening else "read"
-    sys.stderr.write(f"cannot {doing} the event log {_shown(url)}: {exc}\n")
+    sys.stderr.write(f"cannot {doing} the event log {options.redacted(url)}: {exc}\n")
     return options.EXIT_UNREADABLE
-
-
-def _shown(url: str) -> str:
-    """The URL without its password (it may be typed on the command line)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
 
 
 def _with_log(args: argparse.Namespace, body: Callable[[store.EventLog], int]) -> int:
@@ -195,9 +224,9 @@ def _with_log(args: argparse.Namespace, body: Callable[[store.EventLog], int]) -
 
     import store
 
-    missing = _missing_sqlite_file(args.store)
-    if missing is not None:
-        return _unreadable(args.store, FileNotFoundError(f"no file {missing}"))
+    refused = _malformed(args.store) or _missing_file(args.store)
+    if refused is not None:
+        return _unreadable(args.store, refused)
     try:
         log = store.open_log(args.store, read_only=True)
     except (store.StoreError, ValueError, ArgumentError, SQLAlchemyError) as exc:
@@ -311,7 +340,13 @@ def _history(args: argparse.Namespace) -> int:
 
     def body(log: store.EventLog) -> int:
         info = _find(log, args.order)
-        rows = explain.history_rows(_events(log.read(info.uid)))
+        records = log.read(info.uid)
+        # Each row numbered by its stored version, not by the fold's count of events: a log
+        # missing events shows the gap (`verify` reports it).
+        rows = [
+            replace(row, version=record.version)
+            for row, record in zip(explain.history_rows(_events(records)), records, strict=True)
+        ]
         if args.output != "table":
             doc: dict[str, Any] = _order_doc(info)
             doc["events"] = [r.as_dict() for r in rows]
@@ -345,24 +380,31 @@ def _status(args: argparse.Namespace) -> int:
     from fsm import fold, status
 
     def body(log: store.EventLog) -> int:
-        info = _find(log, args.order)
         upto = args.at
         if upto is not None and upto.microsecond == 0:
             # Kubernetes (lastTransitionTime) and `history` print whole seconds; such a time
             # means the end of that second, or the event printed at it would be left out.
             upto += timedelta(seconds=1, microseconds=-1)
+        info = _find(log, args.order, at=upto)
         records = log.read(info.uid, upto_version=args.version, upto_time=upto)
+        if args.version is not None and (not records or records[-1].version != args.version):
+            sys.stderr.write(f"{args.order} has no version {args.version} (head {info.version})\n")
+            return options.EXIT_DIVERGED
         if not records:
             sys.stderr.write(f"{args.order} had no events yet at that point\n")
             return options.EXIT_DIVERGED
         rendered = status.render_status(fold.fold(_events(records)))
+        deleted = _deleted_by(info, upto, records[-1].version)
         if args.output != "table":
-            _emit({"version": records[-1].version, "status": rendered}, args.output)
+            doc = {"version": records[-1].version, "deleted": _time(deleted), "status": rendered}
+            _emit(doc, args.output)
             return options.EXIT_OK
         sys.stdout.write(
             f"{info.namespace}/{info.name} at version {records[-1].version} "
             f"({_time(records[-1].recorded_at)}): {rendered.get('phase')}\n"
         )
+        if deleted is not None:
+            sys.stdout.write(f"deleted at {_time(deleted)}: the last status it had\n")
         rows = [
             [str(c.get(k, "")) for k in ("type", "status", "reason", "message")]
             for c in rendered.get("conditions") or []
@@ -371,6 +413,16 @@ def _status(args: argparse.Namespace) -> int:
         return options.EXIT_OK
 
     return _with_log(args, body)
+
+
+def _deleted_by(info: StreamInfo, upto: datetime | None, version: int) -> datetime | None:
+    """When the order was deleted, if it was by the point shown: the time `upto`, else
+    the `version` shown (a deleted order's stream ends with its deletion)."""
+    if info.deleted_at is None:
+        return None
+    if upto is not None:
+        return info.deleted_at if info.deleted_at <= upto else None
+    return info.deleted_at if version == info.version else None
 
 
 def _why(args: argparse.Namespace) -> int:
@@ -438,44 +490,95 @@ def _verify(args: argparse.Namespace) -> int:
         # The recorded statuses first, then every stream in one ordered query: a log of
         # thousands of orders is two queries, not two per order.
         orders = log.orders()
-        recorded = {info.uid: (info, p) for info, p in orders if p is not None}
+        recorded = {info.uid: projection for info, projection in orders}
         progress = _Progress(len(orders), shown=args.progress or sys.stderr.isatty())
-        found: dict[str, dict[str, Any]] = {}
-        checked = 0
+        problems: dict[str, list[str]] = {}  # what is wrong, of every stream met ([]: nothing)
+        differences: dict[str, dict[str, Any]] = {}
+        unreadable: set[str] = set()
+
+        def undecodable(exc: store.UndecodableEvent) -> None:
+            # Reported with the others; the rest of the log is still verified.
+            unreadable.add(exc.uid)
+            problems[exc.uid] = [f"unreadable: {exc}"]
+
         try:
-            for done, (uid, records) in enumerate(log.read_all(), start=1):
-                if uid in recorded:
-                    info, projection = recorded[uid]
-                    checked += 1
+            for uid, records in log.read_all(undecodable=undecodable):
+                projection = recorded.get(uid)
+                problems[uid] = _stream_problems(records, projection)
+                # A stream missing events cannot be replayed to what was recorded.
+                if projection is not None and not problems[uid]:
                     upto = [r for r in records if r.version <= projection.version]
                     replayed = status.render_status(fold.fold(_events(upto)))
                     if replayed != projection.status:
-                        doc = _order_doc(info)
-                        doc["atVersion"] = projection.version
-                        doc["differences"] = _differences(projection.status, replayed)
-                        found[uid] = doc
+                        differences[uid] = _differences(projection.status, replayed)
                 # Streams begun since the statuses were read are replayed, not counted.
-                progress.step(min(done, len(orders)))
+                progress.step(min(len(problems), len(orders)))
         finally:
             progress.close()
-        divergent = [found[info.uid] for info, _ in orders if info.uid in found]  # oldest first
+        divergent = []
+        for info, projection in orders:  # oldest first
+            # A stream is made with its first event, in one transaction: none is a loss.
+            lost = "no events" + (
+                f", status recorded at version {projection.version}" if projection else ""
+            )
+            found = problems.get(info.uid, [lost])
+            if found or info.uid in differences:
+                doc = _order_doc(info)
+                doc["atVersion"] = None if projection is None else projection.version
+                doc["problems"] = found
+                doc["differences"] = differences.get(info.uid, {})
+                divergent.append(doc)
+        checked = sum(projection is not None for projection in recorded.values())
         if args.output != "table":
             _emit({"checked": checked, "divergent": divergent}, args.output)
         else:
             for doc in divergent:
-                sys.stdout.write(
-                    f"DIVERGES {doc['namespace']}/{doc['name']} (uid {doc['uid']}) at version "
-                    f"{doc['atVersion']}:\n"
-                )
+                order = f"{doc['namespace']}/{doc['name']} (uid {doc['uid']})"
+                for problem in doc["problems"]:
+                    sys.stdout.write(f"DIVERGES {order}: {problem}\n")
+                if doc["differences"]:
+                    sys.stdout.write(f"DIVERGES {order} at version {doc['atVersion']}:\n")
                 for key, pair in doc["differences"].items():
                     sys.stdout.write(
                         f"  {key}: recorded {pair['recorded']!r}\n"
                         f"  {key}: replayed {pair['replayed']!r}\n"
                     )
             sys.stdout.write(f"{checked} streams verified, {len(divergent)} divergent\n")
+        if unreadable:  # the others were verified, but the log is not all readable
+            return options.EXIT_UNREADABLE
         return options.EXIT_DIVERGED if divergent else options.EXIT_OK
 
     return _with_log(args, body)
+
+
+def _stream_problems(
+    records: list[RecordedEvent], projection: store.Projection | None
+) -> list[str]:
+    """What is wrong with one stream's events, whatever they fold to: versions that do not
+    run 1..head (events lost: their fold may still equal the recorded status), or a status
+    recorded at a version the stream does not reach."""
+    problems = []
+    head = records[-1].version
+    if records[0].version != 1 or head != len(records):  # ordered and unique: else 1..head
+        have = {r.version for r in records}
+        missing = _spans([v for v in range(1, head + 1) if v not in have])
+        problems.append(
+            f"versions do not run 1..{head}" + (f": {missing} missing" if missing else "")
+        )
+    if projection is not None and projection.version > head:
+        problems.append(f"status recorded at version {projection.version}, beyond the head {head}")
+    return problems
+
+
+def _spans(versions: list[int]) -> str:
+    """`[2, 3, 4, 9]` as `2-4, 9`: a lost stretch of a long stream stays one line."""
+    spans: list[list[int]] = []
+    for v in versions:
+        if spans and spans[-1][1] == v - 1:
+            spans[-1][1] = v
+        else:
+            spans.append([v, v])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _differences(recorded: dict[str, Any], replayed: dict[str, Any]) -> dict[str, Any]:
@@ -492,10 +595,17 @@ def _migrate(args: argparse.Namespace) -> int:
     import store
     from store import migrating
 
+    refused = _malformed(args.store)
+    if refused is not None:
+        return _unreadable(args.store, refused)
+    missing = None if args.create else _missing_file(args.store)
+    if missing is not None:
+        return _unreadable(args.store, f"{missing} (--create starts a new log there)")
     try:
         with store.open_log(args.store):
             pass
     except (store.StoreError, ValueError, ArgumentError, SQLAlchemyError) as exc:
         return _unreadable(args.store, exc)
-    sys.stdout.write(f"event log {_shown(args.store)} at revision {migrating.head_revision()}\n")
+    shown = options.redacted(args.store)
+    sys.stdout.write(f"event log {shown} at revision {migrating.head_revision()}\n")
     return options.EXIT_OK

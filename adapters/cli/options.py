@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 
 __all__ = [
     "DEFAULT_STORE",
@@ -21,6 +22,7 @@ __all__ = [
     "add_output",
     "add_store",
     "positive_int",
+    "redacted",
     "store_url",
 ]
 
@@ -32,7 +34,15 @@ EXIT_UNREADABLE = 3  # the log cannot be opened or read, or its schema is not th
 
 OUTPUTS = ("table", "json", "yaml")
 
-DEFAULT_STORE = os.environ.get("AI_INFERENCE_STORE", "ai-inference.sqlite")
+# The log when neither --store nor AI_INFERENCE_STORE names one. The variable is read when
+# the parser is built; set but empty counts as unset (`AI_INFERENCE_STORE= ai-inference`).
+DEFAULT_STORE = "ai-inference.sqlite"
+
+# What a database URL may hold that must never be printed: the password of its user part
+# (to the last `@` before the query: one typed unencoded may hold an `@`), and libpq's
+# `password` and `sslpassword` parameters in the query.
+_URL_PASSWORD = re.compile(r"^([\w+]+://[^:/]*):[^?]*@")
+_QUERY_SECRET = re.compile(r"([?&](?:password|sslpassword)=)[^&#]*", re.IGNORECASE)
 
 
 def store_url(value: str) -> str:
@@ -42,6 +52,14 @@ def store_url(value: str) -> str:
     if not value:
         raise argparse.ArgumentTypeError("empty event log path")
     return f"sqlite:///{value}"
+
+
+def redacted(value: str) -> str:
+    """`value` (a path or a database URL, maybe malformed) with its secrets as `***`.
+
+    Plain text matching, not a URL parser: it is for printing, and must not fail on the
+    malformed URL it is asked to quote in an error."""
+    return _QUERY_SECRET.sub(r"\1***", _URL_PASSWORD.sub(r"\1:***@", value))
 
 
 def positive_int(value: str) -> int:
@@ -55,14 +73,15 @@ def positive_int(value: str) -> int:
     return number
 
 
-def add_store(parser: argparse.ArgumentParser, *, default: str = DEFAULT_STORE) -> None:
+def add_store(parser: argparse.ArgumentParser, *, default: str | None = None) -> None:
+    default = default or os.environ.get("AI_INFERENCE_STORE") or DEFAULT_STORE
     parser.add_argument(
         "--store",
         type=store_url,
         default=store_url(default),
         metavar="PATH|URL",
         help="event log: a SQLite file path, sqlite:///PATH or postgresql+psycopg://... "
-        f"(default {default}; AI_INFERENCE_STORE sets it)",
+        f"(default {redacted(default)}; AI_INFERENCE_STORE sets it)",
     )
 
 

@@ -196,7 +196,7 @@ def test_status_before_ready_is_pending_and_equals_the_fold_at_that_version(
     at = yaml.safe_load(
         _ok(platform, "status", "support/audit-ready", "--at", before[-1].recorded_at.isoformat())
     )
-    assert at == {"version": before[-1].version, "status": expected}
+    assert at == {"version": before[-1].version, "deleted": None, "status": expected}
     by_version = yaml.safe_load(
         _ok(platform, "status", "support/audit-ready", "--version", str(before[-1].version))
     )

@@ -318,6 +318,20 @@ def test_read_all_upcasts_and_refuses_as_read_does(log: store.EventLog) -> None:
     assert (undecodable.value.uid, undecodable.value.version) == (KEY.uid, 3)
 
 
+def test_read_all_hands_over_an_undecodable_stream_and_goes_on(log: store.EventLog) -> None:
+    # KEY's uid sorts first: the broken stream is met before the one after it.
+    log.append(KEY, things(1, 2), 0, 1, at(0))
+    log.append(OTHER, things(3), 0, 1, at(1))
+    _insert_raw(log, 3, "TestThingHappened", 1, b"\xc1")
+    log.append(KEY, things(4, start=3), 3, 1, at(2))  # the stream goes on past the bad event
+
+    told: list[store.UndecodableEvent] = []
+    replayed = list(log.read_all(undecodable=told.append))
+
+    assert replayed == [(OTHER.uid, log.read(OTHER.uid))]
+    assert [(e.uid, e.version) for e in told] == [(KEY.uid, 3)]
+
+
 # -- snapshots and projections ---------------------------------------------------------
 
 
@@ -392,6 +406,44 @@ def test_find_stream_returns_the_newest_order_of_that_name(log: store.EventLog) 
     assert found.created_at == at(60) and found.version == 1
     assert log.find_stream("support", "other") is None
     assert log.find_stream("analytics", "support-llm") is None
+
+
+def test_find_stream_prefers_the_live_order_to_a_newer_deleted_one(log: store.EventLog) -> None:
+    # The re-created order's clock ran behind: it began "before" its deleted namesake.
+    old = store.StreamKey("uid-old", "support", "support-llm")
+    new = store.StreamKey("uid-new", "support", "support-llm")
+    log.append(old, things(1), 0, 1, at(10))
+    log.mark_deleted(old.uid, at(20))
+    log.append(new, things(2), 0, 1, at(5))
+
+    found = log.find_stream("support", "support-llm")
+    assert found is not None and found.key == new
+
+
+@pytest.mark.parametrize(
+    ("seconds", "meant"),
+    [
+        (-1, None),  # before either began
+        (0, "uid-first"),
+        (30, "uid-first"),
+        (50, "uid-first"),  # the instant of its deletion: it still stood for the name
+        (55, "uid-first"),  # deleted, and no other yet: the one the name last stood for
+        (60, "uid-second"),
+        (999, "uid-second"),
+    ],
+    ids=["before", "created", "live", "deleted-then", "between", "re-created", "later"],
+)
+def test_find_stream_at_an_instant_is_the_order_of_that_name_then(
+    log: store.EventLog, seconds: int, meant: str | None
+) -> None:
+    first = store.StreamKey("uid-first", "support", "support-llm")
+    second = store.StreamKey("uid-second", "support", "support-llm")
+    log.append(first, things(1, 2), 0, 1, at(0))
+    log.mark_deleted(first.uid, at(50))
+    log.append(second, things(3), 0, 1, at(60))
+
+    found = log.find_stream("support", "support-llm", at=at(seconds))
+    assert (found and found.uid) == meant
 
 
 def test_deleted_streams_stay_listed_and_readable(log: store.EventLog) -> None:

@@ -58,6 +58,7 @@ def test_history_lookup_uses_indexes(log: store.EventLog) -> None:
     def lookup() -> None:
         info = log.find_stream("support", "support-llm")
         assert info is not None and info.version == 3
+        assert log.find_stream("support", "support-llm", at=at(0)) == info
         assert len(log.read(info.uid)) == 3
         assert len(log.read(info.uid, upto_time=at(0))) == 3
 

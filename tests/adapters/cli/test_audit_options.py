@@ -8,6 +8,9 @@ life of one order), on SQLite and on PostgreSQL.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,6 +35,13 @@ from tests.support import strategies as s
 
 OTHER_UID = "0b7c2a8e-2222-4c1e-9a55-000000000002"
 OTHER = store.StreamKey(OTHER_UID, "analytics", "embedder")
+ROOT = Path(__file__).resolve().parents[3]
+# A URL whose secrets must never be printed, of a server nothing listens on (port 1).
+SECRET_URL = (
+    "postgresql://reader:hunter2@127.0.0.1:1/ai"
+    "?password=qwerty7&sslmode=disable&sslpassword=zxcvb9&connect_timeout=2"
+)
+SECRETS = ("hunter2", "qwerty7", "zxcvb9")
 
 
 def _write_waiting(log: store.EventLog) -> None:
@@ -59,6 +69,19 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     code = main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def _cli(*argv: str, store_env: str) -> subprocess.CompletedProcess[str]:
+    """The command in a fresh interpreter: AI_INFERENCE_STORE is read as it starts."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "AI_INFERENCE_STORE": store_env}
+    return subprocess.run(
+        [sys.executable, "-m", "adapters.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
 
 
 # -- --store: a path or a URL, everywhere ---------------------------------------------------
@@ -193,6 +216,13 @@ def test_relative_times_count_back_from_now() -> None:
             parse(bad)
 
 
+def test_rfc3339_letters_may_be_lower_case() -> None:
+    # RFC 3339, section 5.6: "T" and "Z" may alternatively be lower case.
+    moment = datetime(2026, 12, 2, 10, tzinfo=UTC)
+    assert audit_cmd.parse_instant("2026-12-02t10:00:00z") == moment
+    assert audit_cmd.parse_instant("2026-12-02t12:00:00+02:00") == moment
+
+
 def test_status_at_a_time_ago(two, capsys) -> None:
     # The life was recorded in 2025: an hour ago it was long Ready...
     code, out, _ = _run(capsys, "status", "support/support-llm", "--store", two, "--at", "-1h")
@@ -219,6 +249,72 @@ def test_exit_codes_tell_usage_unreadable_and_missing_apart(tmp_path, two, capsy
     assert code == 3 and "unsupported database" in err
     code, _, _ = _run(capsys, "why", "support/nobody", "--store", two)
     assert code == 1
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql://a:b@h:5432x/ai", "postgresql://u@[::1/db"],
+    ids=["port-not-a-number", "ipv6-unclosed"],
+)
+@pytest.mark.parametrize("command", ["list", "migrate"])
+def test_a_malformed_url_cannot_be_opened(capsys, url: str, command: str) -> None:
+    code, _, err = _run(capsys, command, "--store", url)
+    assert code == 3 and "not a database URL" in err
+    assert ":b@" not in err
+
+
+@pytest.mark.parametrize("command", ["list", "migrate"])
+def test_no_password_of_the_url_is_printed(capsys, command: str) -> None:
+    code, out, err = _run(capsys, command, "--store", SECRET_URL)
+    assert code == 3 and "cannot open the event log postgresql://reader:***@127.0.0.1:1" in err
+    assert not [s for s in SECRETS if s in out + err]
+
+
+def test_help_shows_the_store_from_the_environment_without_its_passwords() -> None:
+    done = _cli("list", "--help", store_env=SECRET_URL)
+    assert done.returncode == 0, done.stderr
+    shown = "".join(done.stdout.split())  # argparse wraps the help text, even mid-word
+    assert "(defaultpostgresql://reader:***@127.0.0.1:1/ai?password=***&" in shown
+    assert not [s for s in SECRETS if s in shown]
+
+
+def test_an_empty_store_variable_counts_as_unset() -> None:
+    done = _cli("--version", store_env="")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    done = _cli("list", "--help", store_env="")
+    assert "(defaultai-inference.sqlite;" in "".join(done.stdout.split())
+
+
+def test_migrate_refuses_a_missing_sqlite_file_unless_told_to_create_it(tmp_path, capsys) -> None:
+    path = tmp_path / "typo.sqlite"
+    code, _, err = _run(capsys, "migrate", "--store", str(path))
+    assert code == 3 and f"no file {path} (--create starts a new log there)" in err
+    assert not path.exists(), "a mistyped path must not become a new, empty log"
+    code, out, _ = _run(capsys, "migrate", "--store", str(path), "--create")
+    assert code == 0 and "at revision" in out
+    code, out, _ = _run(capsys, "verify", "--store", str(path))
+    assert code == 0 and "0 streams verified" in out
+
+
+def test_verify_reports_an_unreadable_stream_and_verifies_the_others(two, capsys) -> None:
+    # The first stream in the replay's order holds an event no release can decode; the
+    # second's recorded status was tampered with. Both are reported.
+    with store.open_log(two) as log, log.engine.begin() as conn:
+        conn.execute(
+            sa.update(schema.events)
+            .where(schema.events.c.stream_uid == UID, schema.events.c.version == 2)
+            .values(payload=b"\xc1")
+        )
+    _tamper(two, OTHER_UID)
+    code, out, _ = _run(capsys, "verify", "--store", two)
+    assert code == 3
+    assert f"DIVERGES support/support-llm (uid {UID}): unreadable: stream {UID} v2" in out
+    assert f"DIVERGES analytics/embedder (uid {OTHER_UID}) at version" in out
+    assert out.endswith("2 streams verified, 2 divergent\n")
+    code, out, _ = _run(capsys, "verify", "--store", two, "-o", "json")
+    doc = json.loads(out)
+    assert code == 3 and [d["uid"] for d in doc["divergent"]] == [UID, OTHER_UID]
+    assert doc["divergent"][1]["differences"]["phase"]["replayed"] == "Pending"
 
 
 def test_a_log_without_schema_is_refused_not_migrated(tmp_path, capsys) -> None:
