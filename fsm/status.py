@@ -29,8 +29,10 @@ from fsm.state import (
 from fsm.values import Authentication, Plan
 
 __all__ = [
+    "MESSAGE_LIMIT",
     "READS",
     "Verdict",
+    "clipped",
     "judge",
     "rejudge",
     "render_condition",
@@ -50,6 +52,21 @@ class Verdict(NamedTuple):
     reason: Reason
     message: str
     observed_generation: int
+
+
+# The CRDs cap a condition's message at 32768 characters (as metav1.Condition does), and
+# a status holding a longer one is refused whole. Messages quote what they are given (a
+# catalog's condition, every name a class misses): the status shows their beginning, and
+# the log keeps every word (`ai-inference why`).
+MESSAGE_LIMIT = 4096
+
+
+def clipped(message: str) -> str:
+    """`message`, cut to MESSAGE_LIMIT characters with what was left out counted."""
+    if len(message) <= MESSAGE_LIMIT:
+        return message
+    tail = f"… ({len(message) - MESSAGE_LIMIT} more characters)"
+    return message[: MESSAGE_LIMIT - len(tail)] + tail
 
 
 def rfc3339(moment: datetime) -> str:
@@ -268,7 +285,7 @@ def render_condition(cond: Condition) -> dict[str, Any]:
         "type": str(cond.type),
         "status": str(cond.status),
         "reason": str(cond.reason),
-        "message": cond.message,
+        "message": clipped(cond.message),
         "lastTransitionTime": rfc3339(cond.last_transition_time),
         "observedGeneration": cond.observed_generation,
     }

@@ -508,8 +508,13 @@ class Actor:
                 uid=order.uid,
                 basis=current,
             )
-        except (errors.APINotFoundError, errors.APIInvalidError):
-            return False  # deleted, or recreated under the name: not this order's status
+        except errors.APINotFoundError:
+            return False  # deleted: not this order's status any more
+        except errors.APIInvalidError as exc:
+            # Recreated under the name (the uid precondition), or a status the schema
+            # refuses: the second is a bug of ours, and must not pass unseen.
+            log.warning("status of %s not written: %s", order.key, exc)
+            return False
         return written is not None
 
     def tell(self, order: OrderRef, previous: OrderState, state: OrderState) -> None:

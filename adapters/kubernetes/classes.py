@@ -7,6 +7,7 @@ through the status subresource when it differs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -17,10 +18,12 @@ from adapters.kubernetes.world import ClusterCache
 from adapters.kubernetes.writing import Writer
 from fsm import policy
 from fsm.reasons import ClassReason, ConditionStatus
-from fsm.status import rfc3339
+from fsm.status import clipped, rfc3339
 from fsm.values import ClassSpec
 
 __all__ = ["class_status", "reconcile_class"]
+
+log = logging.getLogger(__name__)
 
 
 def class_status(
@@ -53,7 +56,7 @@ def class_status(
                 "type": "Ready",
                 "status": str(status),
                 "reason": str(reason),
-                "message": message,
+                "message": clipped(message),
                 "lastTransitionTime": since,
                 "observedGeneration": generation,
             }
@@ -84,6 +87,11 @@ def reconcile_class(
             current=obj.get("status") or {},
             uid=str((obj.get("metadata") or {}).get("uid")),
         )
-    except (errors.APINotFoundError, errors.APIInvalidError):
-        return False  # gone, or another class of that name now
+    except errors.APINotFoundError:
+        return False  # gone
+    except errors.APIInvalidError as exc:
+        # Another class of that name now (the uid precondition), or a status the schema
+        # refuses: the second is a bug of ours, and must not pass unseen.
+        log.warning("status of InferenceServiceClass %s not written: %s", name, exc)
+        return False
     return written is not None
