@@ -250,6 +250,11 @@ class Elector:
         if not self._leading:
             return
         self._leading = False
+        # A term ends the campaign, as client-go's Run returns: the process that lost the
+        # Lease leaves (the controller exits and starts again as a standby). Campaigning
+        # on, it would take back a Lease still naming it while it shuts down, as a new
+        # term its controller cannot start.
+        self._stopping.set()
         metrics.leading(False)
         log.warning("%s stopped leading %s/%s", self.identity, self.namespace, self.name)
         self._on_stopped()

@@ -116,6 +116,21 @@ def test_one_leads_and_the_other_takes_over_when_renewals_stop(candidates) -> No
     assert first.when("stopped") <= second.when("started")
 
 
+def test_a_leader_that_lost_its_lease_never_takes_it_back(candidates) -> None:
+    """Renewals failed past the deadline, then came back while the Lease still names it:
+    the term is over for this process (its controller is shutting down)."""
+    lasting = {**TIMING, "lease_duration": 30}  # the Lease outlives the whole test
+    first = candidates("first", **lasting)
+    first.elector.start()
+    eventually(lambda: first.elector.is_leader)
+    first.leases.cut.set()
+    eventually(lambda: ("stopped", None) in first.events())
+    first.leases.cut.clear()  # the API server answers again
+    time.sleep(10 * TIMING["retry_period"])
+    assert first.events() == [("started", 0), ("stopped", None)]
+    assert not first.elector.is_leader
+
+
 def test_racing_candidates_elect_exactly_one(candidates) -> None:
     racers = [candidates(f"racer-{index}") for index in range(3)]
     for racer in racers:
