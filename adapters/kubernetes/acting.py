@@ -41,7 +41,7 @@ from fsm import observations as ob
 from fsm.decide import STALE_FACTS_NOTE, probe_is_news
 from fsm.identity import OrderRef, auth_secret_name, tls_secret_name
 from fsm.placement.arbitration import TAKEN_ANNOTATION, Taking
-from fsm.placement.recipes import Recipe
+from fsm.placement.recipes import Recipe, RecipeError, parse_recipe
 from fsm.reasons import CATALOGUE, ROLLOUT_STEPS, ConditionStatus, ConditionType, Reason, Who
 from fsm.state import OrderState, serving_basis
 from fsm.values import Authentication
@@ -189,7 +189,7 @@ class Actor:
     def _render(self, order: OrderRef, inputs: _RenderInputs) -> list[dict[str, Any]]:
         command = inputs.command
         if inputs.recipe is None:
-            raise RenderError(f"launch recipe {command.plan.recipe!r} is gone")
+            raise RenderError(self._recipe_unusable(command.plan.recipe))
         docs = render_workload(
             # Stamped with the generation its content comes from, not the live order's:
             # a repair between an edit and its replan renders the plan in force from what
@@ -209,6 +209,18 @@ class Actor:
         # Stamped before the arbiter's replicas are taken out (_keep_priority_replicas):
         # a take is not a change of what the order should run.
         return [converging.stamped(self._rewrite(doc) if self._rewrite else doc) for doc in docs]
+
+    def _recipe_unusable(self, name: str) -> str:
+        """Why the plan's recipe is not among the usable ones: deleted, or edited into one
+        the controller refuses (an argument naming a placeholder it does not fill)."""
+        obj = self._world.recipes.get_by_name(None, name, copy_=False)
+        if obj is None:
+            return f"launch recipe {name!r} is gone; the workload runs on as last applied"
+        try:
+            parse_recipe(obj)
+        except RecipeError as exc:
+            return f"the plan's recipe is refused ({exc}); the workload runs on as last applied"
+        return f"launch recipe {name!r} is not read yet"  # a change the cache holds, parsed next
 
     def _certificate(
         self, order: OrderRef, source: tuple[str | None, str] | None

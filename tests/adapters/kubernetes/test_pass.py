@@ -1101,3 +1101,28 @@ def test_pods_made_anew_after_ready_are_a_rollout_not_a_failure(bed: Bed) -> Non
     assert bed.world.orders.get(uid)["status"]["phase"] == "Pending"
     assert bed.conditions(uid)["WorkloadReady"]["reason"] == "RolloutInProgress"
     assert bed.events(uid, ev.ProbeFailed) == []
+
+
+def test_a_recipe_made_unusable_says_so_and_the_workload_runs_on(bed: Bed) -> None:
+    """An administrator's edit the controller refuses (an argument naming a placeholder
+    it does not fill) is not a recipe that is gone: the order says which and why."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    (planned,) = bed.events(uid, ev.PlanComputed)
+    name = planned.plan.recipe
+    recipe = bed.world.recipes.get_by_name(None, name)
+    assert recipe is not None
+    recipe["spec"]["args"] = [*recipe["spec"].get("args", []), "--max-num-seqs={maxNumSeqs}"]
+    fakes.put(bed.world, recipe)
+    deployment = bed.child("Deployment", "llm")
+    bed.settle(uid)
+    (failed,) = bed.events(uid, ev.WorkloadApplyFailed)
+    assert f"LaunchRecipe {name!r}" in failed.message and "maxNumSeqs" in failed.message
+    assert "refused" in failed.message and "gone" not in failed.message
+    assert bed.child("Deployment", "llm") == deployment  # runs on as applied
+
+    fakes.drop(bed.world, recipe)
+    bed.settle(uid)
+    gone = bed.conditions(uid)["WorkloadReady"]
+    assert gone["reason"] == "WorkloadApplyFailed"
+    assert f"launch recipe {name!r} is gone" in gone["message"]
