@@ -18,8 +18,10 @@ Every mapping, whatever its origin, is checked against deploy/openapi/config-val
 itself (the schema Deckhouse applies) and then read by the models below.
 
 The controller reads the ModuleConfig from a watch. An edit that does not validate must
-not take the module down: `reload` keeps the settings in force and returns the error for
-the controller to report (an event on the ModuleConfig, a log line).
+not take the module down: the previous settings stay in force, and the controller logs
+the refusal (an error line naming the offending fields; no Event is written, so the
+ModuleConfig itself shows nothing). `reload` does the same for one ModuleConfig: the
+settings in force and why the new ones were refused.
 
 Who calls it: the controller's loop (exposure and probe timings), rendering.py (hosts,
 TLS), the hub resolver (endpoint), policy (catalog on or off).
@@ -39,6 +41,7 @@ import jsonschema
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from adapters.kubernetes import hosts
 from adapters.probes.http import shown_url
 from adapters.resources import resource_dir
 from fsm.values import Frozen, HttpsMode
@@ -209,6 +212,11 @@ class Settings(Frozen):
             raise ValueError(f"{value!r} must contain %s exactly once and no other %")
         if "://" in value or "/" in value:
             raise ValueError(f"{value!r} must be a host name template, without scheme or path")
+        if hosts.room(value) < hosts.SHORTEST_ROOM:
+            raise ValueError(
+                f"{value!r}: the text beside %s leaves fewer than {hosts.SHORTEST_ROOM} of "
+                "its DNS label's 63 characters for the order's name"
+            )
         return value
 
     @property
@@ -216,11 +224,11 @@ class Settings(Frozen):
         return self.catalog.mode is CatalogMode.ENABLED
 
     def public_host(self, label: str) -> str | None:
-        """The External host for a name built from an order and its namespace; None
-        without a host template."""
+        """The External host for a name built from an order and its namespace (hosts.py),
+        shortened to fit the template's DNS label; None without a host template."""
         if self.public_domain_template is None:
             return None
-        return self.public_domain_template % label
+        return hosts.fill(self.public_domain_template, label)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any] | None) -> Settings:

@@ -1,7 +1,8 @@
 """hosts.host_label: readable for ordinary names, never shared by two (namespace, name).
 
 The table pins the forms; the property draws names from a tiny alphabet full of `-`, so
-concatenations that look alike are common, and checks that distinct pairs never meet.
+concatenations that look alike are common, and checks that distinct pairs never meet,
+also when the template's own text shares `%s`'s DNS label (`%s-kube.example.com`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from workload_samples import ORDER, SETTINGS, policy
 
 from adapters.kubernetes import hosts, rendering
 from adapters.kubernetes.rendering import OrderRef
+from adapters.kubernetes.settings import Settings, SettingsError
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -57,6 +59,62 @@ def test_the_sample_order_keeps_its_documented_host() -> None:
     assert rendering.public_host(ORDER, SETTINGS) == "support-llm-support.example.com"
 
 
+# Templates the platform's schema admits, with text beside `%s` in its label.
+TEMPLATES = ["%s.example.com", "%s-kube.example.com", "ai-%s.example.com", "x-%s-y.corp"]
+LONGEST_NAME = "a" + "b" * 62  # a DNS-1035 label, as the CRD allows an order's name
+
+
+def _first_label(host: str) -> str:
+    return host.partition(".")[0]
+
+
+@pytest.mark.parametrize("template", TEMPLATES)
+@pytest.mark.parametrize(
+    ("name", "namespace"),
+    [("a" + "b" * 55, "support"), (LONGEST_NAME, "ns"), (LONGEST_NAME, "x" * 63), ("c", "d-e")],
+    ids=["56-char-name", "63-char-name", "63-char-both", "short-hashed"],
+)
+def test_the_host_label_fits_whatever_text_shares_it(
+    template: str, name: str, namespace: str
+) -> None:
+    settings = Settings(public_domain_template=template)
+    host = rendering.public_host(OrderRef(name=name, namespace=namespace, uid="u"), settings)
+    assert host is not None
+    label = _first_label(host)
+    assert len(label) <= hosts.LABEL_LIMIT, host
+    assert _DNS_LABEL.match(label), host
+    assert host.endswith(template.partition("%s")[2])
+
+
+def test_a_label_that_fits_is_left_alone() -> None:
+    settings = Settings(public_domain_template="%s-kube.example.com")
+    assert rendering.public_host(ORDER, settings) == "support-llm-support-kube.example.com"
+
+
+@pytest.mark.parametrize(
+    "template", ["%s-" + "k" * 50 + ".example.com", "a" * 30 + "%s" + "b" * 25 + ".corp"]
+)
+def test_a_template_leaving_no_room_for_the_name_is_refused(template: str) -> None:
+    with pytest.raises(SettingsError, match="DNS label"):
+        Settings.from_settings({"publicDomainTemplate": template})
+
+
+_NAME = st.from_regex(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", fullmatch=True)
+_NAMESPACE = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", fullmatch=True)
+
+
+@settings(max_examples=300)
+@given(_NAME, _NAMESPACE, st.integers(hosts.SHORTEST_ROOM, hosts.LABEL_LIMIT))
+def test_a_shortened_label_is_the_label_made_for_that_room(
+    name: str, namespace: str, room: int
+) -> None:
+    # So a shortened label keeps the rule's guarantees: plain names its pair, hashed
+    # carries the pair's digest.
+    shortened = hosts.fitted(hosts.host_label(name, namespace), room)
+    assert shortened == hosts.host_label(name, namespace, room)
+    assert len(shortened) <= room and _DNS_LABEL.match(shortened), shortened
+
+
 _WORD = st.text(alphabet="ab", min_size=1, max_size=3)
 _JOINED = st.lists(_WORD, min_size=2, max_size=30).map("-".join)
 
@@ -66,8 +124,8 @@ def _valid(part: str) -> bool:
 
 
 @settings(max_examples=300)
-@given(_JOINED)
-def test_every_split_of_a_concatenation_gets_its_own_host(joined: str) -> None:
+@given(_JOINED, st.sampled_from(TEMPLATES))
+def test_every_split_of_a_concatenation_gets_its_own_host(joined: str, template: str) -> None:
     # Every way to cut `joined` at a `-` into (name, namespace) is a pair a tenant could
     # create; the old `<name>-<namespace>` gave them all one host.
     pairs = [
@@ -75,9 +133,10 @@ def test_every_split_of_a_concatenation_gets_its_own_host(joined: str) -> None:
         for i, ch in enumerate(joined)
         if ch == "-" and _valid(joined[:i]) and _valid(joined[i + 1 :])
     ]
+    in_force = Settings(public_domain_template=template)
     seen = {
-        rendering.public_host(OrderRef(name=name, namespace=ns, uid="u"), SETTINGS)
+        rendering.public_host(OrderRef(name=name, namespace=ns, uid="u"), in_force)
         for name, ns in pairs
     }
     assert len(seen) == len(pairs)
-    assert all(len(host.partition(".")[0]) <= hosts.LABEL_LIMIT for host in seen)
+    assert all(len(_first_label(host or "")) <= hosts.LABEL_LIMIT for host in seen)
