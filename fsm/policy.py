@@ -45,6 +45,7 @@ __all__ = [
     "CLASSLESS_EXPOSURE",
     "DEFAULT_ACCELERATOR",
     "ENDPOINT_PREFERENCE",
+    "INT32_MAX",
     "ClassProblem",
     "ClassValidity",
     "choose_endpoint_type",
@@ -70,6 +71,10 @@ ENDPOINT_PREFERENCE: tuple[EndpointType, ...] = (
     EndpointType.EMBEDDINGS,
     EndpointType.RERANK,
 )
+# The largest count the CRDs admit (`format: int32`, `maximum`): a bigger replica bound
+# reaches the HorizontalPodAutoscaler as a wrapped negative number. A 1.20 server does not
+# enforce the format, and a class may have been stored before the maxima were added.
+INT32_MAX = 2**31 - 1
 
 
 # --- class validation ----------------------------------------------------------------
@@ -138,14 +143,16 @@ def validate_class(
                     f"modelPolicy.maxParameterCount: {invalid}",
                 )
             )
+    if model is not None and model.allowed_formats == ():
+        problems.append(_empty("modelPolicy.allowedFormats", "format", "any format"))
     if spec.scaling_policy is not None:
         low, high = _bounds(spec.scaling_policy)
-        if low < 1 or high < 1 or low > high:
+        if low < 1 or high < 1 or low > high or high > INT32_MAX:
             problems.append(
                 ClassProblem(
                     ClassReason.INVALID_REPLICA_BOUNDS,
-                    f"scalingPolicy minReplicas={low} maxReplicas={high}: both must be at "
-                    "least 1 and minReplicas at most maxReplicas",
+                    f"scalingPolicy minReplicas={low} maxReplicas={high}: both must be "
+                    f"between 1 and {INT32_MAX} and minReplicas at most maxReplicas",
                 )
             )
         missing = [
@@ -161,11 +168,22 @@ def validate_class(
                     f"{', '.join(missing)} does not exist; create it or remove the name",
                 )
             )
-    if spec.accelerator_policy is not None:
+    accelerator = spec.accelerator_policy
+    if accelerator is not None:
+        if not accelerator.allowed_sharing_modes:
+            problems.append(
+                _empty("acceleratorPolicy.allowedSharingModes", "sharing mode", "Dedicated")
+            )
+        if not accelerator.allowed_placement_types:
+            problems.append(
+                _empty("acceleratorPolicy.allowedPlacementTypes", "placement type", "WholeDevice")
+            )
+        if accelerator.allowed_device_classes == ():
+            problems.append(
+                _empty("acceleratorPolicy.allowedDeviceClasses", "DeviceClass", "any DeviceClass")
+            )
         missing = [
-            name
-            for name in spec.accelerator_policy.allowed_device_classes or ()
-            if name not in device_classes
+            name for name in accelerator.allowed_device_classes or () if name not in device_classes
         ]
         if missing:
             problems.append(
@@ -173,6 +191,14 @@ def validate_class(
                     ClassReason.DEVICE_CLASS_NOT_FOUND,
                     f"acceleratorPolicy.allowedDeviceClasses: DeviceClass "
                     f"{', '.join(missing)} does not exist; install its driver or remove the name",
+                )
+            )
+        if accelerator.max_accelerator_count > INT32_MAX:
+            problems.append(
+                ClassProblem(
+                    ClassReason.INVALID_ACCELERATOR_COUNT,
+                    f"acceleratorPolicy.maxAcceleratorCount={accelerator.max_accelerator_count}: "
+                    f"must be at most {INT32_MAX}",
                 )
             )
     https = spec.exposure_policy.https if spec.exposure_policy is not None else None
@@ -200,6 +226,16 @@ def validate_class(
             )
         )
     return ClassValidity(tuple(problems))
+
+
+def _empty(field: str, item: str, default: str) -> ClassProblem:
+    # An empty allow-list admits nothing, and orders would be told something else went
+    # wrong (no DeviceClass, no format); absent is the default the admin likely meant.
+    return ClassProblem(
+        ClassReason.EMPTY_ALLOW_LIST,
+        f"{field} is empty, so no order can pass it: list at least one {item}, or leave "
+        f"the field out for the default ({default})",
+    )
 
 
 # --- the effective policy ------------------------------------------------------------

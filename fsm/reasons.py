@@ -443,6 +443,8 @@ class ClassReason(StrEnum):
     NO_ENDPOINT_TYPES = "NoEndpointTypes"
     INVALID_PARAMETER_COUNT = "InvalidParameterCount"
     INVALID_REPLICA_BOUNDS = "InvalidReplicaBounds"
+    INVALID_ACCELERATOR_COUNT = "InvalidAcceleratorCount"
+    EMPTY_ALLOW_LIST = "EmptyAllowList"
     PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
     DEVICE_CLASS_NOT_FOUND = "DeviceClassNotFound"
     ISSUER_MISSING = "IssuerMissing"
@@ -468,7 +470,18 @@ CLASS_CONDITION_CATALOGUE: dict[ClassReason, tuple[ConditionStatus, str]] = {
     ),
     ClassReason.INVALID_REPLICA_BOUNDS: (
         _F,
-        "scalingPolicy.minReplicas is above maxReplicas, or a bound is below its minimum.",
+        "scalingPolicy.minReplicas is above maxReplicas, or a bound is below 1 or above "
+        "2147483647 (int32, what a HorizontalPodAutoscaler holds).",
+    ),
+    ClassReason.INVALID_ACCELERATOR_COUNT: (
+        _F,
+        "acceleratorPolicy.maxAcceleratorCount is above 2147483647 (int32).",
+    ),
+    ClassReason.EMPTY_ALLOW_LIST: (
+        _F,
+        "An allow-list is set but empty (modelPolicy.allowedFormats, acceleratorPolicy."
+        "allowedSharingModes, allowedPlacementTypes or allowedDeviceClasses), so no order "
+        "could pass it; leave it out for its default.",
     ),
     ClassReason.PRIORITY_CLASS_NOT_FOUND: (
         _F,

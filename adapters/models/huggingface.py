@@ -75,7 +75,14 @@ from adapters.probes.http import shown_url
 from fsm.reasons import Reason
 from fsm.values import INT64_MAX, ModelFacts, ModelFormat, ModelSource
 
-__all__ = ["HubResolver", "HubSettings", "harden_huggingface_hub", "is_repo_id", "token_problem"]
+__all__ = [
+    "HubResolver",
+    "HubSettings",
+    "harden_huggingface_hub",
+    "is_repo_id",
+    "repo_id_problem",
+    "token_problem",
+]
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +104,8 @@ def _loads(raw: bytes) -> Any:
     return data
 
 
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
+_ID_CHARACTERS = re.compile(r"[A-Za-z0-9_.-]+")
+_PART_LIMIT = 96
 _LIBRARY = "ai-inference"
 try:
     _VERSION = metadata.version(_LIBRARY)
@@ -133,9 +141,34 @@ def _cookieless_client() -> httpx2.Client:
 harden_huggingface_hub()
 
 
+def repo_id_problem(name: str) -> str | None:
+    """Which rule of the hub's for repo ids `name` breaks, None when it keeps them all.
+
+    The hub's rules (huggingface_hub's validate_repo_id refuses the rest before asking),
+    with `org/` required and a part starting with a letter or digit; the CRD's checks of
+    spec.model.ref.name say the same (crds/, tests/adapters/kubernetes/test_api.py).
+    """
+    parts = name.split("/")
+    if len(parts) != 2 or not all(parts):
+        return "expected 'org/name', for example 'Qwen/Qwen2.5-7B-Instruct'"
+    if not _ID_CHARACTERS.fullmatch(name.replace("/", "")):
+        return "it may hold only ASCII letters, digits, '-', '_' and '.' besides the one '/'"
+    if any(len(part) > _PART_LIMIT for part in parts):
+        return f"each part may have at most {_PART_LIMIT} characters"
+    if not all(part[0].isalnum() for part in parts):
+        return "each part must start with a letter or digit"
+    if any(part[-1] in "-." for part in parts):
+        return "each part must end with a letter, digit or '_'"
+    if "--" in name or ".." in name:
+        return "it must not contain '--' or '..'"
+    if name.endswith(".git"):
+        return "it must not end in '.git'"
+    return None
+
+
 def is_repo_id(name: str) -> bool:
-    """`org/name` as the hub spells repo ids (the CRD's pattern says the same)."""
-    return bool(_REPO_ID.match(name)) and ".." not in name and "--" not in name
+    """`org/name` as the hub spells repo ids (the CRD's checks say the same)."""
+    return repo_id_problem(name) is None
 
 
 def token_problem(token: str) -> str | None:
@@ -210,11 +243,10 @@ class HubResolver:
     ) -> ModelLookup:
         """The facts of `name` at `revision`, read with `token` (None: anonymous)."""
         token = (token or "").strip() or None  # Secrets made with `echo` end in a newline
-        if not is_repo_id(name):
+        broken = repo_id_problem(name)
+        if broken:
             return ModelUnavailable(
-                Reason.MODEL_NOT_FOUND,
-                f"{name!r} is not a HuggingFace model id: expected 'org/name', "
-                "for example 'Qwen/Qwen2.5-7B-Instruct'.",
+                Reason.MODEL_NOT_FOUND, f"{name!r} is not a HuggingFace model id: {broken}."
             )
         problem = token_problem(token) if token else None
         if problem:

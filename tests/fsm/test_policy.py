@@ -91,6 +91,48 @@ def test_every_seed_class_is_valid(name: str) -> None:
             id="zero-min",
         ),
         pytest.param(
+            {"scalingPolicy": {"minReplicas": 1, "maxReplicas": 3_000_000_000}},
+            ClassReason.INVALID_REPLICA_BOUNDS,
+            "maxReplicas=3000000000: both must be between 1 and 2147483647",
+            id="max-beyond-int32",
+        ),
+        pytest.param(
+            {"scalingPolicy": {"minReplicas": 2**31}},
+            ClassReason.INVALID_REPLICA_BOUNDS,
+            "minReplicas=2147483648",
+            id="min-only-beyond-int32",
+        ),
+        pytest.param(
+            {"acceleratorPolicy": {"maxAcceleratorCount": 2**31}},
+            ClassReason.INVALID_ACCELERATOR_COUNT,
+            "maxAcceleratorCount=2147483648: must be at most 2147483647",
+            id="accelerator-count-beyond-int32",
+        ),
+        pytest.param(
+            {"modelPolicy": {"allowedEndpointTypes": ["Chat"], "allowedFormats": []}},
+            ClassReason.EMPTY_ALLOW_LIST,
+            "modelPolicy.allowedFormats is empty",
+            id="empty-formats",
+        ),
+        pytest.param(
+            {"acceleratorPolicy": {"allowedSharingModes": []}},
+            ClassReason.EMPTY_ALLOW_LIST,
+            "acceleratorPolicy.allowedSharingModes is empty",
+            id="empty-sharing-modes",
+        ),
+        pytest.param(
+            {"acceleratorPolicy": {"allowedPlacementTypes": []}},
+            ClassReason.EMPTY_ALLOW_LIST,
+            "acceleratorPolicy.allowedPlacementTypes is empty",
+            id="empty-placement-types",
+        ),
+        pytest.param(
+            {"acceleratorPolicy": {"allowedDeviceClasses": []}},
+            ClassReason.EMPTY_ALLOW_LIST,
+            "acceleratorPolicy.allowedDeviceClasses is empty",
+            id="empty-device-classes",
+        ),
+        pytest.param(
             {
                 "scalingPolicy": {
                     "allowedPriorityClassNames": ["inference-normal", "inference-urgent"]
@@ -143,6 +185,21 @@ def test_all_problems_are_reported_first_one_names_the_reason() -> None:
         ClassReason.DEVICE_CLASS_NOT_FOUND,
     ]
     assert validity.reason is ClassReason.NO_ENDPOINT_TYPES and "gone" in validity.message
+
+
+@pytest.mark.parametrize(
+    "blocks",
+    [
+        {"scalingPolicy": {"minReplicas": 2**31 - 1, "maxReplicas": 2**31 - 1}},
+        {"acceleratorPolicy": {"maxAcceleratorCount": 2**31 - 1}},
+        {"acceleratorPolicy": {"allowedDeviceClasses": None, "allowedSharingModes": ["Shared"]}},
+        {"modelPolicy": {"allowedEndpointTypes": ["Chat"], "allowedFormats": None}},
+    ],
+    ids=["int32-max-replicas", "int32-max-accelerators", "absent-device-classes", "absent-formats"],
+)
+def test_the_largest_bounds_and_absent_lists_are_valid(blocks: dict[str, Any]) -> None:
+    # Absent (or null) lists mean the default, any DeviceClass or any format (docs/policy.md).
+    assert _validate(_spec(**blocks)).ready
 
 
 def test_a_min_only_scaling_block_means_at_least_that_many() -> None:

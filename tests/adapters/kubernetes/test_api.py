@@ -18,10 +18,13 @@ from typing import Any
 import celpy
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from adapters.kubernetes.manifests import load_documents, manifest_files
+from adapters.models.huggingface import is_repo_id
 from adapters.resources import resource_dir
 from fsm.policy import validate_class
 from fsm.reasons import ClassReason
@@ -47,6 +50,14 @@ ACCEPTED = [
         id="model-in-another-namespace",
     ),
     pytest.param({"inferenceServiceClassName": "default-llm", "model": HF}, id="with-class"),
+    pytest.param(
+        {"model": {"src": "HuggingFace", "ref": {"name": "a" * 96 + "/" + "b" * 96}}},
+        id="hf-96-character-parts",
+    ),
+    pytest.param(
+        {"model": {"src": "HuggingFace", "ref": {"name": "org_1/a-.-b_"}}},
+        id="hf-single-separators-and-underscore-end",
+    ),
 ]
 
 # (spec, what the server's message names, what a failing CEL rule's message names; None:
@@ -92,6 +103,30 @@ REFUSED = [
         'spec.model.ref.name: Invalid value: "qwen2.5-7b"',
         "spec.model.ref.name",
         id="hf-name-not-org-name",
+    ),
+    *[
+        pytest.param(
+            {"model": {"src": "HuggingFace", "ref": {"name": name}}},
+            f'spec.model.ref.name: Invalid value: "{name}"',
+            rule,
+            id=f"hf-name-{what}",
+        )
+        # Ids in org/name form that the hub refuses (huggingface.repo_id_problem).
+        for name, rule, what in [
+            ("org/model--v2", "must not contain '--' or '..'", "double-hyphen"),
+            ("org/a..b", "must not contain '--' or '..'", "double-dot"),
+            ("my--org/model", "must not contain '--' or '..'", "double-hyphen-in-org"),
+            ("org/" + "m" * 97, "at most 96 characters", "97-character-part"),
+            ("org/model-", "must end with a letter, digit or '_'", "hyphen-end"),
+            ("org/_model", "must start with a letter or digit", "underscore-start"),
+            ("org/caf\u00e9", "only ASCII letters", "non-ascii"),
+        ]
+    ],
+    pytest.param(
+        {"model": {"src": "HuggingFace", "ref": {"name": "org/model.git"}}},
+        '"spec.model.ref.name" must not validate',
+        "must not end in '.git'",
+        id="hf-name-git-end",
     ),
     pytest.param(
         {
@@ -185,6 +220,43 @@ def test_cel_refuses_naming_the_field(
         assert refusals == []
     else:
         assert any(cel_says in m for m in refusals), refusals
+
+
+def _hub_name_checks() -> list[tuple[str, bool]]:
+    """(pattern, whether it must match) of every `allOf` member checking a HuggingFace
+    ref.name in the order CRD, as the 1.20 server evaluates them."""
+    (doc,) = load_documents([CRDS / "inferenceservices.ai.deckhouse.io.yaml"])
+    schema = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    model = schema["properties"]["spec"]["properties"]["model"]
+    checks = []
+    for member in model["allOf"]:
+        rule, otherwise = member["anyOf"]
+        name = rule.get("properties", {}).get("ref", {}).get("properties", {}).get("name")
+        if otherwise != {"properties": {"src": {"enum": ["ai-models"]}}} or name is None:
+            continue
+        checks += [(name["pattern"], True)] if "pattern" in name else []
+        checks += [(name["not"]["pattern"], False)] if "not" in name else []
+    return checks
+
+
+_HUB_NAME_CHECKS = _hub_name_checks()
+# Pieces that make the edges common: separators side by side, parts of 96 and 97.
+_HUB_NAME = st.lists(
+    st.sampled_from(["a", "Z", "0", "_", "-", ".", "/", "é", ".git", "a" * 48]), max_size=9
+).map("".join)
+
+
+@settings(max_examples=500)
+@given(_HUB_NAME)
+def test_the_crd_the_cel_rules_and_the_resolver_take_the_same_hub_ids(name: str) -> None:
+    # An id the CRD admits but the resolver refused got ModelNotFound "expected
+    # 'org/name'" for a name in org/name form ('org/model--v2').
+    openapi = 1 <= len(name) <= 253 and all(
+        bool(re.search(pattern, name)) is must for pattern, must in _HUB_NAME_CHECKS
+    )
+    order = _order("x", {"model": {"src": "HuggingFace", "ref": {"name": name}}})
+    cel = not cel_refusals("inferenceservices.ai.deckhouse.io", order)
+    assert openapi is cel is is_repo_id(name), name
 
 
 def _shipped(folder: str) -> list[dict[str, Any]]:
@@ -302,6 +374,140 @@ def test_server_refuses_a_broken_union_naming_the_field(
         )
     assert refused.value.status == 422
     assert server_says in _server_message(refused.value)
+
+
+# Values a 1.20 server stored before the CRDs said `maximum` and `minItems` (it does not
+# enforce `format: int32`): an HPA got maxReplicas -1294967296, an empty list admitted
+# nothing with a misleading message. (class spec, the field the server's refusal names)
+CLASS_REFUSED = [
+    pytest.param(
+        {"scalingPolicy": {"minReplicas": 1, "maxReplicas": 3_000_000_000}},
+        "spec.scalingPolicy.maxReplicas",
+        id="max-replicas-beyond-int32",
+    ),
+    pytest.param(
+        {"scalingPolicy": {"minReplicas": 2**31}},
+        "spec.scalingPolicy.minReplicas",
+        id="min-replicas-beyond-int32",
+    ),
+    pytest.param(
+        {"acceleratorPolicy": {"maxAcceleratorCount": 2**31}},
+        "spec.acceleratorPolicy.maxAcceleratorCount",
+        id="accelerator-count-beyond-int32",
+    ),
+    pytest.param(
+        {"acceleratorPolicy": {"allowedDeviceClasses": []}},
+        "spec.acceleratorPolicy.allowedDeviceClasses",
+        id="empty-device-classes",
+    ),
+    pytest.param(
+        {"acceleratorPolicy": {"allowedPlacementTypes": []}},
+        "spec.acceleratorPolicy.allowedPlacementTypes",
+        id="empty-placement-types",
+    ),
+    pytest.param(
+        {"acceleratorPolicy": {"allowedSharingModes": []}},
+        "spec.acceleratorPolicy.allowedSharingModes",
+        id="empty-sharing-modes",
+    ),
+    pytest.param(
+        {"modelPolicy": {"allowedEndpointTypes": ["Chat"], "allowedFormats": []}},
+        "spec.modelPolicy.allowedFormats",
+        id="empty-formats",
+    ),
+]
+CLASS_ACCEPTED = [
+    pytest.param(
+        {"scalingPolicy": {"minReplicas": 2**31 - 1, "maxReplicas": 2**31 - 1}},
+        id="int32-max-replicas",
+    ),
+    pytest.param({"acceleratorPolicy": {"maxAcceleratorCount": 2**31 - 1}}, id="int32-max-count"),
+    pytest.param({"acceleratorPolicy": {"maxAcceleratorCount": 2}}, id="lists-absent"),
+]
+
+
+def _int32_fields(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    if isinstance(node, dict):
+        if node.get("format") == "int32":
+            yield path, node
+        for key, value in node.items():
+            yield from _int32_fields(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _int32_fields(value, f"{path}/{i}")
+
+
+@pytest.mark.parametrize("crd", sorted(p.stem for p in CRDS.glob("*.yaml")))
+def test_every_int32_field_has_int32_bounds(crd: str) -> None:
+    # A 1.20 server does not enforce `format: int32`: only `maximum`/`minimum` keep a value
+    # from wrapping when it reaches an int32 field of Kubernetes (an HPA's maxReplicas).
+    (doc,) = load_documents([CRDS / f"{crd}.yaml"])
+    fields = list(_int32_fields(doc))
+    assert fields
+    for path, schema in fields:
+        assert schema.get("maximum", 2**31) <= 2**31 - 1, path
+        assert schema.get("minimum", -(2**31)) >= -(2**31), path
+
+
+def _class(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    chat = {"modelPolicy": {"allowedEndpointTypes": ["Chat"]}}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferenceServiceClass",
+        "metadata": {"name": name},
+        "spec": {**chat, **spec},
+    }
+
+
+@pytest.mark.parametrize(("spec", "field"), CLASS_REFUSED)
+def test_the_controller_refuses_what_the_class_schema_refuses(
+    spec: dict[str, Any], field: str
+) -> None:
+    # For a class stored without these checks (an older CRD, a server that skips them).
+    validity = validate_class(
+        ClassSpec.model_validate(_class("x", spec)["spec"]), priority_classes=(), device_classes=()
+    )
+    assert not validity.ready
+    assert field.rsplit(".", 1)[1] in validity.message, validity.message
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize(("spec", "field"), CLASS_REFUSED)
+def test_server_refuses_out_of_range_classes_naming_the_field(
+    custom: client.CustomObjectsApi, spec: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ApiException) as refused:
+        custom.create_cluster_custom_object(
+            GROUP, VERSION, "inferenceserviceclasses", _class("refused", spec), dry_run="All"
+        )
+    assert refused.value.status == 422
+    assert field in _server_message(refused.value)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("spec", CLASS_ACCEPTED)
+def test_server_accepts_the_largest_bounds_and_absent_lists(
+    custom: client.CustomObjectsApi, spec: dict[str, Any]
+) -> None:
+    custom.create_cluster_custom_object(
+        GROUP, VERSION, "inferenceserviceclasses", _class("accepted", spec), dry_run="All"
+    )
+    validity = validate_class(
+        ClassSpec.model_validate(_class("x", spec)["spec"]), priority_classes=(), device_classes=()
+    )
+    assert validity.ready, validity.message
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("preference", [2**31, -(2**31) - 1], ids=["above", "below"])
+def test_server_refuses_a_recipe_preference_beyond_int32(
+    custom: client.CustomObjectsApi, preference: int
+) -> None:
+    (recipe,) = _by_kind(_shipped("deploy/recipes"), "LaunchRecipe")[:1]
+    body = {**recipe, "spec": {**recipe["spec"], "preference": preference}}
+    with pytest.raises(ApiException) as refused:
+        custom.create_cluster_custom_object(GROUP, VERSION, "launchrecipes", body, dry_run="All")
+    assert "spec.preference" in _server_message(refused.value)
 
 
 @pytest.mark.cluster

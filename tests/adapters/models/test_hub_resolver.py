@@ -191,6 +191,42 @@ def test_a_name_that_is_no_repo_id_is_not_found_without_asking(
     assert hub.requests == ()
 
 
+@pytest.mark.parametrize(
+    ("name", "rule"),
+    [
+        pytest.param("no-slash", "expected 'org/name'", id="no-slash"),
+        pytest.param("org/model--v2", "must not contain '--' or '..'", id="double-hyphen"),
+        pytest.param("org/a..b", "must not contain '--' or '..'", id="double-dot"),
+        pytest.param("my--org/model", "must not contain '--' or '..'", id="double-hyphen-in-org"),
+        pytest.param("org/" + "m" * 97, "at most 96 characters", id="97-character-part"),
+        pytest.param("org/model-", "must end with a letter, digit or '_'", id="hyphen-end"),
+        pytest.param("org/.model", "must start with a letter or digit", id="dot-start"),
+        pytest.param("org/café", "only ASCII letters, digits", id="non-ascii"),
+        pytest.param("org/model.git", "must not end in '.git'", id="git-end"),
+    ],
+)
+def test_a_refused_id_is_told_the_rule_it_breaks(
+    resolver: HubResolver, hub: StandInHub, name: str, rule: str
+) -> None:
+    # Not "expected 'org/name'" for an id in org/name form: the CRD admitted these once.
+    failure = unavailable(resolver.resolve(name))
+    assert failure.reason is Reason.MODEL_NOT_FOUND
+    assert rule in failure.message and repr(name) in failure.message
+    assert hub.requests == ()
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a/" + "b" * 96, "org_1/a-.-b_", "Qwen/Qwen2.5-7B-Instruct"],
+    ids=["96-character-part", "single-separators", "ordinary"],
+)
+def test_an_id_the_hub_takes_is_asked_for(
+    resolver: HubResolver, hub: StandInHub, name: str
+) -> None:
+    resolver.resolve(name)
+    assert hub.requests
+
+
 @pytest.mark.parametrize("files_only", [False, True], ids=["model-info", "config-json"])
 def test_garbage_json_is_metadata_invalid(
     resolver: HubResolver, hub: StandInHub, files_only: bool
