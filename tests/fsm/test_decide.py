@@ -18,7 +18,7 @@ from fsm.effects import (
     effects,
 )
 from fsm.fold import evolve, fold
-from fsm.reasons import Reason
+from fsm.reasons import Phase, Reason
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, PROBE_FAILURE_THRESHOLD, OrderState
 from fsm.status import render_status
 from fsm.values import ClassOutcome, ExposureType, ModelOutcome, PlanOutcome
@@ -345,6 +345,23 @@ def test_probes_come_faster_while_a_failure_is_being_confirmed() -> None:
         c for c in effects(run(*SERVING, probe(9, False))) if isinstance(c, ScheduleProbe)
     ]
     assert failing.after_seconds < healthy.after_seconds
+
+
+def test_a_served_order_held_back_by_its_class_is_still_probed() -> None:
+    """The class went (an upgrade renamed it): the order is Pending on ClassNotFound, its
+    workload runs on, and the probe keeps watching it at the Ready pace."""
+    (healthy,) = [c for c in effects(run(*SERVING)) if isinstance(c, ScheduleProbe)]
+    held = run(*SERVING, klass(10, Reason.CLASS_NOT_FOUND))
+    assert held.phase is Phase.PENDING
+    (probe_held,) = [c for c in effects(held) if isinstance(c, ScheduleProbe)]
+    assert probe_held.after_seconds == healthy.after_seconds
+    # Failures meanwhile are counted: the order is Failed as soon as the class is back.
+    failing = run(*(probe(11 + i, False) for i in range(PROBE_FAILURE_THRESHOLD)), state=held)
+    back = run(klass(20), state=failing)
+    assert back.phase is Phase.FAILED
+    # One that never served is not probed behind a broken chain.
+    never = run(*AVAILABLE, klass(10, Reason.CLASS_NOT_FOUND))
+    assert not [c for c in effects(never) if isinstance(c, ScheduleProbe)]
 
 
 def test_the_allocation_recheck_lands_on_the_end_of_the_grace_period() -> None:
