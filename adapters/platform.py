@@ -52,6 +52,7 @@ class LocalPlatform:
     state: ClusterState
     store_url: str
     capacity: Path | None = None
+    secret_refresh: float = 30.0  # the controller's: how often a named Secret is read again
     hub: StandInHub = field(init=False)
     simulator: Simulator = field(init=False)
     controller: Controller = field(init=False)
@@ -73,6 +74,7 @@ class LocalPlatform:
             settings=Source(DEMO_SETTINGS),
             targets=AnnotatedPodTarget(),
             hpa_api_version="autoscaling/v2beta2",  # the local server is 1.20
+            secret_refresh=self.secret_refresh,
         )
         self.controller.start()
 

@@ -109,18 +109,22 @@ class Controller:
         discovery_period: float = 30.0,
         namespace: str | None = None,
         watch_timeouts: Timeouts | None = None,
+        secret_refresh: float = 30.0,
     ) -> None:
         api = _pooled(api, size=32 + workers)
         # The controller's own namespace, where its Lease is and CustomCertificate Secrets
         # are read: the pod's (POD_NAMESPACE, from the downward API), else the module's.
         self.namespace = namespace or os.environ.get("POD_NAMESPACE") or MODULE_NAMESPACE
         # `discovery_period`: how often a kind the cluster does not serve is looked for;
-        # `watch_timeouts`: the watches' three timeouts (watching.Timeouts' defaults).
+        # `watch_timeouts`: the watches' three timeouts (watching.Timeouts' defaults);
+        # `secret_refresh`: how often a Secret an order names is read again
+        # (secret_lookup.py).
         self.cache = ClusterCache(
             api,
             hpa_api_version=hpa_api_version,
             discovery_period=discovery_period,
             timeouts=watch_timeouts,
+            secret_refresh=secret_refresh,
         )
         # Every Kubernetes write of the controller goes through the Writer, and its client
         # refuses any request but a read once still_leading() is false.

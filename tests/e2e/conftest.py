@@ -117,7 +117,10 @@ def conditions(obj: dict[str, Any]) -> list[tuple[str, str, str]]:
 def platform(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPlatform]:
     _wait_for_namespaces_to_go(client.CoreV1Api(cluster.api_client("admin")))
     folder = tmp_path_factory.mktemp("platform")
-    local = LocalPlatform(cluster.state, f"sqlite:///{folder / 'log.sqlite'}")
+    # A Secret an order names (a user's HF token, a CustomCertificate) is read again every
+    # 2 s, not 30: the tests that edit one wait for that read, and the refresh itself is
+    # tested on its own (tests/adapters/kubernetes/test_secret_lookup.py).
+    local = LocalPlatform(cluster.state, f"sqlite:///{folder / 'log.sqlite'}", secret_refresh=2.0)
     local.start()
     yield local
     local.stop()
