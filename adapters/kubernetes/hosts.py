@@ -19,10 +19,8 @@ The rule, which makes a collision impossible short of a hash collision:
 
 The room: `%s` need not be a whole label. The platform's schema admits
 `%s-kube.example.com` and `ai-%s.example.com`, whose text around `%s` shares its DNS
-label, so `%s` gets 63 less that text (`room`). Settings.public_host is handed the label
-for the full 63 and shortens it with `fill`: `fitted(host_label(n, ns), room)` is exactly
-`host_label(n, ns, room)` — a plain label names its pair, and a hashed one keeps its
-digest — so the rule above holds for every room of at least `SHORTEST_ROOM`, which
+label, so `%s` gets 63 less that text (`room`), and Settings.public_host makes the label
+for that room. The rule above holds for every room of at least `SHORTEST_ROOM`, which
 settings.py requires of a template.
 """
 
@@ -31,7 +29,7 @@ from __future__ import annotations
 import base64
 import hashlib
 
-__all__ = ["DIGEST_LENGTH", "LABEL_LIMIT", "SHORTEST_ROOM", "fill", "fitted", "host_label", "room"]
+__all__ = ["DIGEST_LENGTH", "LABEL_LIMIT", "SHORTEST_ROOM", "host_label", "room"]
 
 LABEL_LIMIT = 63  # one DNS label
 DIGEST_LENGTH = 10  # base32 characters: 50 bits
@@ -43,36 +41,16 @@ def _digest(name: str, namespace: str) -> str:
     return base64.b32encode(raw).decode("ascii").lower()[:DIGEST_LENGTH]
 
 
-def _hashed(text: str, digest: str, limit: int) -> str:
-    prefix = text[: limit - len("--") - DIGEST_LENGTH].rstrip("-.")
-    return f"{prefix}--{digest}"
-
-
 def host_label(name: str, namespace: str, limit: int = LABEL_LIMIT) -> str:
     """The label `%s` stands for in the order's public host, in at most `limit` characters."""
     plain = f"{name}-{namespace}"
     if "-" not in namespace and len(plain) <= limit:
         return plain
-    return _hashed(plain, _digest(name, namespace), limit)
+    prefix = plain[: limit - len("--") - DIGEST_LENGTH].rstrip("-.")
+    return f"{prefix}--{_digest(name, namespace)}"
 
 
 def room(template: str) -> int:
     """How long `%s` may be in `template`: 63 less the text beside it in its DNS label."""
     (label,) = [part for part in template.split(".") if "%s" in part]
     return LABEL_LIMIT - (len(label) - len("%s"))
-
-
-def fitted(label: str, limit: int) -> str:
-    """`label` (made by host_label) in at most `limit` characters, still the same order's:
-    what `host_label` gives for its pair with that limit."""
-    if len(label) <= limit:
-        return label
-    head, _, tail = label.rpartition("-")
-    if head.endswith("-"):  # hashed, `<prefix>--<digest>`: keep the digest
-        return _hashed(head.removesuffix("-"), tail, limit)
-    return host_label(head, tail, limit)  # plain: the namespace is what follows the last `-`
-
-
-def fill(template: str, label: str) -> str:
-    """`template` with `%s` replaced by `label`, shortened to keep its DNS label in 63."""
-    return template % fitted(label, room(template))

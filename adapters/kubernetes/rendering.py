@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from adapters.kubernetes import hosts
 from adapters.kubernetes.settings import Settings
 from fsm import identity
 from fsm.identity import OrderRef
@@ -219,7 +218,7 @@ def effective_https(policy: EffectivePolicy, settings: Settings) -> Https:
 def public_host(order: OrderRef, settings: Settings) -> str | None:
     """`publicDomainTemplate % "<order>-<namespace>"`, unique per order (hosts.py); None
     when neither the module nor the platform names a host template."""
-    return settings.public_host(hosts.host_label(order.name, order.namespace))
+    return settings.public_host(order.name, order.namespace)
 
 
 def _exposed(order: OrderRef, policy: EffectivePolicy, settings: Settings) -> str | None:

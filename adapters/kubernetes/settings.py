@@ -223,12 +223,13 @@ class Settings(Frozen):
     def catalog_enabled(self) -> bool:
         return self.catalog.mode is CatalogMode.ENABLED
 
-    def public_host(self, label: str) -> str | None:
-        """The External host for a name built from an order and its namespace (hosts.py),
-        shortened to fit the template's DNS label; None without a host template."""
-        if self.public_domain_template is None:
+    def public_host(self, name: str, namespace: str) -> str | None:
+        """The External host of the order `name` in `namespace`: its label (hosts.py) made
+        to fit the template's DNS label; None without a host template."""
+        template = self.public_domain_template
+        if template is None:
             return None
-        return hosts.fill(self.public_domain_template, label)
+        return template % hosts.host_label(name, namespace, hosts.room(template))
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any] | None) -> Settings:

@@ -36,7 +36,7 @@ def test_without_a_module_config_the_defaults_apply() -> None:
     assert settings == Settings.from_module_config(module_config(None))
     assert settings.catalog.mode is CatalogMode.ENABLED and settings.catalog_enabled
     # No host template unless the module or the platform names one: no Ingress is made.
-    assert settings.public_domain_template is None and settings.public_host("a-b") is None
+    assert settings.public_domain_template is None and settings.public_host("a", "b") is None
     assert settings.ingress_class == "nginx"
     assert settings.https.mode is HttpsMode.CERT_MANAGER
     assert settings.https.cert_manager.cluster_issuer_name == "letsencrypt"
@@ -59,7 +59,7 @@ def test_every_setting_is_read_in_the_platforms_spelling() -> None:
         )
     )
     assert not settings.catalog_enabled
-    assert settings.public_host("a-b") == "a-b.apps.corp.internal"
+    assert settings.public_host("a", "b") == "a-b.apps.corp.internal"
     assert settings.ingress_class == "public"
     assert settings.https.mode is HttpsMode.CUSTOM_CERTIFICATE
     assert settings.https.custom_certificate.secret_name == "w"
@@ -159,7 +159,7 @@ def test_a_file_holds_what_spec_settings_would(tmp_path: Any) -> None:
         "huggingFace: {endpoint: 'http://127.0.0.1:9/'}\n",
     )
     settings = Source.from_file(path).resolve(None)
-    assert settings.public_host("x") == "x.apps.corp.internal"
+    assert settings.public_host("x", "y") == "x-y.apps.corp.internal"
     assert settings.https.mode is HttpsMode.DISABLED
     assert settings.ingress_class == "public"
     assert (settings.probe.interval_seconds, settings.probe.timeout_seconds) == (20, 4)
