@@ -446,17 +446,24 @@ class Reconciler:
     def gone_while_away(self) -> list[str]:
         """The orders the log holds live and the synced cache does not: deleted while
         no leader watched them."""
-        live = set(self._world.orders.uids())
-        return [s.uid for s in self._log.streams() if s.deleted_at is None and s.uid not in live]
+        return sorted(self._live_streams() - set(self._world.orders.uids()))
+
+    def _live_streams(self) -> set[str]:
+        """The log's live streams. The first read also says what `states` must fold
+        (`_load_unloaded`), so a take-over reads them once."""
+        streams = {s.uid for s in self._log.streams() if s.deleted_at is None}
+        with self._states_lock:
+            if self._unloaded is None:
+                self._unloaded = streams - self._states.keys()
+        return streams
 
     def _load_unloaded(self) -> None:
         if self._unloaded is None:
-            streams = {s.uid for s in self._log.streams() if s.deleted_at is None}
-            with self._states_lock:
-                self._unloaded = streams - self._states.keys()
+            self._live_streams()
         live = set(self._world.orders.uids())
         with self._states_lock:
-            self._unloaded &= live  # gone from the cache: its claims speak for it
+            # Gone from the cache: its claims speak for it.
+            self._unloaded = (self._unloaded or set()) & live
             pending = sorted(self._unloaded)
         for uid in pending:
             # Each leaves the set once kept (a log failure here leaves the rest for the
