@@ -190,8 +190,9 @@ def _repair(state: OrderState) -> ApplyWorkload | None:
 def _probe_after(state: OrderState, timings: ProbeTimings) -> float | None:
     if state.endpoint is None:
         return None
-    held = _served_behind_a_break(state)
-    if _status_of(state, ConditionType.WORKLOAD_READY) is not ConditionStatus.TRUE and not held:
+    workload = _status_of(state, ConditionType.WORKLOAD_READY)
+    held = workload is ConditionStatus.UNKNOWN and _served_behind_a_break(state)
+    if workload is not ConditionStatus.TRUE and not held:
         return None
     if state.probe_ok is False and state.probe_failures < PROBE_FAILURE_THRESHOLD:
         return timings.failing_seconds
@@ -201,17 +202,17 @@ def _probe_after(state: OrderState, timings: ProbeTimings) -> float | None:
 
 
 def _served_behind_a_break(state: OrderState) -> bool:
-    """An order that served, held back since by a condition before its workload (its class
-    or model stopped resolving): its workload runs on the plan in force (a repair), so it
-    is still probed. Its health is then known when the chain mends, and a runtime that
-    died meanwhile fails the order at once instead of showing Ready."""
+    """An order that served, and (its WorkloadReady Unknown) is held back since by a
+    condition before its workload (its class or model stopped resolving): its workload
+    runs on the plan in force (a repair), so it is still probed. Its health is then known
+    when the chain mends, and a runtime that died meanwhile fails the order at once
+    instead of showing Ready."""
     workload = state.workload
     return (
         state.ever_ready
         and state.plan_in_force is not None
         and workload is not None
         and workload.available_replicas >= 1
-        and _status_of(state, ConditionType.WORKLOAD_READY) is ConditionStatus.UNKNOWN
     )
 
 
