@@ -20,9 +20,9 @@ from fsm.state import (
     DEVICE_ALLOCATION_GRACE_SECONDS,
     PROBE_FAILURE_THRESHOLD,
     OrderState,
+    PlanBasis,
     grace_start,
     plan_basis,
-    serving_basis,
 )
 from fsm.status import render_status
 from fsm.values import Authentication, EffectivePolicy, EndpointType, ModelFacts, ModelRef, Plan
@@ -122,9 +122,23 @@ def _status_of(state: OrderState, type_: ConditionType) -> ConditionStatus | Non
     return cond.status if cond is not None else None
 
 
-def _needs_token(state: OrderState) -> bool:
-    policy = state.policy
-    return policy is not None and policy.exposure.authentication is Authentication.TOKEN
+def _applied(state: OrderState) -> bool:
+    """The plan the order should run is applied (a pass repairs, it does not roll out)."""
+    return state.applied_revision == state.plan_revision and state.apply_error is None
+
+
+def _next_basis(state: OrderState) -> PlanBasis:
+    """What the next apply renders from: the current spec for a plan computed from it;
+    else what the plan in force was applied with. That covers a repair, and the plan in
+    force held through a failed replan (SPEC §3.1), applied again after an apply error or
+    with its recipe replaced: rendering the newer spec there put the edited model on the
+    old plan's place."""
+    a = state.attempt
+    held = state.plan_in_force is not None and state.applied_basis is not None
+    if held and (_applied(state) or (a is not None and not a.ok)):
+        assert state.applied_basis is not None
+        return state.applied_basis
+    return plan_basis(state)  # also a stream older than the applied basis
 
 
 def _keeps_token(state: OrderState) -> bool:
@@ -132,49 +146,27 @@ def _keeps_token(state: OrderState) -> bool:
     spec; a plan in force held through a failed replan keeps what it was applied with:
     a token Secret made for a spec no workload runs yet was pruned by the repair and made
     again in every pass."""
-    applied = state.applied_revision == state.plan_revision and state.apply_error is None
-    policy = serving_basis(state).policy if applied else state.policy
+    policy = _next_basis(state).policy
     return policy is not None and policy.exposure.authentication is Authentication.TOKEN
 
 
 def _apply(state: OrderState) -> ApplyWorkload | None:
+    """The plan the order should run, to roll out; once applied, the plan in force, to
+    compare with the live objects (`repair`: a level-based controller repairs on every
+    pass, not only on a new plan)."""
     if token_name_taken(state):
         return None
-    applied = state.applied_revision == state.plan_revision and state.apply_error is None
-    if applied:
-        return _repair(state)
-    plan, policy, model = state.plan, state.policy, state.model
-    if plan is None or policy is None or model is None or model.facts is None:
-        return None
-    if state.model_ref is None:
-        return None
-    if _needs_token(state) and state.auth_secret_name is None:
-        return None  # the runtime must not start without the token it checks
-    return ApplyWorkload(
-        plan=plan,
-        model_ref=state.model_ref,
-        facts=model.facts,
-        endpoint_type=model.endpoint_type,
-        policy=policy,
-        auth_secret_name=state.auth_secret_name if _needs_token(state) else None,
-        generation=state.generation,
-        reclaims=state.attempt.reclaims if state.attempt is not None and state.attempt.ok else (),
-    )
-
-
-def _repair(state: OrderState) -> ApplyWorkload | None:
-    """The plan in force, rendered from what it was applied with (not from a newer spec
-    whose replan failed), to compare with the live objects."""
-    plan, basis = state.plan_in_force, state.applied_basis
+    repair = _applied(state)
+    plan = state.plan_in_force if repair else state.plan
     if plan is None:
-        return None  # its device class was tried: the next plan replaces it
-    if basis is None:  # a stream older than the applied basis: the current one
-        basis = plan_basis(state)
+        return None  # no plan yet, or its device class was tried: the next plan replaces it
+    basis = _next_basis(state)
     if basis.policy is None or basis.model_ref is None or basis.facts is None:
         return None
     token = basis.policy.exposure.authentication is Authentication.TOKEN
     if token and state.auth_secret_name is None:
-        return None
+        return None  # the runtime must not start without the token it checks
+    a = state.attempt
     return ApplyWorkload(
         plan=plan,
         model_ref=basis.model_ref,
@@ -183,7 +175,8 @@ def _repair(state: OrderState) -> ApplyWorkload | None:
         policy=basis.policy,
         auth_secret_name=state.auth_secret_name if token else None,
         generation=basis.generation,
-        repair=True,
+        reclaims=a.reclaims if a is not None and a.ok and not repair else (),
+        repair=repair,
     )
 
 

@@ -10,7 +10,18 @@ from fsm import observations as ob
 from fsm.decide import STALE_FACTS_NOTE, decide, needs_plan
 from fsm.reasons import ConditionStatus, ConditionType, Phase, Reason
 from fsm.values import ModelOutcome
-from tests.support.strategies import AVAILABLE, ROLLING, SERVING, at, facts, klass, model, run, spec
+from tests.support.strategies import (
+    AVAILABLE,
+    REPLANNED_AND_FAILED,
+    ROLLING,
+    SERVING,
+    at,
+    facts,
+    klass,
+    model,
+    run,
+    spec,
+)
 
 
 def unreachable(t: float) -> ob.ModelJudged:
@@ -119,3 +130,16 @@ def test_a_token_name_taken_holds_every_apply_until_the_orders_own_secret_is_bac
     applies = [c for c in effects.effects(back) if isinstance(c, effects.ApplyWorkload)]
     assert applies and applies[0].auth_secret_name == held.auth_secret_name
     assert decide(back, ob.AuthSecretSeen(at=at(22), name=held.auth_secret_name)) == []
+
+
+def test_an_apply_error_under_a_failed_replan_applies_the_plan_in_force_as_it_was() -> None:
+    """After a failed replan (LaunchPlanInForce), an apply refused once (a quota, a
+    blip) is retried with what the plan in force was applied with: the edited model
+    never reaches the old plan's place."""
+    failed = run(*REPLANNED_AND_FAILED)
+    refused = run(ob.ApplyFailed(at=at(30), message="exceeded quota"), state=failed)
+    (apply,) = [c for c in effects.effects(refused) if isinstance(c, effects.ApplyWorkload)]
+    assert failed.applied_basis is not None and failed.model_ref is not None
+    assert apply.model_ref == failed.applied_basis.model_ref != failed.model_ref
+    assert apply.facts == failed.applied_basis.facts
+    assert apply.plan == failed.plan_in_force and apply.reclaims == ()
