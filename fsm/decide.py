@@ -418,6 +418,18 @@ def _capacity(s: OrderState, o: ob.CapacitySeen) -> list[ev.Event]:
     return out
 
 
+def _recipe(s: OrderState, o: ob.RecipeUnusable) -> list[ev.Event]:
+    """The plan's recipe withdrawn: the same place on the recipe given. A recipe the plan
+    no longer names (replaced already, or a replan chose another) is no news."""
+    if s.plan is None or s.plan.recipe != o.recipe or o.replacement == o.recipe:
+        return []
+    plan = s.plan.model_copy(
+        update={"recipe": o.replacement, "tool_calling_supported": o.tool_calling_supported}
+    )
+    message = f"{o.message}; the workload runs on launch recipe {o.replacement!r} instead"
+    return [ev.RecipeReplaced(observed_at=o.at, recipe=o.recipe, plan=plan, message=message)]
+
+
 def _reclaimed(s: OrderState, o: ob.ReplicasReclaimed) -> list[ev.Event]:
     if s.last_reclaim == (o.at, o.victim):
         return []  # this take is in the log already
@@ -464,6 +476,8 @@ def decide(state: OrderState, observation: ob.Observation) -> list[ev.Event]:
             return _scaling(state, observation)
         case ob.CapacitySeen():
             return _capacity(state, observation)
+        case ob.RecipeUnusable():
+            return _recipe(state, observation)
         case ob.ReplicasReclaimed():
             return _reclaimed(state, observation)
         case ob.Deleted():

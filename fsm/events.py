@@ -45,6 +45,7 @@ __all__ = [
     "PlanFailed",
     "ProbeFailed",
     "ProbeSucceeded",
+    "RecipeReplaced",
     "ReplicasReclaimed",
     "ScalingBlocked",
     "ScalingRecovered",
@@ -388,6 +389,17 @@ class DeviceClassRetried(Event):
     message: str = ""
 
 
+@event("RecipeReplaced")
+class RecipeReplaced(Event):
+    """The launch recipe the plan named (`recipe`) was deleted, or edited into one the
+    controller refuses: `plan` is the same place on the best recipe left, rolled out as a
+    recipe's edit is. Not a replan (the planner was not asked; replanCount stays)."""
+
+    recipe: str
+    plan: Plan
+    message: str = ""
+
+
 @event("OrderDeleted")
 class OrderDeleted(Event):
     """The order is gone; its stream is closed."""
@@ -415,5 +427,6 @@ OrderEvent = (
     | ReplicasReclaimed
     | DeviceClassTried
     | DeviceClassRetried
+    | RecipeReplaced
     | OrderDeleted
 )

@@ -247,6 +247,10 @@ def _device_class_retried(s: OrderState, e: ev.DeviceClassRetried) -> Updates:
     }
 
 
+def _recipe_replaced(s: OrderState, e: ev.RecipeReplaced) -> Updates:
+    return {"plan": e.plan, "plan_revision": s.plan_revision + 1}
+
+
 def _replicas_reclaimed(s: OrderState, e: ev.ReplicasReclaimed) -> Updates:
     return {
         "last_reclaim": (e.observed_at, e.victim),
@@ -279,6 +283,7 @@ _HANDLERS: dict[type[ev.Event], Callable[[OrderState, Any], Updates]] = {
     ev.ScalingRecovered: _scaling_recovered,
     ev.DeviceClassTried: _device_class_tried,
     ev.DeviceClassRetried: _device_class_retried,
+    ev.RecipeReplaced: _recipe_replaced,
     ev.ReplicasReclaimed: _replicas_reclaimed,
     ev.OrderDeleted: _deleted,
 }

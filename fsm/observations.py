@@ -31,6 +31,7 @@ __all__ = [
     "Observation",
     "PlanJudged",
     "ProbeResult",
+    "RecipeUnusable",
     "ReplicasReclaimed",
     "ScalingSeen",
     "SpecSeen",
@@ -125,6 +126,19 @@ class CapacitySeen:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RecipeUnusable:
+    """The launch recipe `recipe` is not among the usable ones (deleted, or edited into
+    one the controller refuses: `message` says which), and `replacement` is the best
+    usable recipe for the same hardware, model and endpoint type."""
+
+    at: datetime
+    recipe: str
+    message: str
+    replacement: str
+    tool_calling_supported: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EndpointSeen:
     at: datetime
     url: str
@@ -198,6 +212,7 @@ Observation = (
     | ProbeResult
     | ScalingSeen
     | CapacitySeen
+    | RecipeUnusable
     | ReplicasReclaimed
     | Deleted
 )

@@ -363,8 +363,11 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         "webhook, a namespace being deleted, a failed request); the message quotes it, or for "
         "the Secret its HTTP status only. Or an object of a child's name exists that is not "
         "the order's (a user's own Service, Ingress or HPA): it is never adopted, changed or "
-        "deleted, and the message names it. Tried again at every change of the order and on "
-        "a backoff from 5 s doubling to 5 min.",
+        "deleted, and the message names it. Or the plan's launch recipe was deleted, or "
+        "edited into one the controller refuses, and no other recipe serves the model on its "
+        "hardware: the workload runs on as last applied (with another, it rolls out on that "
+        "one, `RecipeReplaced` in the history). Tried again at every change of the order "
+        "and on a backoff from 5 s doubling to 5 min.",
     ),
     Reason.CERTIFICATE_SECRET_MISSING: ReasonInfo(
         _C.WORKLOAD_READY,

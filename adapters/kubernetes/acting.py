@@ -41,7 +41,7 @@ from fsm import observations as ob
 from fsm.decide import STALE_FACTS_NOTE, probe_is_news
 from fsm.identity import OrderRef, auth_secret_name, tls_secret_name
 from fsm.placement.arbitration import TAKEN_ANNOTATION, Taking
-from fsm.placement.recipes import Recipe, RecipeError, parse_recipe
+from fsm.placement.recipes import Recipe
 from fsm.reasons import CATALOGUE, ROLLOUT_STEPS, ConditionStatus, ConditionType, Reason, Who
 from fsm.state import OrderState, serving_basis
 from fsm.values import Authentication
@@ -96,6 +96,7 @@ class Actor:
         settings: Callable[[], Settings],
         hpa_api_version: str,
         recipes: Callable[[], Sequence[Recipe]],
+        unusable_recipe: Callable[[str], str | None],
         background: Background,
         rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None,
         namespace: str,
@@ -109,6 +110,7 @@ class Actor:
         self._settings = settings
         self._hpa_api_version = hpa_api_version
         self._recipes = recipes
+        self._unusable_recipe = unusable_recipe
         self._background = background
         self._prober = prober  # keeps a connection per endpoint between probes
         self._rewrite = rewrite
@@ -211,16 +213,9 @@ class Actor:
         return [converging.stamped(self._rewrite(doc) if self._rewrite else doc) for doc in docs]
 
     def _recipe_unusable(self, name: str) -> str:
-        """Why the plan's recipe is not among the usable ones: deleted, or edited into one
-        the controller refuses (an argument naming a placeholder it does not fill)."""
-        obj = self._world.recipes.get_by_name(None, name, copy_=False)
-        if obj is None:
-            return f"launch recipe {name!r} is gone; the workload runs on as last applied"
-        try:
-            parse_recipe(obj)
-        except RecipeError as exc:
-            return f"the plan's recipe is refused ({exc}); the workload runs on as last applied"
-        return f"launch recipe {name!r} is not read yet"  # a change the cache holds, parsed next
+        """Why the plan's recipe cannot be rendered (its order plans again meanwhile)."""
+        why = self._unusable_recipe(name) or f"launch recipe {name!r} is not read yet"
+        return f"{why}; the workload runs on as last applied"
 
     def _certificate(
         self, order: OrderRef, source: tuple[str | None, str] | None

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from adapters.kubernetes.background import Background
+from adapters.kubernetes.planning import Planning
 from adapters.kubernetes.rendering import RenderError, endpoint_url
 from adapters.kubernetes.settings import CatalogMode, Settings
 from adapters.kubernetes.watching import Obj
@@ -320,4 +321,26 @@ class Observer:
             return None
         return ob.CapacitySeen(
             at=at, free_units=tuple((dc, free_units(dc)) for dc in state.tried_device_classes)
+        )
+
+    @staticmethod
+    def recipe(state: OrderState, at: datetime, planning: Planning) -> ob.RecipeUnusable | None:
+        """The plan's launch recipe, when it is no longer usable and another recipe can
+        take over on the same place (none: the apply says why, and the next change of a
+        recipe asks again)."""
+        plan = state.plan
+        if plan is None:
+            return None
+        why = planning.unusable_recipe(plan.recipe)
+        if why is None:
+            return None
+        replacement = planning.replacement_recipe(plan, state)
+        if replacement is None:
+            return None
+        return ob.RecipeUnusable(
+            at=at,
+            recipe=plan.recipe,
+            message=why,
+            replacement=replacement.name,
+            tool_calling_supported=replacement.tool_calling.enabled,
         )

@@ -18,8 +18,9 @@ from adapters.kubernetes.watching import Informer, Obj
 from adapters.kubernetes.world import ClusterCache
 from fsm import effects
 from fsm.placement import capacity, demand, inventory, planner, recipes
+from fsm.placement.recipes import Recipe
 from fsm.state import OrderState, serving_basis
-from fsm.values import EffectivePolicy, ModelOutcome, Plan, PlanOutcome
+from fsm.values import EffectivePolicy, EndpointType, ModelOutcome, Plan, PlanOutcome
 
 __all__ = ["Planning"]
 
@@ -68,6 +69,37 @@ class Planning:
             parsed = tuple(found)
             self._recipes = (version, parsed)
         return parsed
+
+    def unusable_recipe(self, name: str) -> str | None:
+        """Why the launch recipe `name` is not among the usable ones (deleted, or edited
+        into one the controller refuses); None when it is usable."""
+        if any(r.name == name for r in self.recipes()):
+            return None
+        obj = self._world.recipes.get_by_name(None, name, copy_=False)
+        if obj is None:
+            return f"launch recipe {name!r} is gone"
+        try:
+            recipes.parse_recipe(obj)
+        except recipes.RecipeError as exc:
+            return f"launch recipe {name!r} is refused ({exc})"
+        return None  # created since `recipes()` read the cache: usable at the next read
+
+    def replacement_recipe(self, plan: Plan, state: OrderState) -> Recipe | None:
+        """The best usable recipe for the plan's hardware and the model and endpoint type
+        its workload serves: what takes over from a recipe withdrawn under it."""
+        basis = serving_basis(state)
+        facts = basis.facts
+        if facts is None:
+            return None
+        choice = recipes.choose_recipe(
+            self.recipes(),
+            placement=plan.placement_mode,
+            product_name=plan.accelerator_product_name,
+            model_format=facts.format,
+            quantization=facts.quantization,
+            endpoint_type=basis.endpoint_type or EndpointType.CHAT,
+        )
+        return choice.recipe
 
     def _parsed(self) -> capacity.Snapshot:
         """Device classes, devices, allocated claims and priority classes, each parsed

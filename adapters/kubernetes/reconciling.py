@@ -157,6 +157,7 @@ class Reconciler:
             settings=settings,
             hpa_api_version=hpa_api_version,
             recipes=self.planning.recipes,
+            unusable_recipe=self.planning.unusable_recipe,
             background=self.background,
             rewrite=rewrite,
             namespace=namespace,
@@ -184,6 +185,7 @@ class Reconciler:
             p.transient = model.outcome.reason is Reason.MODEL_SOURCE_UNREACHABLE
             self._record(p, model)
         self._record(p, self._observer.capacity(p.state, now, self.planning.free_units))
+        self._record(p, self._observer.recipe(p.state, now, self.planning))
         self._observe_serving(p)
         self._arbitrate(p)  # priority and growth: takes on both streams, then scaled
         # Act: the core's commands until the state stops moving.

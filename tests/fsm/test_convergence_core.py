@@ -23,6 +23,8 @@ from tests.support.strategies import (
     spec,
 )
 
+R = Reason
+
 
 def unreachable(t: float) -> ob.ModelJudged:
     return ob.ModelJudged(
@@ -130,6 +132,59 @@ def test_a_token_name_taken_holds_every_apply_until_the_orders_own_secret_is_bac
     applies = [c for c in effects.effects(back) if isinstance(c, effects.ApplyWorkload)]
     assert applies and applies[0].auth_secret_name == held.auth_secret_name
     assert decide(back, ob.AuthSecretSeen(at=at(22), name=held.auth_secret_name)) == []
+
+
+def _withdrawn(
+    t: float, recipe: str = "vllm-nvidia-bf16", replacement: str = "vllm-spare"
+) -> ob.RecipeUnusable:
+    return ob.RecipeUnusable(
+        at=at(t),
+        recipe=recipe,
+        message=f"launch recipe {recipe!r} is gone",
+        replacement=replacement,
+        tool_calling_supported=False,
+    )
+
+
+def test_a_withdrawn_recipe_is_replaced_on_the_same_place_once() -> None:
+    """A recipe deleted or refused under a serving order: the same place on the recipe
+    given, applied as a new plan revision; not a replan. A recipe the plan does not name
+    is no news, and the replacement seen again adds nothing."""
+    serving = run(*SERVING)
+    assert decide(serving, _withdrawn(20, "llamacpp-nvidia-gguf")) == []
+    (replaced,) = decide(serving, _withdrawn(20))
+    assert isinstance(replaced, ev.RecipeReplaced) and replaced.recipe == "vllm-nvidia-bf16"
+    assert "'vllm-spare' instead" in replaced.message
+    after = run(_withdrawn(20), state=serving)
+    assert serving.plan is not None and after.plan is not None
+    assert after.plan == serving.plan.model_copy(
+        update={"recipe": "vllm-spare", "tool_calling_supported": False}
+    )
+    assert after.plan.devices == serving.plan.devices  # the place it holds
+    assert decide(after, _withdrawn(21)) == []
+    assert not needs_plan(after) and after.replan_count == serving.replan_count
+    (apply,) = [c for c in effects.effects(after) if isinstance(c, effects.ApplyWorkload)]
+    assert apply.plan == after.plan and not apply.repair
+    assert after.phase is Phase.READY  # still serving while it rolls out
+
+    rolled = run(ob.ApplySucceeded(at=at(22), plan=after.plan), state=after)
+    assert rolled.plan_in_force == after.plan and rolled.applied_revision == rolled.plan_revision
+
+
+def test_a_withdrawn_recipe_under_a_failed_replan_is_replaced_in_the_plan_in_force() -> None:
+    """The replan keeps failing (LaunchPlanInForce) and is still retried; the plan in
+    force moves to the replacement recipe meanwhile, with the basis it was applied with."""
+    failed = run(*REPLANNED_AND_FAILED)
+    assert failed.plan == failed.plan_in_force and needs_plan(failed)
+    after = run(_withdrawn(30), state=failed)
+    assert after.plan is not None and after.plan.recipe == "vllm-spare"
+    (apply,) = [c for c in effects.effects(after) if isinstance(c, effects.ApplyWorkload)]
+    assert apply.plan == after.plan and apply.model_ref == failed.applied_basis.model_ref  # type: ignore[union-attr]
+    rolled = run(ob.ApplySucceeded(at=at(31), plan=after.plan), state=after)
+    cond = rolled.condition(ConditionType.PLANNED)
+    assert cond is not None and cond.reason is Reason.LAUNCH_PLAN_IN_FORCE
+    assert rolled.plan_in_force == after.plan and needs_plan(rolled)
+    assert rolled.applied_basis == failed.applied_basis
 
 
 def test_an_apply_error_under_a_failed_replan_applies_the_plan_in_force_as_it_was() -> None:

@@ -413,6 +413,15 @@ def _observation(kind: str, when: datetime, state: OrderState, draw: Any) -> ob.
             return ob.ScalingSeen(
                 at=when, reason=reason, taken_by=taken_by, replicas=1 if taken_by else 0
             )
+        case "recipe":  # the plan's recipe withdrawn (or a recipe no plan names)
+            named = state.plan.recipe if state.plan is not None else "vllm-nvidia-bf16"
+            return ob.RecipeUnusable(
+                at=when,
+                recipe=draw(st.sampled_from((named, "llamacpp-nvidia-gguf"))),
+                message=draw(st.sampled_from(("gone", "refused (args)"))),
+                replacement=draw(st.sampled_from(("vllm-spare", "vllm-nvidia-bf16"))),
+                tool_calling_supported=draw(st.booleans()),
+            )
         case "deleted":
             return ob.Deleted(at=when)
     raise AssertionError(kind)
@@ -422,7 +431,7 @@ def _observation(kind: str, when: datetime, state: OrderState, draw: Any) -> ob.
 _KINDS = (
     ["spec"] * 2
     + ["class", "model", "plan", "apply", "workload", "probe", "probe"] * 3
-    + ["endpoint", "secret", "scaling", "scaling", "apply_failed"]
+    + ["endpoint", "secret", "scaling", "scaling", "apply_failed", "recipe"]
     + ["deleted"]
 )
 
@@ -521,6 +530,7 @@ _RAW: tuple[st.SearchStrategy[ev.Event], ...] = (
     _b(ev.CapacityTaken, taken_by=st.just("b/high")),
     _b(ev.ScalingRecovered),
     _b(ev.DeviceClassTried, device_class=st.sampled_from([p.device_class for p in _PLANS])),
+    _b(ev.RecipeReplaced, recipe=st.just("vllm-old"), plan=st.sampled_from(_PLANS)),
     _b(ev.OrderDeleted),
 )
 

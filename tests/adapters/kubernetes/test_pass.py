@@ -1103,15 +1103,23 @@ def test_pods_made_anew_after_ready_are_a_rollout_not_a_failure(bed: Bed) -> Non
     assert bed.events(uid, ev.ProbeFailed) == []
 
 
-def test_a_recipe_made_unusable_says_so_and_the_workload_runs_on(bed: Bed) -> None:
+def _image(deployment: dict[str, Any] | None) -> str:
+    assert deployment is not None
+    return str(deployment["spec"]["template"]["spec"]["containers"][0]["image"])
+
+
+def test_a_recipe_made_unusable_with_no_other_leaves_the_workload_as_applied(bed: Bed) -> None:
     """An administrator's edit the controller refuses (an argument naming a placeholder
-    it does not fill) is not a recipe that is gone: the order says which and why."""
+    it does not fill), then the recipe deleted: with no other recipe for the model, the
+    workload runs on as applied and the order says which recipe and why; the recipe back,
+    the order is whole again. None of it is a replan."""
     uid = bed.order("llm")
     bed.settle(uid)
     (planned,) = bed.events(uid, ev.PlanComputed)
     name = planned.plan.recipe
     recipe = bed.world.recipes.get_by_name(None, name)
     assert recipe is not None
+    original = json.loads(json.dumps(recipe))
     recipe["spec"]["args"] = [*recipe["spec"].get("args", []), "--max-num-seqs={maxNumSeqs}"]
     fakes.put(bed.world, recipe)
     deployment = bed.child("Deployment", "llm")
@@ -1126,3 +1134,41 @@ def test_a_recipe_made_unusable_says_so_and_the_workload_runs_on(bed: Bed) -> No
     gone = bed.conditions(uid)["WorkloadReady"]
     assert gone["reason"] == "WorkloadApplyFailed"
     assert f"launch recipe {name!r} is gone" in gone["message"]
+
+    fakes.put(bed.world, original)
+    bed.settle(uid)
+    assert bed.conditions(uid)["WorkloadReady"]["reason"] != "WorkloadApplyFailed"
+    assert bed.child("Deployment", "llm") == deployment
+    assert bed.events(uid, ev.RecipeReplaced) == [] and bed.events(uid, ev.PlanFailed) == []
+    assert bed.world.orders.get(uid)["status"]["resolved"]["replanCount"] == 0
+
+
+def test_a_recipe_made_unusable_is_replaced_on_the_same_place(bed: Bed) -> None:
+    """A recipe deleted under a serving order: the workload rolls out on the best recipe
+    left, on the devices it holds, as a recipe's edit would. A new recipe alone moves
+    nothing (a serving order is not replanned because the world changed)."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    (planned,) = bed.events(uid, ev.PlanComputed)
+    recipe = bed.world.recipes.get_by_name(None, planned.plan.recipe)
+    assert recipe is not None
+    spare = json.loads(json.dumps(recipe))
+    spare["metadata"] = {"name": "vllm-spare"}
+    spare["spec"]["image"] = "vllm/vllm-openai:spare"
+    spare["spec"]["preference"] = int(spare["spec"].get("preference", 0)) - 1
+    fakes.put(bed.world, spare)
+    deployment = bed.child("Deployment", "llm")
+    bed.settle(uid)
+    assert bed.child("Deployment", "llm") == deployment
+
+    fakes.drop(bed.world, recipe)
+    bed.settle(uid)
+    (replaced,) = bed.events(uid, ev.RecipeReplaced)
+    assert replaced.recipe == planned.plan.recipe and "is gone" in replaced.message
+    assert replaced.plan.recipe == "vllm-spare"
+    assert replaced.plan.devices == planned.plan.devices
+    assert bed.events(uid, ev.WorkloadApplyFailed) == []
+    assert _image(bed.child("Deployment", "llm")) == "vllm/vllm-openai:spare"
+    status = bed.world.orders.get(uid)["status"]
+    assert status["resolved"]["recipe"] == "vllm-spare" and status["resolved"]["replanCount"] == 0
+    assert len(bed.events(uid, ev.PlanComputed)) == 1
