@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from adapters.kubernetes.manifests import load_documents, manifest_files
 from adapters.models.huggingface import is_repo_id
 from adapters.resources import resource_dir
+from fsm.placement.recipes import PLACEHOLDERS, RecipeError, parse_recipe
 from fsm.policy import validate_class
 from fsm.reasons import ClassReason
 from fsm.values import ClassSpec
@@ -257,6 +258,55 @@ def test_the_crd_the_cel_rules_and_the_resolver_take_the_same_hub_ids(name: str)
     order = _order("x", {"model": {"src": "HuggingFace", "ref": {"name": name}}})
     cel = not cel_refusals("inferenceservices.ai.deckhouse.io", order)
     assert openapi is cel is is_repo_id(name), name
+
+
+def _recipe_arg_pattern() -> str:
+    (doc,) = load_documents([CRDS / "launchrecipes.ai.deckhouse.io.yaml"])
+    schema = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return str(schema["properties"]["spec"]["properties"]["args"]["items"]["pattern"])
+
+
+_RECIPE_ARG = st.lists(
+    st.sampled_from(
+        ["a", "=", "{", "}", "{{", "}}", ":d", "!r", "[0]", "maxNumSeqs", *sorted(PLACEHOLDERS)]
+    ),
+    max_size=8,
+).map("".join)
+
+
+@settings(max_examples=500)
+@given(_RECIPE_ARG)
+def test_the_recipe_crd_and_the_parser_take_the_same_args(arg: str) -> None:
+    # A recipe admitted with an argument the parser refuses (`{maxNumSeqs}`) left every
+    # order on it without a renderable workload.
+    admitted = re.fullmatch(_recipe_arg_pattern(), arg) is not None
+    spec = {
+        "runtime": "vLLM",
+        "image": "i",
+        "placementModes": ["WholeDevice"],
+        "formats": ["Safetensors"],
+        "quantizations": ["None"],
+        "endpointTypes": ["Chat"],
+        "args": [arg],
+    }
+    try:
+        parse_recipe({"metadata": {"name": "r"}, "spec": spec})
+        parsed = True
+    except RecipeError:
+        parsed = False
+    assert admitted is parsed, arg
+
+
+@pytest.mark.cluster
+def test_server_refuses_a_recipe_arg_naming_an_unknown_placeholder(
+    custom: client.CustomObjectsApi,
+) -> None:
+    (recipe,) = _by_kind(_shipped("deploy/recipes"), "LaunchRecipe")[:1]
+    args = [*recipe["spec"].get("args", []), "--max-num-seqs={maxNumSeqs}"]
+    body = {**recipe, "spec": {**recipe["spec"], "args": args}}
+    with pytest.raises(ApiException) as refused:
+        custom.create_cluster_custom_object(GROUP, VERSION, "launchrecipes", body, dry_run="All")
+    assert "spec.args" in _server_message(refused.value)
 
 
 def _shipped(folder: str) -> list[dict[str, Any]]:
