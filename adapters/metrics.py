@@ -68,7 +68,7 @@ _FAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5
 
 PASSES = Counter(
     "ai_inference_reconcile",
-    "Reconcile passes, by kind of key (order, class) and outcome "
+    "Reconcile passes, by kind of key (order, class, settings) and outcome "
     "(done, requeue, retry, terminal, error).",
     ["kind", "outcome"],
     registry=REGISTRY,
@@ -134,6 +134,13 @@ LOG_UNREACHABLE = Gauge(
     "ai_inference_log_unreachable",
     "1 while the event log does not answer and orders wait for it (the log gate is "
     "closed: one probe asks for the log, no pass runs), else 0.",
+    registry=REGISTRY,
+)
+SETTINGS_REFUSED = Gauge(
+    "ai_inference_settings_refused",
+    "1 while the settings of a ModuleConfig (ai-inference, or global's exposure block) "
+    "are refused and the previous ones stay in force, else 0.",
+    ["module_config"],
     registry=REGISTRY,
 )
 PLANNER_VERDICTS = Counter(
@@ -434,6 +441,7 @@ _DEFINED = (
     LOG_APPEND_SECONDS,
     LOG_EVENTS,
     LOG_UNREACHABLE,
+    SETTINGS_REFUSED,
     PLANNER_VERDICTS,
     PROBES,
     PROBE_SECONDS,

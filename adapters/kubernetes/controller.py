@@ -41,12 +41,14 @@ from adapters.kubernetes import (
     global_settings,
     oldservers,
     queueing,
+    settings_report,
 )
 from adapters.kubernetes.background import Background
+from adapters.kubernetes.global_settings import GLOBAL_NAME
 from adapters.kubernetes.leader import Elector
 from adapters.kubernetes.log_gate import LogGate
 from adapters.kubernetes.reconciling import MODULE_NAMESPACE, Reconciler
-from adapters.kubernetes.settings import Settings, SettingsError, Source
+from adapters.kubernetes.settings import MODULE_NAME, Settings, SettingsError, Source
 from adapters.kubernetes.watching import Timeouts
 from adapters.kubernetes.world import SETTINGS_SOURCES, ClusterCache
 from adapters.kubernetes.writing import Writer
@@ -130,6 +132,7 @@ class Controller:
         # refuses any request but a read once still_leading() is false.
         self.write_api = fencing.fenced(api, self.still_leading)
         self.writer = Writer(self.write_api)
+        self._settings_report = settings_report.SettingsReport(self.cache, self.writer)
         self._log = log_store
         # `settings`: the file and flags (settings.Source); `hub_endpoint` is one more
         # flag on top. A ModuleConfig, once seen, replaces the file (not the flags).
@@ -221,7 +224,9 @@ class Controller:
         self._global, problem = global_settings.reload(self._global, self.cache.global_settings())
         if problem:
             log.error("ModuleConfig global rejected: %s", problem)
+        self._settings_report.verdict(GLOBAL_NAME, problem or None)
         module = self.cache.module_settings()
+        refused: str | None = None
         try:
             fresh = self._source.resolve(module, self._global)
             self._module_in_force = module
@@ -229,6 +234,11 @@ class Controller:
             # Keep the last good module settings (the message names the bad fields), but
             # under the global block as it is now: a global edit still takes effect.
             log.error("ModuleConfig ai-inference rejected, keeping previous settings: %s", exc)
+            refused = str(exc)
+        self._settings_report.verdict(MODULE_NAME, refused)
+        for name in SETTINGS_SOURCES:
+            self.class_queue.add(settings_report.KEY_PREFIX + name)
+        if refused is not None:
             try:
                 fresh = self._source.resolve(self._module_in_force, self._global)
             except SettingsError:
@@ -393,15 +403,22 @@ class Controller:
         for obj in self.cache.classes.objects():
             self._enqueue_class(obj)
 
-    def _class_pass(self, name: str) -> queueing.Outcome:
+    def _class_pass(self, key: str) -> queueing.Outcome:
+        """A class's status, or what the controller concluded of a ModuleConfig's
+        settings (settings_report.py): the cluster-wide objects it reports on."""
         if not self.still_leading():
             return self._may_not_write()
-        with metrics.reconcile_pass("class") as record:
+        module_config = key.removeprefix(settings_report.KEY_PREFIX)
+        kind = "settings" if module_config != key else "class"
+        with metrics.reconcile_pass(kind) as record:
             record.outcome = queueing.Done()
             try:
-                classes.reconcile_class(name, self.cache, self.writer, self._clock)
+                if kind == "settings":
+                    self._settings_report.tell(module_config)
+                else:
+                    classes.reconcile_class(key, self.cache, self.writer, self._clock)
             except fencing.NotLeading as exc:
-                log.info("class pass over %s stopped before a write: %s", name, exc)
+                log.info("%s pass over %s stopped before a write: %s", kind, key, exc)
                 record.outcome = self._may_not_write()
         return record.outcome
 

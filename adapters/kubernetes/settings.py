@@ -18,10 +18,10 @@ Every mapping, whatever its origin, is checked against deploy/openapi/config-val
 itself (the schema Deckhouse applies) and then read by the models below.
 
 The controller reads the ModuleConfig from a watch. An edit that does not validate must
-not take the module down: the previous settings stay in force, and the controller logs
-the refusal (an error line naming the offending fields; no Event is written, so the
-ModuleConfig itself shows nothing). `reload` does the same for one ModuleConfig: the
-settings in force and why the new ones were refused.
+not take the module down: the previous settings stay in force, and the controller says
+why on the ModuleConfig (a Warning Event naming the offending fields, settings_report.py)
+and in its log. `reload` does the same for one ModuleConfig: it returns the settings in
+force and why the new ones were refused.
 
 Who calls it: the controller's loop (exposure and probe timings), rendering.py (hosts,
 TLS), the hub resolver (endpoint), policy (catalog on or off).

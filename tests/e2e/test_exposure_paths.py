@@ -6,6 +6,8 @@ edited as an administrator would, the certificate Secret a class names lives in 
 controller's namespace (d8-ai-inference) and the one the global block names in
 d8-system, and every answer is read from the live objects and the
 order's status. ModuleConfigs, classes and Secrets made here are removed afterwards.
+Last, a ModuleConfig the platform's schema admits and the controller refuses: told on
+the object itself.
 """
 
 from __future__ import annotations
@@ -426,3 +428,61 @@ def test_the_platforms_custom_certificate_is_copied_from_d8_system(
         client.CustomObjectsApi(admin).delete_cluster_custom_object(
             GROUP, VERSION, "inferenceserviceclasses", class_name
         )
+
+
+def _told_on_module_config(admin: client.ApiClient) -> list[tuple[str, str, str, int]]:
+    """(reason, type, message, count) of the Events about ModuleConfig ai-inference."""
+    return [
+        (e.reason, e.type, e.message, e.count)
+        for e in client.CoreV1Api(admin).list_namespaced_event("default").items
+        if (e.involved_object.kind, e.involved_object.name) == ("ModuleConfig", "ai-inference")
+    ]
+
+
+def test_a_module_config_the_controller_refuses_says_so_on_itself(
+    platform: LocalPlatform, admin: client.ApiClient
+) -> None:
+    """A probe timeout longer than its interval passes the schema (openapi cannot compare
+    two fields): the previous settings stay in force, and the ModuleConfig gets one
+    Warning naming the fields, not one per edit that keeps the same fault; an edit the
+    controller takes is told too."""
+    good = {"probe": {"intervalSeconds": 10, "timeoutSeconds": 3}}
+    bad = {"probe": {"intervalSeconds": 5, "timeoutSeconds": 9}}
+    with module_config(admin, "ai-inference", good) as put:
+        wait_for(
+            lambda: platform.controller.settings().probe.timeout_seconds == 3 or None,
+            what="the good settings in force",
+        )
+        before = len(_told_on_module_config(admin))
+        put(bad)
+        refused = wait_for(
+            lambda: [e for e in _told_on_module_config(admin) if e[0] == "SettingsRefused"] or None,
+            what="the SettingsRefused Event",
+        )
+        ((_, kind, message, count),) = refused
+        assert kind == "Warning" and count == 1
+        assert "probe.timeoutSeconds (9) exceeds" in message, message
+        assert platform.controller.settings().probe.timeout_seconds == 3  # the previous
+
+        # The same fault under another edit: not told again.
+        also_bad = {**bad, "ingressClass": "other"}
+        put(also_bad)
+        cache = platform.controller.cache.module_configs
+        wait_for(
+            lambda: (
+                (cache.get_by_name(None, "ai-inference") or {}).get("spec", {}).get("settings")
+                == also_bad
+                or None
+            ),
+            what="the second edit in the cache",
+        )
+        put(good)
+        wait_for(
+            lambda: (
+                [e for e in _told_on_module_config(admin) if e[0] == "SettingsAccepted"] or None
+            ),
+            what="the SettingsAccepted Event",
+        )
+        told = _told_on_module_config(admin)
+        assert [e[0] for e in told[before:]] == ["SettingsRefused", "SettingsAccepted"], told
+        assert [e[3] for e in told[before:]] == [1, 1], told
