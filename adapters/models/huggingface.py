@@ -13,7 +13,8 @@ What callers can rely on:
   slow, 429/5xx) and ModelMetadataInvalid (an answer that cannot be read, or one that
   made the code fail in a way no rule foresaw: `resolve` never raises);
 - one resolution never takes longer than `total_timeout`, one request than
-  `request_timeout`; the library does no retries of its own on these calls;
+  `request_timeout` — however slowly a hub sends, its answers' heads included
+  (hub_network.py); the library does no retries of its own on these calls;
 - answers are cached per (endpoint, name, revision, token fingerprint) for `cache_ttl`
   (failures that will not fix themselves for `failure_cache_ttl`; unreachable is never
   cached), and callers asking the same while the hub is asked wait for that answer;
@@ -70,7 +71,9 @@ from huggingface_hub.utils._http import default_client_factory
 
 from adapters.models import hub_facts
 from adapters.models.caching import Flights, TtlCache, token_fingerprint
+from adapters.models.hub_network import hold_to_deadlines
 from adapters.models.lookup import ModelFound, ModelLookup, ModelUnavailable
+from adapters.probes import deadlines
 from adapters.probes.http import shown_url
 from fsm.reasons import Reason
 from fsm.values import INT64_MAX, ModelFacts, ModelFormat, ModelSource
@@ -135,6 +138,7 @@ def _cookieless_client() -> httpx2.Client:
     """
     client = default_client_factory()
     client.cookies = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+    hold_to_deadlines(client)  # a hub dripping its answer's head ends at the deadline
     return client
 
 
@@ -273,7 +277,9 @@ class HubResolver:
         resolution = _Resolution(self, name, revision, token)
         result: ModelLookup
         try:
-            result = ModelFound(resolution.facts())
+            # Every read ends by the resolution's bound, the answers' heads included.
+            with deadlines.until(resolution.wall_deadline):
+                result = ModelFound(resolution.facts())
         except _Failed as failed:
             result = ModelUnavailable(failed.reason, resolution.redacted(failed.message))
         except Exception as unexpected:
@@ -339,6 +345,8 @@ class _Resolution:
         self.token = token
         self.sha = revision
         self.deadline = self.clock() + self.settings.total_timeout
+        # The same bound on the machine's clock, which the network reads are held to.
+        self.wall_deadline = time.monotonic() + self.settings.total_timeout
         self.cut_short = False  # the last request had less than request_timeout left
         shown = shown_url(self.settings.endpoint)  # never a `user:password@` of the URL
         self.hub = f"the hub ({shown})"
@@ -567,15 +575,18 @@ class _Resolution:
         except HfHubHTTPError as refused:
             raise self.http_failure(what, refused) from refused
         except httpx2.TimeoutException as slow:
-            bound = (
-                f"the {self.settings.total_timeout:g}s allowed for one resolution"
-                if self.cut_short
-                else f"{self.settings.request_timeout:g}s"
+            # Past the resolution's bound however slowly the hub was sending, or one
+            # request past its own.
+            over = self.cut_short or time.monotonic() >= self.wall_deadline
+            late = (
+                f"did not finish answering within the {self.settings.total_timeout:g}s "
+                "allowed for one resolution"
+                if over
+                else f"did not answer within {self.settings.request_timeout:g}s"
             )
             raise _Failed(
                 Reason.MODEL_SOURCE_UNREACHABLE,
-                f"{self.the_hub} did not answer within {bound} while reading {what} of "
-                f"{self.name!r}; retrying later.",
+                f"{self.the_hub} {late} while reading {what} of {self.name!r}; retrying later.",
             ) from slow
         except (httpx2.TransportError, OfflineModeIsEnabled) as down:
             raise _Failed(

@@ -8,8 +8,8 @@ timeout once it has passed, so a whole exchange, its head included, ends by then
 
 The probe (`adapters.probes.http`) reads through `DeadlineResponse`, http.client's
 response on such reads. The deadline is the calling thread's (a context variable): the
-exchanges of other threads on the same pool keep their own. (The hub lookup is not held
-to it yet: httpx's timeouts are per read, and docs/faults.md says so.)
+exchanges of other threads on the same pool keep their own. The hub lookup is held to it
+too, through its client's network backend (adapters/models/hub_network.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A hub that answers garbage, too much, too slowly or not at all (issue #10).
+"""A hub that answers garbage, too much, too slowly or not at all (issue #10), or drips
+its answer's head.
 
 Each misbehaviour is a real HTTP server on 127.0.0.1 that this module starts; the resolver
 must turn each into a named ModelResolved reason whose message says what was wrong —
@@ -86,6 +87,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.release.wait(30)
         elif mode == "trickle":
             self._trickle()
+        elif mode == "drip-headers":
+            self._drip_headers()
 
     def _answer(self, body: bytes, *, cookie: str | None = None) -> None:
         self.send_response(200)
@@ -117,6 +120,19 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             while not self.server.release.wait(0.1):
                 self.wfile.write(b" ")
+                self.wfile.flush()
+        except OSError:
+            pass
+
+    def _drip_headers(self) -> None:
+        """The answer's head a byte every 0.1 s, for ever: each read gets its byte
+        within any read timeout."""
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Pad: " + b"x" * 100_000
+        try:
+            for byte in head:
+                if self.server.release.wait(0.1):
+                    return
+                self.wfile.write(bytes([byte]))
                 self.wfile.flush()
         except OSError:
             pass
@@ -174,7 +190,8 @@ def test_a_huge_answer_is_cut_at_the_cap_and_never_held_whole(hostile: HostileHu
     [
         ("slow", "did not answer within 0.5s"),
         ("hung", "did not answer within 0.5s"),
-        ("trickle", "did not finish answering about"),
+        ("trickle", "did not finish answering"),
+        ("drip-headers", "did not finish answering within the 2s allowed"),
     ],
 )
 def test_slow_hung_or_trickling_hubs_are_unreachable_within_the_bounds(
