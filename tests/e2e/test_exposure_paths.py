@@ -455,8 +455,12 @@ def test_a_module_config_the_controller_refuses_says_so_on_itself(
         )
         before = len(_told_on_module_config(admin))
         put(bad)
+        # Only newer Events: an earlier test's refusal is one of this ModuleConfig's too.
         refused = wait_for(
-            lambda: [e for e in _told_on_module_config(admin) if e[0] == "SettingsRefused"] or None,
+            lambda: (
+                [e for e in _told_on_module_config(admin)[before:] if e[0] == "SettingsRefused"]
+                or None
+            ),
             what="the SettingsRefused Event",
         )
         ((_, kind, message, count),) = refused
@@ -479,7 +483,8 @@ def test_a_module_config_the_controller_refuses_says_so_on_itself(
         put(good)
         wait_for(
             lambda: (
-                [e for e in _told_on_module_config(admin) if e[0] == "SettingsAccepted"] or None
+                [e for e in _told_on_module_config(admin)[before:] if e[0] == "SettingsAccepted"]
+                or None
             ),
             what="the SettingsAccepted Event",
         )
