@@ -96,7 +96,7 @@ class Mix:
     def seeded(cls, prefix: str, rng: random.Random, offset: float = 0.0) -> Mix:
         order = list(KINDS)
         rng.shuffle(order)
-        pauses = tuple(round(rng.uniform(0, 1.0), 2) for _ in order)
+        pauses = tuple(round(rng.uniform(0, 0.5), 2) for _ in order)
         return cls(prefix, tuple(order), pauses, offset)
 
     def name(self, kind: str) -> str:

@@ -53,6 +53,9 @@ pytestmark = [
     # A SIGKILLed controller leaves its probe connections to the simulator's model-server
     # stubs half open; the stubs' event loop may drop one unclosed when its pod goes.
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+    # Its clean run is the module's: one worker runs them all (`make test` spreads the
+    # crash matrix over two, each with a bed of its own).
+    pytest.mark.xdist_group("crash-reclaim"),
 ]
 
 T = TypeVar("T")

@@ -16,9 +16,9 @@ without the hook, waits until everything settled, and holds the end to a clean r
   the log recorded after the crash.
 
 A seed picks the order in which its mix's orders are created and the pauses between
-them; a round of seeds (AI_INFERENCE_FAULT_MIXES of them, started a few seconds apart)
+them; a round of seeds (AI_INFERENCE_FAULT_MIXES of them, started about a second apart)
 shares one crashed controller and its n. Plain `pytest` runs one seed per boundary;
-`make test` and `make faults` run 20 per boundary, four to a round.
+`make test` and `make faults` run 20 per boundary, four to a round, on two workers.
 
 The mixes never contend for a device, so the reclaim's boundaries (`patch-Deployment`, the
 appends of `ReplicasReclaimed` and `CapacityTaken`) are crashed in test_crash_reclaim.py.
@@ -110,7 +110,7 @@ def test_a_crash_after_any_write_ends_as_a_clean_run(
     for seed in seeds:
         rng = random.Random(f"{boundary}/{seed}")
         mixes.append(Mix.seeded(f"b{BOUNDARIES.index(boundary)}s{seed}", rng, offset))
-        offset += rng.uniform(1.0, 3.0)
+        offset += rng.uniform(0.5, 1.5)
     n = random.Random(f"{boundary}/{round_}/n").randint(1, _reached(boundary, clean) * len(mixes))
     run = Run(bed, mixes, f"crash-after:{boundary}:{n}")
     try:
