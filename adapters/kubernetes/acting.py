@@ -213,7 +213,8 @@ class Actor:
         return [converging.stamped(self._rewrite(doc) if self._rewrite else doc) for doc in docs]
 
     def _recipe_unusable(self, name: str) -> str:
-        """Why the plan's recipe cannot be rendered (its order plans again meanwhile)."""
+        """Why the plan's recipe cannot be rendered: no other recipe took over from it
+        (another that can is recorded by the pass as `RecipeReplaced`)."""
         why = self._unusable_recipe(name) or f"launch recipe {name!r} is not read yet"
         return f"{why}; the workload runs on as last applied"
 

@@ -55,11 +55,6 @@ class SettingsReport:
                 self._refused[name] = problem
         metrics.SETTINGS_REFUSED.labels(module_config=name).set(0 if problem is None else 1)
 
-    def refused(self) -> list[str]:
-        """The ModuleConfigs whose settings are refused now (a new leader tells them)."""
-        with self._lock:
-            return sorted(self._refused)
-
     def tell(self, name: str) -> None:
         """Write the Event the last verdict on `name` calls for, unless it was told for
         this very object (a ModuleConfig made anew is told anew)."""
