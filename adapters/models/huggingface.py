@@ -120,12 +120,16 @@ def harden_huggingface_hub() -> None:
     """Set the library's switches explicitly instead of inheriting the machine's.
 
     No implicit token (never ~/.cache/huggingface/token nor HF_TOKEN: only the order's),
-    no telemetry, no update checks, no request dumps, no cookies kept.
+    no telemetry, no update checks, no request dumps, no cookies kept, every read held to
+    the resolution's deadline.
     """
     constants.HF_HUB_DISABLE_IMPLICIT_TOKEN = True
     constants.HF_HUB_DISABLE_TELEMETRY = True
     constants.HF_HUB_DISABLE_UPDATE_CHECK = True
     constants.HF_DEBUG = False
+    # One client made now, and closed: a library release that moved what
+    # hold_to_deadlines sets fails the import (the controller's start), not each lookup.
+    _cookieless_client().close()
     set_client_factory(_cookieless_client)
 
 
