@@ -133,12 +133,12 @@ def _next_basis(state: OrderState) -> PlanBasis:
     force held through a failed replan (SPEC §3.1), applied again after an apply error or
     with its recipe replaced: rendering the newer spec there put the edited model on the
     old plan's place."""
-    a = state.attempt
-    held = state.plan_in_force is not None and state.applied_basis is not None
-    if held and (_applied(state) or (a is not None and not a.ok)):
-        assert state.applied_basis is not None
-        return state.applied_basis
-    return plan_basis(state)  # also a stream older than the applied basis
+    a, applied_with = state.attempt, state.applied_basis
+    if state.plan_in_force is None or applied_with is None:
+        return plan_basis(state)  # nothing held, or a stream older than the applied basis
+    if _applied(state) or (a is not None and not a.ok):
+        return applied_with
+    return plan_basis(state)
 
 
 def _keeps_token(state: OrderState) -> bool:
