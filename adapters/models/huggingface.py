@@ -237,12 +237,12 @@ class HubResolver:
 
     def __init__(self, settings: HubSettings, *, clock: Callable[[], float] = time.monotonic):
         self.settings = settings
-        self._clock = clock
         self._api = HfApi(
             endpoint=settings.endpoint, token=False, library_name=_LIBRARY, library_version=_VERSION
         )
         # By endpoint, name, revision and token fingerprint: an answer of a hub the
         # settings left, cached after they changed, never answers for the new one.
+        # `clock` is the cache's alone: a resolution's bound is the machine's (_Resolution).
         self._cache: TtlCache[_Key, ModelLookup] = TtlCache(clock)
         self._flights: Flights[_Key, ModelLookup] = Flights()
 
@@ -282,7 +282,7 @@ class HubResolver:
         result: ModelLookup
         try:
             # Every read ends by the resolution's bound, the answers' heads included.
-            with deadlines.until(resolution.wall_deadline):
+            with deadlines.until(resolution.deadline):
                 result = ModelFound(resolution.facts())
         except _Failed as failed:
             result = ModelUnavailable(failed.reason, resolution.redacted(failed.message))
@@ -343,14 +343,12 @@ class _Resolution:
     def __init__(self, resolver: HubResolver, name: str, revision: str, token: str | None):
         self.api = resolver._api
         self.settings = resolver.settings
-        self.clock = resolver._clock
         self.name = name
         self.revision = revision
         self.token = token
         self.sha = revision
-        self.deadline = self.clock() + self.settings.total_timeout
-        # The same bound on the machine's clock, which the network reads are held to.
-        self.wall_deadline = time.monotonic() + self.settings.total_timeout
+        # On the machine's clock, which the network reads it bounds use too.
+        self.deadline = time.monotonic() + self.settings.total_timeout
         self.cut_short = False  # the last request had less than request_timeout left
         shown = shown_url(self.settings.endpoint)  # never a `user:password@` of the URL
         self.hub = f"the hub ({shown})"
@@ -468,7 +466,7 @@ class _Resolution:
     # --- calls to the hub ---------------------------------------------------------------
 
     def budget(self) -> float:
-        remaining = self.deadline - self.clock()
+        remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise _Failed(
                 Reason.MODEL_SOURCE_UNREACHABLE,
@@ -581,7 +579,7 @@ class _Resolution:
         except httpx2.TimeoutException as slow:
             # Past the resolution's bound however slowly the hub was sending, or one
             # request past its own.
-            over = self.cut_short or time.monotonic() >= self.wall_deadline
+            over = self.cut_short or time.monotonic() >= self.deadline
             late = (
                 f"did not finish answering within the {self.settings.total_timeout:g}s "
                 "allowed for one resolution"
