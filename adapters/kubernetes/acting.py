@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -95,7 +95,7 @@ class Actor:
         targets: TargetResolver,
         settings: Callable[[], Settings],
         hpa_api_version: str,
-        recipes: Callable[[], Sequence[Recipe]],
+        recipe: Callable[[str], Recipe | None],
         unusable_recipe: Callable[[str], str | None],
         background: Background,
         rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None,
@@ -109,7 +109,7 @@ class Actor:
         self._targets = targets
         self._settings = settings
         self._hpa_api_version = hpa_api_version
-        self._recipes = recipes
+        self._recipe = recipe
         self._unusable_recipe = unusable_recipe
         self._background = background
         self._prober = prober  # keeps a connection per endpoint between probes
@@ -184,7 +184,7 @@ class Actor:
     # -- the workload ------------------------------------------------------------------
 
     def _render_inputs(self, order: OrderRef, command: effects.ApplyWorkload) -> _RenderInputs:
-        recipe = next((r for r in self._recipes() if r.name == command.plan.recipe), None)
+        recipe = self._recipe(command.plan.recipe)
         token_uid = self._token_uid(order, command.auth_secret_name)
         return _RenderInputs(command, self._settings(), recipe, token_uid)
 

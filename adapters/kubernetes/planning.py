@@ -70,10 +70,14 @@ class Planning:
             self._recipes = (version, parsed)
         return parsed
 
+    def recipe(self, name: str) -> Recipe | None:
+        """The usable launch recipe `name`, if it is one."""
+        return next((r for r in self.recipes() if r.name == name), None)
+
     def unusable_recipe(self, name: str) -> str | None:
         """Why the launch recipe `name` is not among the usable ones (deleted, or edited
         into one the controller refuses); None when it is usable."""
-        if any(r.name == name for r in self.recipes()):
+        if self.recipe(name) is not None:
             return None
         obj = self._world.recipes.get_by_name(None, name, copy_=False)
         if obj is None:

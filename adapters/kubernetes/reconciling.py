@@ -156,7 +156,7 @@ class Reconciler:
             targets=targets,
             settings=settings,
             hpa_api_version=hpa_api_version,
-            recipes=self.planning.recipes,
+            recipe=self.planning.recipe,
             unusable_recipe=self.planning.unusable_recipe,
             background=self.background,
             rewrite=rewrite,
