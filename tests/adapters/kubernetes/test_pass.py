@@ -1134,6 +1134,9 @@ def test_a_recipe_made_unusable_with_no_other_leaves_the_workload_as_applied(bed
     gone = bed.conditions(uid)["WorkloadReady"]
     assert gone["reason"] == "WorkloadApplyFailed"
     assert f"launch recipe {name!r} is gone" in gone["message"]
+    writes = bed.writer.writes
+    bed.settle(uid)
+    assert bed.writer.writes == writes  # said once: passes while it stays gone write nothing
 
     fakes.put(bed.world, original)
     bed.settle(uid)
@@ -1141,6 +1144,9 @@ def test_a_recipe_made_unusable_with_no_other_leaves_the_workload_as_applied(bed
     assert bed.child("Deployment", "llm") == deployment
     assert bed.events(uid, ev.RecipeReplaced) == [] and bed.events(uid, ev.PlanFailed) == []
     assert bed.world.orders.get(uid)["status"]["resolved"]["replanCount"] == 0
+    writes = bed.writer.writes
+    bed.settle(uid)
+    assert bed.writer.writes == writes  # whole again: the passes after write nothing
 
 
 def test_a_recipe_made_unusable_is_replaced_on_the_same_place(bed: Bed) -> None:
@@ -1172,3 +1178,8 @@ def test_a_recipe_made_unusable_is_replaced_on_the_same_place(bed: Bed) -> None:
     status = bed.world.orders.get(uid)["status"]
     assert status["resolved"]["recipe"] == "vllm-spare" and status["resolved"]["replanCount"] == 0
     assert len(bed.events(uid, ev.PlanComputed)) == 1
+    # Replaced once: the passes after it write nothing.
+    writes = bed.writer.writes
+    bed.settle(uid)
+    assert bed.writer.writes == writes
+    assert len(bed.events(uid, ev.RecipeReplaced)) == 1
