@@ -68,7 +68,7 @@ _FAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5
 
 PASSES = Counter(
     "ai_inference_reconcile",
-    "Reconcile passes, by kind of key (order, class, settings) and outcome "
+    "Reconcile passes, by kind of key (order, class, settings, recipe) and outcome "
     "(done, requeue, retry, terminal, error).",
     ["kind", "outcome"],
     registry=REGISTRY,
@@ -141,6 +141,13 @@ SETTINGS_REFUSED = Gauge(
     "1 while the settings of a ModuleConfig (ai-inference, or global's exposure block) "
     "are refused and the previous ones stay in force, else 0.",
     ["module_config"],
+    registry=REGISTRY,
+)
+RECIPE_REFUSED = Gauge(
+    "ai_inference_recipe_refused",
+    "1 while a LaunchRecipe is refused by the controller (its schema admits it, the "
+    "controller's own rules do not): no order is planned on it, else 0.",
+    ["launch_recipe"],
     registry=REGISTRY,
 )
 PLANNER_VERDICTS = Counter(
@@ -442,6 +449,7 @@ _DEFINED = (
     LOG_EVENTS,
     LOG_UNREACHABLE,
     SETTINGS_REFUSED,
+    RECIPE_REFUSED,
     PLANNER_VERDICTS,
     PROBES,
     PROBE_SECONDS,

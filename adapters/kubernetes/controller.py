@@ -41,7 +41,7 @@ from adapters.kubernetes import (
     global_settings,
     oldservers,
     queueing,
-    settings_report,
+    refusal_report,
 )
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.global_settings import GLOBAL_NAME
@@ -54,6 +54,7 @@ from adapters.kubernetes.world import SETTINGS_SOURCES, ClusterCache
 from adapters.kubernetes.writing import Writer
 from adapters.models import HubResolver, HubSettings
 from adapters.probes.targets import ServiceTarget, TargetResolver
+from fsm.placement import recipes
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS
 from store import EventLog, StaleEpoch, StoreUnavailable, StreamConflict
 
@@ -132,7 +133,16 @@ class Controller:
         # refuses any request but a read once still_leading() is false.
         self.write_api = fencing.fenced(api, self.still_leading)
         self.writer = Writer(self.write_api)
-        self._settings_report = settings_report.SettingsReport(self.cache, self.writer)
+        # What the controller refuses of an administrator's objects, told on each.
+        self._reports = {
+            report.subject.key_prefix: report
+            for report in (
+                refusal_report.RefusalReport(refusal_report.SETTINGS, self.cache, self.writer),
+                refusal_report.RefusalReport(refusal_report.RECIPES, self.cache, self.writer),
+            )
+        }
+        self._settings_report = self._reports[refusal_report.SETTINGS.key_prefix]
+        self._recipe_report = self._reports[refusal_report.RECIPES.key_prefix]
         self._log = log_store
         # `settings`: the file and flags (settings.Source); `hub_endpoint` is one more
         # flag on top. A ModuleConfig, once seen, replaces the file (not the flags).
@@ -237,7 +247,7 @@ class Controller:
             refused = str(exc)
         self._settings_report.verdict(MODULE_NAME, refused)
         for name in SETTINGS_SOURCES:
-            self.class_queue.add(settings_report.KEY_PREFIX + name)
+            self.class_queue.add(refusal_report.SETTINGS.key_prefix + name)
         if refused is not None:
             try:
                 fresh = self._source.resolve(self._module_in_force, self._global)
@@ -252,6 +262,22 @@ class Controller:
     def _settings_changed(self, _event: str, obj: dict[str, Any]) -> None:
         if (obj.get("metadata") or {}).get("name") in SETTINGS_SOURCES:
             self._reload_settings()
+
+    def _recipe_changed(self, event: str, obj: dict[str, Any]) -> None:
+        # Judged by the planner's own parser, so what is told is what planning does.
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        if not name:
+            return
+        if event == "DELETED":
+            self._recipe_report.forget(name)
+            return
+        try:
+            recipes.parse_recipe(obj)
+            problem = None
+        except recipes.RecipeError as exc:
+            problem = str(exc)
+        self._recipe_report.verdict(name, problem)
+        self.class_queue.add(refusal_report.RECIPES.key_prefix + name)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -340,6 +366,7 @@ class Controller:
         self._log.check_readable()
         # Settings first: the orders a settings change enqueues must find them in force.
         self.cache.module_configs.add_handler(self._settings_changed)
+        self.cache.recipes.add_handler(self._recipe_changed)
         self.cache.watch_changes(
             self._enqueue,
             self.reconciler.waiting_for_capacity,
@@ -405,16 +432,18 @@ class Controller:
 
     def _class_pass(self, key: str) -> queueing.Outcome:
         """A class's status, or what the controller concluded of a ModuleConfig's
-        settings (settings_report.py): the cluster-wide objects it reports on."""
+        settings or of a LaunchRecipe (refusal_report.py): the cluster-wide objects it
+        reports on."""
         if not self.still_leading():
             return self._may_not_write()
-        module_config = key.removeprefix(settings_report.KEY_PREFIX)
-        kind = "settings" if module_config != key else "class"
+        prefix, _, name = key.rpartition("/")
+        report = self._reports.get(prefix + "/") if prefix else None
+        kind = "class" if report is None else report.subject.pass_kind
         with metrics.reconcile_pass(kind) as record:
             record.outcome = queueing.Done()
             try:
-                if kind == "settings":
-                    self._settings_report.tell(module_config)
+                if report is not None:
+                    report.tell(name)
                 else:
                     classes.reconcile_class(key, self.cache, self.writer, self._clock)
             except fencing.NotLeading as exc:

@@ -19,6 +19,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from adapters import metrics
 from adapters.kubernetes.manifests import Applier, load_documents
 from adapters.platform import LocalPlatform
 from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION
@@ -606,3 +607,90 @@ def test_namespace_user_orders_and_reads_but_never_sees_classes(
         with pytest.raises(ApiException) as refused:
             call()
         assert refused.value.status == 403
+
+
+RECIPES = "launchrecipes"
+
+
+def _told_on_recipe(admin: client.ApiClient, name: str) -> list[tuple[str, str, str, int]]:
+    """(reason, type, message, count) of the Events about LaunchRecipe `name`."""
+    return [
+        (e.reason, e.type, e.message, e.count)
+        for e in client.CoreV1Api(admin).list_namespaced_event("default").items
+        if (e.involved_object.kind, e.involved_object.name) == ("LaunchRecipe", name)
+    ]
+
+
+def _recipe_refused_gauge(name: str) -> float | None:
+    return metrics.REGISTRY.get_sample_value("ai_inference_recipe_refused", {"launch_recipe": name})
+
+
+def test_a_recipe_the_controller_refuses_says_so_on_itself(
+    platform: LocalPlatform, admin: client.ApiClient
+) -> None:
+    """vLLM tool calling without a parser is a CEL rule, which this server (1.20) does not
+    check: the recipe is admitted and the controller refuses it. The administrator learns
+    it on the recipe — one Warning naming the field, not one per edit that keeps the
+    fault, a Normal once an edit makes it usable — and from a gauge that goes with it."""
+    custom = client.CustomObjectsApi(admin)
+    name = "e2e-refused-recipe"
+    recipe = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "LaunchRecipe",
+        "metadata": {"name": name},
+        "spec": {
+            "runtime": "vLLM",
+            "image": "registry.example/vllm:e2e",
+            "placementModes": ["WholeDevice"],
+            "productNames": ["no device of the simulator's"],  # never planned on here
+            "formats": ["Safetensors"],
+            "quantizations": ["None"],
+            "endpointTypes": ["Chat"],
+            "toolCalling": {"enabled": True},
+            "args": ["--model={modelPath}"],
+        },
+    }
+    custom.create_cluster_custom_object(GROUP, VERSION, RECIPES, recipe)
+    try:
+        refused = wait_for(
+            lambda: [e for e in _told_on_recipe(admin, name) if e[0] == "RecipeRefused"] or None,
+            what="the RecipeRefused Event",
+        )
+        ((_, kind, message, count),) = refused
+        assert kind == "Warning" and count == 1
+        assert "toolCalling" in message and "needs toolCalling.parser" in message, message
+        assert _recipe_refused_gauge(name) == 1
+        assert platform.controller.reconciler.planning.recipe(name) is None
+
+        # The same fault under another edit: not told again.
+        custom.patch_cluster_custom_object(
+            GROUP, VERSION, RECIPES, name, {"spec": {"preference": -7}}
+        )
+        cache = platform.controller.cache.recipes
+        wait_for(
+            lambda: (
+                (cache.get_by_name(None, name) or {}).get("spec", {}).get("preference") == -7
+                or None
+            ),
+            what="the second edit in the cache",
+        )
+        custom.patch_cluster_custom_object(
+            GROUP, VERSION, RECIPES, name, {"spec": {"toolCalling": {"parser": "hermes"}}}
+        )
+        wait_for(
+            lambda: [e for e in _told_on_recipe(admin, name) if e[0] == "RecipeAccepted"] or None,
+            what="the RecipeAccepted Event",
+        )
+        told = _told_on_recipe(admin, name)
+        assert [(e[0], e[1], e[3]) for e in told] == [
+            ("RecipeRefused", "Warning", 1),
+            ("RecipeAccepted", "Normal", 1),
+        ], told
+        assert _recipe_refused_gauge(name) == 0
+        assert platform.controller.reconciler.planning.recipe(name) is not None
+    finally:
+        custom.delete_cluster_custom_object(GROUP, VERSION, RECIPES, name)
+    wait_for(
+        lambda: _recipe_refused_gauge(name) is None or None,
+        what="the gauge of the deleted recipe gone",
+    )
