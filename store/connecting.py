@@ -30,6 +30,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError
 
 __all__ = ["BUSY_TIMEOUT_MS", "WRITE", "create_engine", "described", "normalise_url", "passing"]
 
@@ -75,8 +76,14 @@ _SQLITE_PASSING = frozenset(
 
 
 def normalise_url(url: str | URL) -> URL:
-    """Parse a database URL; plain `postgresql://` means psycopg 3 (the one driver we ship)."""
-    parsed = make_url(url)
+    """Parse a database URL; plain `postgresql://` means psycopg 3 (the one driver we ship).
+
+    Raises ValueError for anything that is not a URL of a log we can open; make_url raises
+    ArgumentError for what it cannot parse, and int()'s ValueError for a port."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise ValueError(f"not a database URL ({exc})") from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):

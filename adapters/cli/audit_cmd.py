@@ -40,7 +40,8 @@ EXIT_CODES = f"""exit codes:
   {options.EXIT_UNREADABLE}  the event log cannot be opened or read (no such file, a malformed URL,
      unreachable, no permission, or a schema this release does not read: see
      `ai-inference migrate`); verify: an event this release cannot decode (the
-     other streams are still verified and reported)
+     other streams are still verified and reported); history/status/why: the
+     order's stream misses events, so its state cannot be replayed
 """
 
 PHASES = ("Pending", "Ready", "Degraded", "Failed")
@@ -130,22 +131,30 @@ def register(subparsers: Any) -> None:
 
 
 def parse_instant(text: str, *, now: Callable[[], datetime] | None = None) -> datetime:
-    """An RFC 3339 time with a zone, or `-<n>d<n>h<n>m<n>s` (any of them) before now."""
+    """An RFC 3339 time with a zone, or `-<n>d<n>h<n>m<n>s` (any of them) before now;
+    in UTC, as the log stores it, so a time the log cannot hold is refused here."""
     relative = _RELATIVE.fullmatch(text.strip())
-    if relative is not None and any(relative.groups()):
-        days, hours, minutes, seconds = (int(g or 0) for g in relative.groups())
-        ago = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-        return (now or _utc_now)() - ago
     try:
-        # RFC 3339 allows `t` and `z` in lower case (section 5.6); fromisoformat not `z`.
-        moment = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
-    except ValueError as exc:
+        if relative is not None and any(relative.groups()):
+            days, hours, minutes, seconds = (int(g or 0) for g in relative.groups())
+            ago = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+            return ((now or _utc_now)() - ago).astimezone(UTC)
+        try:
+            # RFC 3339 allows `t` and `z` in lower case (section 5.6); fromisoformat not `z`.
+            moment = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(
+                f"not an RFC 3339 time nor a time ago such as -2h: {text!r}"
+            ) from exc
+        if moment.tzinfo is None:
+            raise argparse.ArgumentTypeError(f"{text!r} has no time zone; add Z or an offset")
+        return moment.astimezone(UTC)
+    except OverflowError:
+        # timedelta's days, a date before year 1 or after 9999 (in UTC too): argparse
+        # catches only ValueError and TypeError, and would show a traceback.
         raise argparse.ArgumentTypeError(
-            f"not an RFC 3339 time nor a time ago such as -2h: {text!r}"
-        ) from exc
-    if moment.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"{text!r} has no time zone; add Z or an offset")
-    return moment
+            f"{text!r} is out of range: a time between the years 1 and 9999"
+        ) from None
 
 
 def _utc_now() -> datetime:
@@ -185,15 +194,13 @@ def _find(log: store.EventLog, ref: str, *, at: datetime | None = None) -> Strea
 
 
 def _malformed(url: str) -> str | None:
-    """Why `url` is no database URL, else None: make_url raises whatever converting its
-    parts raises (int()'s ValueError for a port), which would escape as a traceback."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    """Why `url` is no database URL we can open, else None."""
+    import store
 
     try:
-        make_url(url)
-    except (ArgumentError, ValueError) as exc:
-        return f"not a database URL ({exc})"
+        store.normalise_url(url)
+    except ValueError as exc:
+        return str(exc)
     return None
 
 
@@ -342,7 +349,7 @@ def _history(args: argparse.Namespace) -> int:
         info = _find(log, args.order)
         records = log.read(info.uid)
         # Each row numbered by its stored version, not by the fold's count of events: a log
-        # missing events shows the gap (`verify` reports it).
+        # missing events shows the gap, and the exit code and stderr say so.
         rows = [
             replace(row, version=record.version)
             for row, record in zip(explain.history_rows(_events(records)), records, strict=True)
@@ -351,7 +358,7 @@ def _history(args: argparse.Namespace) -> int:
             doc: dict[str, Any] = _order_doc(info)
             doc["events"] = [r.as_dict() for r in rows]
             _emit(doc, args.output)
-            return options.EXIT_OK
+            return options.EXIT_UNREADABLE if _refuse_gap(args.order, records) else options.EXIT_OK
         out = [f"{info.namespace}/{info.name} (uid {info.uid}){_deleted(info)}"]
         out.append(
             f"{'VER':>4}  {'TIME':<20}  {'EVENT':<22}  {'PHASE':<19}  {'REASON':<28}  CHANGES"
@@ -367,7 +374,7 @@ def _history(args: argparse.Namespace) -> int:
                 f"{r.reason:<28}  {'; '.join(r.changes)}".rstrip()
             )
         sys.stdout.write("\n".join(out) + "\n")
-        return options.EXIT_OK
+        return options.EXIT_UNREADABLE if _refuse_gap(args.order, records) else options.EXIT_OK
 
     return _with_log(args, body)
 
@@ -393,6 +400,8 @@ def _status(args: argparse.Namespace) -> int:
         if not records:
             sys.stderr.write(f"{args.order} had no events yet at that point\n")
             return options.EXIT_DIVERGED
+        if _refuse_gap(args.order, records):
+            return options.EXIT_UNREADABLE
         rendered = status.render_status(fold.fold(_events(records)))
         deleted = _deleted_by(info, upto, records[-1].version)
         if args.output != "table":
@@ -431,7 +440,10 @@ def _why(args: argparse.Namespace) -> int:
 
     def body(log: store.EventLog) -> int:
         info = _find(log, args.order)
-        events = _events(log.read(info.uid))
+        records = log.read(info.uid)
+        if _refuse_gap(args.order, records):
+            return options.EXIT_UNREADABLE
+        events = _events(records)
         state = fold.fold(events)
         text = explain.explain(state, events)
         if args.output == "table":
@@ -551,6 +563,30 @@ def _verify(args: argparse.Namespace) -> int:
     return _with_log(args, body)
 
 
+def _gap(records: list[RecordedEvent]) -> str | None:
+    """How a stream's events read so far fail to run 1..their last version, if they do:
+    events lost, so what they fold to is not what the order went through."""
+    if not records:
+        return None
+    head = records[-1].version
+    if records[0].version == 1 and head == len(records):  # ordered and unique: so 1..head
+        return None
+    have = {r.version for r in records}
+    missing = _spans([v for v in range(1, head + 1) if v not in have])
+    return f"versions do not run 1..{head}" + (f": {missing} missing" if missing else "")
+
+
+def _refuse_gap(ref: str, records: list[RecordedEvent]) -> bool:
+    """Say so on stderr if `records` miss events (see `verify`); True if they do."""
+    gap = _gap(records)
+    if gap is not None:
+        sys.stderr.write(
+            f"the event log is damaged: {ref}'s {gap}, so its state cannot be replayed "
+            f"(`ai-inference verify` lists every such stream)\n"
+        )
+    return gap is not None
+
+
 def _stream_problems(
     records: list[RecordedEvent], projection: store.Projection | None
 ) -> list[str]:
@@ -559,12 +595,9 @@ def _stream_problems(
     recorded at a version the stream does not reach."""
     problems = []
     head = records[-1].version
-    if records[0].version != 1 or head != len(records):  # ordered and unique: else 1..head
-        have = {r.version for r in records}
-        missing = _spans([v for v in range(1, head + 1) if v not in have])
-        problems.append(
-            f"versions do not run 1..{head}" + (f": {missing} missing" if missing else "")
-        )
+    gap = _gap(records)
+    if gap is not None:
+        problems.append(gap)
     if projection is not None and projection.version > head:
         problems.append(f"status recorded at version {projection.version}, beyond the head {head}")
     return problems

@@ -38,10 +38,12 @@ OUTPUTS = ("table", "json", "yaml")
 # the parser is built; set but empty counts as unset (`AI_INFERENCE_STORE= ai-inference`).
 DEFAULT_STORE = "ai-inference.sqlite"
 
-# What a database URL may hold that must never be printed: the password of its user part
-# (to the last `@` before the query: one typed unencoded may hold an `@`), and libpq's
-# `password` and `sslpassword` parameters in the query.
-_URL_PASSWORD = re.compile(r"^([\w+]+://[^:/]*):[^?]*@")
+# What a database URL may hold that must never be printed: the password of its user part,
+# and libpq's `password` and `sslpassword` parameters in the query. A password typed
+# unencoded may hold any separator: SQLAlchemy reads it to the first `@` (so a `?` or a
+# `#` is in it), a person may mean it to a later one; everything to the last `@` is
+# hidden, the host too where a query holds an `@`.
+_URL_PASSWORD = re.compile(r"^([\w+]+://[^:/]*):.*@", re.DOTALL)
 _QUERY_SECRET = re.compile(r"([?&](?:password|sslpassword)=)[^&#]*", re.IGNORECASE)
 
 
@@ -62,6 +64,11 @@ def redacted(value: str) -> str:
     return _QUERY_SECRET.sub(r"\1***", _URL_PASSWORD.sub(r"\1:***@", value))
 
 
+# The largest count any option takes: a stream version is a 32-bit INTEGER on PostgreSQL,
+# and a larger one would reach the database and be blamed on it.
+_MAX_COUNT = 2**31 - 1
+
+
 def positive_int(value: str) -> int:
     """A count that must be at least 1 (workers, orders): 0 would run, and do nothing."""
     try:
@@ -70,6 +77,8 @@ def positive_int(value: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    if number > _MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most {_MAX_COUNT}, not {value}")
     return number
 
 

@@ -153,6 +153,8 @@ def test_a_server_that_never_answers_is_unreachable_not_a_hang(silent_server: in
         ("sqlite://", "in-memory"),
         ("sqlite:///:memory:", "in-memory"),
         ("mysql://root@127.0.0.1/x", "mysql"),
+        ("://x", "not a database URL"),
+        ("postgresql://u@h:54x/x", "not a database URL"),
     ],
 )
 def test_a_url_no_shipped_driver_serves_is_refused_by_name(url: str, says: str) -> None:

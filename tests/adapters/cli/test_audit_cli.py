@@ -118,7 +118,8 @@ def test_history_numbers_each_event_by_its_stored_version(written, capsys) -> No
     _lose_events(url, [5])
     code, out = _run(capsys, "history", "support/support-llm", "--store", url, "-o", "json")
     shown = [e["version"] for e in json.loads(out)["events"]]
-    assert code == 0 and shown == [v for v in range(1, versions[-1] + 1) if v != 5]
+    # The events it has, and exit 3: the phases after the gap are not the order's.
+    assert code == 3 and shown == [v for v in range(1, versions[-1] + 1) if v != 5]
 
 
 def test_status_at_a_time_is_the_status_then(written, capsys) -> None:
@@ -226,6 +227,27 @@ def test_verify_catches_lost_events(written, capsys, lost: slice, said: str) -> 
     code, out = _run(capsys, "verify", "--store", url)
     expected = said.format(head=head, kept=head - len(gone))
     assert code == 1 and f"DIVERGES support/support-llm (uid {UID}): {expected}\n" in out
+
+
+@pytest.mark.parametrize("command", ["status", "why", "history"])
+def test_a_stream_missing_events_is_not_replayed_as_if_whole(written, capsys, command) -> None:
+    """Events 5-6 lost (a bad restore): what the rest folds to is a state the order never
+    had, so status and why refuse to show one; history lists the events it has, with the
+    gap in its numbers. Each says why on stderr, exit 3, as verify reports the stream."""
+    url, versions = written
+    _lose_events(url, [5, 6])
+    code = main([command, "support/support-llm", "--store", url])
+    out, err = capsys.readouterr()
+    assert code == 3
+    assert f"support/support-llm's versions do not run 1..{versions[-1]}: 5-6 missing" in err
+    if command == "history":
+        numbers = [int(line.split()[0]) for line in out.splitlines()[2:]]
+        assert numbers == [v for v in range(1, versions[-1] + 1) if v not in (5, 6)]
+    else:
+        assert out == ""
+    # Before the gap, the order's past is whole: its status there is still shown.
+    if command == "status":
+        assert main([command, "support/support-llm", "--store", url, "--version", "4"]) == 0
 
 
 def test_an_unknown_order_is_a_clear_error(written, capsys) -> None:

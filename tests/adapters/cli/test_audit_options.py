@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import string
 import subprocess
 import sys
 import uuid
@@ -19,9 +20,12 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy.engine import make_url
 
 import store
-from adapters.cli import audit_cmd
+from adapters.cli import audit_cmd, options
 from adapters.cli.main import main
 from fsm import decide, status
 from fsm import events as ev
@@ -216,6 +220,27 @@ def test_relative_times_count_back_from_now() -> None:
             parse(bad)
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--at", "-1000000000d"],  # beyond timedelta's days
+        ["--at", "-99999999d"],  # before the year 1
+        ["--at", "0001-01-01T00:00:00+05:00"],  # the year 0 in UTC
+        ["--at", "9999-12-31T23:59:59-01:00"],  # the year 10000 in UTC
+        ["--version", "99999999999999999999"],  # beyond the log's INTEGER
+    ],
+    ids=["days", "before-year-1", "year-0-utc", "year-10000-utc", "version"],
+)
+def test_a_point_out_of_range_is_a_usage_error(two, capsys, argv: list[str]) -> None:
+    # Not a traceback (argparse turns only ValueError/TypeError into usage errors), and not
+    # a database that "cannot be used" (exit 3) for a value the log could never hold.
+    with pytest.raises(SystemExit) as usage:
+        main(["status", "support/support-llm", "--store", two, *argv])
+    err = capsys.readouterr().err
+    assert usage.value.code == 2, err
+    assert "out of range" in err or "must be at most" in err, err
+
+
 def test_rfc3339_letters_may_be_lower_case() -> None:
     # RFC 3339, section 5.6: "T" and "Z" may alternatively be lower case.
     moment = datetime(2026, 12, 2, 10, tzinfo=UTC)
@@ -268,6 +293,26 @@ def test_no_password_of_the_url_is_printed(capsys, command: str) -> None:
     code, out, err = _run(capsys, command, "--store", SECRET_URL)
     assert code == 3 and "cannot open the event log postgresql://reader:***@127.0.0.1:1" in err
     assert not [s for s in SECRETS if s in out + err]
+
+
+@pytest.mark.parametrize(
+    "password",
+    ["s3cr?t99", "p@ss?w0rd", "ab#cd/ef", "with:colon", "x?y@z#w", "new\nline"],
+)
+def test_a_password_is_hidden_whatever_it_holds(password: str) -> None:
+    """Typed unencoded, a password may hold what a URL uses as separators; SQLAlchemy
+    takes it to its first `@`, a person means it to the last one before the host."""
+    url = f"postgresql://reader:{password}@db.example:5432/ai?sslmode=disable"
+    assert make_url(url).password in password  # what the store connects with
+    assert options.redacted(url) == "postgresql://reader:***@db.example:5432/ai?sslmode=disable"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(min_size=1), st.text(alphabet=string.ascii_letters + string.digits + "._-"))
+def test_everything_between_the_user_and_the_host_is_hidden(password: str, user: str) -> None:
+    # Whatever SQLAlchemy makes of it: the part it reads as the password is in there.
+    url = f"postgresql+psycopg://{user}:{password}@127.0.0.1/ai"
+    assert options.redacted(url) == f"postgresql+psycopg://{user}:***@127.0.0.1/ai"
 
 
 def test_help_shows_the_store_from_the_environment_without_its_passwords() -> None:
