@@ -128,17 +128,18 @@ def _applied(state: OrderState) -> bool:
 
 
 def _next_basis(state: OrderState) -> PlanBasis:
-    """What the next apply renders from: the current spec for a plan computed from it;
-    else what the plan in force was applied with. That covers a repair, and the plan in
-    force held through a failed replan (SPEC §3.1), applied again after an apply error or
-    with its recipe replaced: rendering the newer spec there put the edited model on the
-    old plan's place."""
+    """What the next apply renders from: a new plan, what it was computed from; else what
+    the plan in force was applied with (a repair, a retry after an apply error, a
+    recipe replaced under it). The current spec is neither once it was edited: rendered
+    there, the edited model reached a place no planner judged for it (after a failed
+    replan, SPEC §3.1; or while the edit waited for its model and a repair was refused).
+    The fold records the same basis when the apply succeeds (fold._applied)."""
     a, applied_with = state.attempt, state.applied_basis
+    if a is not None and a.ok and state.plan_revision != state.applied_revision:
+        return a.basis
     if state.plan_in_force is None or applied_with is None:
         return plan_basis(state)  # nothing held, or a stream older than the applied basis
-    if _applied(state) or (a is not None and not a.ok):
-        return applied_with
-    return plan_basis(state)
+    return applied_with
 
 
 def _keeps_token(state: OrderState) -> bool:

@@ -15,6 +15,7 @@ from tests.support.strategies import (
     REPLANNED_AND_FAILED,
     ROLLING,
     SERVING,
+    applied,
     at,
     facts,
     klass,
@@ -198,3 +199,33 @@ def test_an_apply_error_under_a_failed_replan_applies_the_plan_in_force_as_it_wa
     assert apply.model_ref == failed.applied_basis.model_ref != failed.model_ref
     assert apply.facts == failed.applied_basis.facts
     assert apply.plan == failed.plan_in_force and apply.reclaims == ()
+
+
+def test_a_repair_refused_while_an_edit_waits_for_its_model_keeps_the_running_model() -> None:
+    """The model edited, the hub not yet asked about it (no plan for it), and a repair
+    of the running workload refused once: the retry still runs the model the plan in
+    force was made for, never the edited one on a place no planner judged for it."""
+    edited = run(*SERVING, spec(20, 2, name="meta-llama/Llama-3.1-8B"), klass(21))
+    refused = run(ob.ApplyFailed(at=at(22), message="exceeded quota"), state=edited)
+    (apply,) = [c for c in effects.effects(refused) if isinstance(c, effects.ApplyWorkload)]
+    running = run(*SERVING)
+    assert running.applied_basis is not None and refused.model_ref != running.model_ref
+    assert apply.model_ref == running.applied_basis.model_ref
+    assert apply.generation == running.applied_basis.generation
+    assert apply.plan == running.plan_in_force
+    # Applied again, the state says what runs: the basis of that very apply.
+    back = run(applied(23), state=refused)
+    assert back.applied_basis == running.applied_basis
+
+
+def test_a_new_plan_is_rendered_from_what_it_was_computed_from() -> None:
+    """A plan computed for one spec, then the spec edited before it was applied: the plan
+    goes out with the model it was made for (the edit has a plan of its own coming), and
+    the state records that basis, so the two never disagree."""
+    planned_for_a = run(*SERVING[:-4])  # planned, the token seen, not yet applied
+    assert planned_for_a.attempt is not None and planned_for_a.attempt.ok
+    edited = run(spec(10, 2, name="meta-llama/Llama-3.1-8B"), state=planned_for_a)
+    (apply,) = [c for c in effects.effects(edited) if isinstance(c, effects.ApplyWorkload)]
+    assert apply.model_ref == planned_for_a.attempt.basis.model_ref != edited.model_ref
+    assert apply.generation == planned_for_a.attempt.basis.generation
+    assert run(applied(11), state=edited).applied_basis == planned_for_a.attempt.basis
