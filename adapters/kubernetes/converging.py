@@ -7,8 +7,9 @@ defaults (clusterIP, terminationMessagePath), other controllers add their own fi
 set whose live value differs is drift; so is an object missing altogether. Lists of
 named items (containers, env, ports, volumes) are matched by name, so an entry someone
 else added is not ours to remove and does not make us write forever; other lists must
-match item for item. Quantities compare by value ("1.5" and "1500m" are one CPU and a
-half), because the server stores them canonically.
+match item for item (a live entry without a name, such as a port added by its number, is
+someone else's too). Quantities compare by value ("1.5" and "1500m" are one CPU and a
+half), because the server stores them canonically; other strings compare as they are.
 
 Comparing what we set now cannot see a field we set before and render no more (the
 token's env entry once a class drops authentication, the Ingress's TLS once https is
@@ -43,10 +44,20 @@ def key_of(obj: Obj) -> Key:
     return str(obj.get("kind", "")), str((obj.get("metadata") or {}).get("name", ""))
 
 
-def _same_scalar(live: Any, desired: Any) -> bool:
+# The fields that hold quantities in what we render (resources' limits and requests, a
+# device request's capacity, an emptyDir's sizeLimit): only there are two different
+# strings one value. Elsewhere "1" and "1.0" are two values: an env var edited so is drift.
+_QUANTITY_FIELDS = frozenset({"limits", "requests", "capacity", "sizeLimit"})
+
+
+def _same_scalar(live: Any, desired: Any, quantity: bool = False) -> bool:
     if live == desired:
         return True
+    if isinstance(live, str) and isinstance(desired, str) and not quantity:
+        return False
     if isinstance(live, str | int) and isinstance(desired, str | int):
+        # A number read back as a numeric string, or the other way round (int-or-string
+        # fields), and quantities in their canonical form ("1500m" for "1.5").
         try:
             return parse_quantity(str(live)) == parse_quantity(str(desired))
         except QuantityError:
@@ -56,6 +67,12 @@ def _same_scalar(live: Any, desired: Any) -> bool:
 
 def _named(items: Sequence[Any]) -> bool:
     return bool(items) and all(_is_mapping(i) and "name" in i for i in items)
+
+
+def _by_name(items: Sequence[Any]) -> dict[str, Any]:
+    """The named entries of a live list: an entry without a name (a port someone added
+    by its number alone) is not one of ours, and does not make the list unmatched."""
+    return {i["name"]: i for i in items if _is_mapping(i) and "name" in i}
 
 
 # JSON's scalars: most of the fields compared. Told apart by their exact type first, as
@@ -68,24 +85,28 @@ def _is_mapping(value: Any) -> bool:
     return isinstance(value, (dict, Mapping))  # dict first: checked without the ABC
 
 
-def covers(live: Any, desired: Any) -> bool:
+def covers(live: Any, desired: Any, quantity: bool = False) -> bool:
     """Whether `live` has every field `desired` sets, with the same value."""
     if type(desired) in _SCALARS:
-        return _same_scalar(live, desired)
+        return _same_scalar(live, desired, quantity)
     if _is_mapping(desired):
         if not _is_mapping(live):
             return False
-        return all(covers(live.get(k), v) for k, v in desired.items() if v is not None)
+        return all(
+            covers(live.get(k), v, quantity or k in _QUANTITY_FIELDS)
+            for k, v in desired.items()
+            if v is not None
+        )
     if isinstance(desired, list | tuple):
         if not isinstance(live, list | tuple):
             return not desired and live is None
-        if _named(desired) and _named(live):
-            by_name = {item["name"]: item for item in live}
+        if _named(desired):
+            by_name = _by_name(live)
             return all(covers(by_name.get(item["name"]), item) for item in desired)
         return len(live) == len(desired) and all(
             covers(a, b) for a, b in zip(live, desired, strict=True)
         )
-    return _same_scalar(live, desired)
+    return _same_scalar(live, desired, quantity)
 
 
 def stamped(doc: Obj) -> dict[str, Any]:
