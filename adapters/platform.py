@@ -73,7 +73,6 @@ class LocalPlatform:
             hub_endpoint=self.hub.url,
             settings=Source(DEMO_SETTINGS),
             targets=AnnotatedPodTarget(),
-            hpa_api_version="autoscaling/v2beta2",  # the local server is 1.20
             secret_refresh=self.secret_refresh,
         )
         self.controller.start()

@@ -44,7 +44,11 @@ if TYPE_CHECKING:
 # The heavy imports (the Kubernetes client, the controller) happen when the command
 # runs, so `ai-inference history` and `--help` start quickly.
 
-__all__ = ["api_client_for", "register", "setting_overrides"]
+__all__ = ["HPA_API_VERSION_CHOICES", "api_client_for", "register", "setting_overrides"]
+
+# rendering.HPA_API_VERSIONS, spelled out: importing it would load the controller for
+# `--help` (a test holds the two equal).
+HPA_API_VERSION_CHOICES = ("auto", "autoscaling/v2", "autoscaling/v2beta2")
 
 
 def register(subparsers: Any) -> None:
@@ -99,7 +103,13 @@ def register(subparsers: Any) -> None:
         default="info",
         help="least severe level logged (JSON lines on stderr)",
     )
-    sub.add_argument("--hpa-api-version", default="autoscaling/v2")
+    sub.add_argument(
+        "--hpa-api-version",
+        choices=HPA_API_VERSION_CHOICES,
+        default="auto",
+        help="the HorizontalPodAutoscaler API to write (default auto: the newest the "
+        "server serves, v2beta2 before Kubernetes 1.23)",
+    )
     sub.set_defaults(run=_run)
 
 
@@ -170,7 +180,7 @@ def _run(args: argparse.Namespace) -> int:
             targets=targets,
             workers=args.workers,
             sync_timeout=args.sync_timeout,
-            hpa_api_version=args.hpa_api_version,
+            hpa_api_version=None if args.hpa_api_version == "auto" else args.hpa_api_version,
         )
         if fault is not None:
             faults.install(fault, controller.writer, log_store)

@@ -103,7 +103,7 @@ class Controller:
         settings: Source | None = None,
         targets: TargetResolver | None = None,
         workers: int = DEFAULT_WORKERS,
-        hpa_api_version: str = "autoscaling/v2",
+        hpa_api_version: str | None = None,
         clock: Callable[[], datetime] = utc_now,
         sync_timeout: float = 60.0,
         allocation_grace_seconds: float = DEVICE_ALLOCATION_GRACE_SECONDS,
@@ -115,6 +115,8 @@ class Controller:
         secret_refresh: float = 30.0,
     ) -> None:
         api = _pooled(api, size=32 + workers)
+        # None: the one the server serves (an old server has no autoscaling/v2).
+        hpa_api_version = hpa_api_version or oldservers.hpa_api_version(api)
         # The controller's own namespace, where its Lease is and CustomCertificate Secrets
         # are read: the pod's (POD_NAMESPACE, from the downward API), else the module's.
         self.namespace = namespace or os.environ.get("POD_NAMESPACE") or MODULE_NAMESPACE

@@ -1,4 +1,9 @@
-"""Compatibility with API servers older than 1.26, which have no DRA pod fields.
+"""Compatibility with older API servers: the HPA's API version, and DRA pod fields.
+
+A server before 1.23 serves HorizontalPodAutoscalers as `autoscaling/v2beta2` only, one
+from 1.26 on as `autoscaling/v2` only: the controller asks the server at start-up which
+it serves (`hpa_api_version`), unless `--hpa-api-version` names one.
+
 
 A pod names its device claims in `spec.resourceClaims` and each container in
 `resources.claims`; a server before 1.26 (the local 1.20 test server) drops both and
@@ -18,7 +23,9 @@ from typing import Any
 
 from kubernetes import client
 
-__all__ = ["CLAIMS_ANNOTATION", "for_old_server", "rewrite_for"]
+from adapters.kubernetes.rendering import hpa_api_version_for
+
+__all__ = ["CLAIMS_ANNOTATION", "for_old_server", "hpa_api_version", "rewrite_for"]
 
 log = logging.getLogger(__name__)
 
@@ -72,3 +79,13 @@ def rewrite_for(api: client.ApiClient) -> Callable[[dict[str, Any]], dict[str, A
         version.minor,
     )
     return for_old_server
+
+
+def hpa_api_version(api: client.ApiClient) -> str:
+    """The HPA API version to write: the newest of those the controller renders that the
+    server serves (discovery of the `autoscaling` group)."""
+    group = client.AutoscalingApi(api).get_api_group()
+    served = {v.group_version for v in group.versions or ()}
+    chosen = hpa_api_version_for(served)
+    log.info("HorizontalPodAutoscalers as %s (served: %s)", chosen, ", ".join(sorted(served)))
+    return chosen

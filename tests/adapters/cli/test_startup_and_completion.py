@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 
 import store
+from adapters.cli.controller_cmd import HPA_API_VERSION_CHOICES
 from adapters.cli.main import build_parser, main
 from adapters.kubernetes.controller import DEFAULT_WORKERS, Controller
+from adapters.kubernetes.rendering import HPA_API_VERSIONS
 from tests.store.store_samples import append_as_a_newer_release
 from tests.support.root_logging import kept_root_logging
 
@@ -150,6 +152,11 @@ def test_bash_completion_completes_commands_options_and_choices(tmp_path, capsys
     assert _complete(script, "ai-inference", "list", "--phase", "P") == ["Pending"]
     assert _complete(script, "ai-inference", "verify", "--store", "ev") == ["events.sqlite"]
     assert "--log-level" in _complete(script, "ai-inference", "controller", "--log")
+
+
+def test_the_hpa_api_choices_are_the_ones_rendered() -> None:
+    assert ("auto", *HPA_API_VERSIONS) == HPA_API_VERSION_CHOICES
+    assert build_parser().parse_args(["controller"]).hpa_api_version == "auto"
 
 
 @pytest.mark.parametrize("command", [["controller"], ["bench"]])

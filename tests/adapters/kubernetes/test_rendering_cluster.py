@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from workload_samples import DOMAIN, FACTS, HF_REF, PLAN, RECIPE, policy
 
-from adapters.kubernetes import rendering
+from adapters.kubernetes import oldservers, rendering
 from adapters.kubernetes.manifests import FIELD_MANAGER, Applier
 from adapters.kubernetes.rendering import OrderRef, render_workload
 from adapters.kubernetes.settings import Settings
@@ -171,6 +171,16 @@ def test_every_rendered_object_is_accepted_and_kept(
         applier.apply(manifest)
     after = {m["kind"]: our_fields(read_back(dynamic, m)) for m in manifests}
     assert before == after
+
+
+def test_the_controller_writes_the_hpa_api_the_server_serves(api: client.ApiClient) -> None:
+    """Asked at start-up (the controller's default): the 1.20 server here serves no
+    autoscaling/v2, and an HPA written as v2 would fail every autoscaled order's apply
+    after its Deployment was applied without replicas."""
+    served = served_versions(api)
+    chosen = oldservers.hpa_api_version(api)
+    assert chosen in served and chosen == rendering.hpa_api_version_for(served)
+    assert chosen == ("autoscaling/v2" if "autoscaling/v2" in served else "autoscaling/v2beta2")
 
 
 def test_deleting_the_order_collects_its_workload(api: client.ApiClient, namespace: str) -> None:
