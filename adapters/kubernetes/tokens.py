@@ -12,6 +12,9 @@ The token is 32 random bytes (256 bits) from `secrets`, url-safe. It is never lo
 never put in an event or an error message. `ensure_auth_secret` returns the Secret only so
 that the Actor can wait for its cache to hold that version (uid and resourceVersion).
 
+Its labels are how the controller finds it (it watches its Secrets by label): one whose
+labels were removed is found by the create's conflict and made again with the same token.
+
 When the class stops requiring a token, the Secret is pruned like every owned object the
 plan no longer calls for (`Actor._workload`, SPEC §3), not here.
 
@@ -80,26 +83,30 @@ def _api_error(action: str, name: str, err: errors.APIError) -> TokenError:
     return TokenError(f"{action} Secret {name}: HTTP {err.status} {type(err).__name__}", err.status)
 
 
-def ensure_auth_secret(writer: Writer, order: OrderRef) -> Obj:
-    """The order's token Secret, created now if it did not exist (as the server answered
-    the create or the read: its uid and resourceVersion let the caller wait for its
-    cache to hold it)."""
-    name = auth_secret_name(order)
-    body = {
+def _body(order: OrderRef, token: str) -> dict[str, Any]:
+    """The order's token Secret holding `token` (base64, as `data` holds it)."""
+    return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
-            "name": name,
+            "name": auth_secret_name(order),
             "namespace": order.namespace,
             "labels": labels(order),
             "ownerReferences": [owner_reference(order)],
         },
         "type": "Opaque",
         "immutable": True,
-        "data": {AUTH_SECRET_KEY: base64.b64encode(new_token().encode()).decode()},
+        "data": {AUTH_SECRET_KEY: token},
     }
+
+
+def ensure_auth_secret(writer: Writer, order: OrderRef) -> Obj:
+    """The order's token Secret, created now if it did not exist (as the server answered
+    the create or the read: its uid and resourceVersion let the caller wait for its
+    cache to hold it)."""
+    name = auth_secret_name(order)
     try:
-        return writer.create(body)
+        return writer.create(_body(order, base64.b64encode(new_token().encode()).decode()))
     except errors.APIConflictError:
         pass
     except errors.APIError as err:
@@ -118,4 +125,26 @@ def ensure_auth_secret(writer: Writer, order: OrderRef) -> Obj:
         )
     if AUTH_SECRET_KEY not in (existing.get("data") or {}):
         raise TokenError(f"Secret {order.namespace}/{name} has no key {AUTH_SECRET_KEY!r}")
-    return existing
+    return _relabelled(writer, order, existing)
+
+
+def _relabelled(writer: Writer, order: OrderRef, secret: Obj) -> Obj:
+    """The order's own Secret with its labels back, if someone removed or changed them.
+
+    The controller watches its Secrets by the order's UID label: without it the Secret
+    is invisible, so every pass would try to make it again (a create answered 409), and
+    the probe, which reads the token from the cache, would never run again. The
+    controller may not patch Secrets (RBAC: create and delete only), so the Secret is
+    made again with the same token — callers hold it — and the pods roll to it, as for
+    a rotation (the Secret's uid changed)."""
+    wanted = labels(order)
+    have = (secret.get("metadata") or {}).get("labels") or {}
+    if all(have.get(k) == v for k, v in wanted.items()):
+        return secret
+    meta = secret["metadata"]
+    try:
+        writer.delete(kinds.SECRETS, order.namespace, meta["name"], meta["uid"])
+        return writer.create(_body(order, secret["data"][AUTH_SECRET_KEY]))
+    except errors.APIError as err:
+        # A namesake made in between (409) is found by the next pass's create.
+        raise _api_error("labelling", str(meta["name"]), err) from None

@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from adapters.kubernetes.rendering import AUTH_SECRET_UID_ANNOTATION
+from adapters.kubernetes.rendering import AUTH_SECRET_UID_ANNOTATION, UID_LABEL
 from adapters.platform import LocalPlatform
 from adapters.probes.targets import AnnotatedPodTarget
 from adapters.simulator.hub import StandInHub
@@ -252,6 +252,49 @@ def test_a_rotated_token_reaches_the_runtime(
             == 401
         )
         assert obj["status"]["phase"] == "Ready"
+
+
+@pytest.mark.timeout(300)
+def test_a_token_secret_stripped_of_its_labels_is_labelled_again_with_its_token(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    """The controller finds its Secrets by label: one whose labels someone removed left
+    its cache, and every pass tried to make it again (a create answered 409) while the
+    probe, which reads the token from the cache, never ran. It is made again with the
+    same token (callers hold it; the controller may not patch Secrets), the pods roll to
+    it, and the passes after write nothing."""
+    node = gpu_node("e2e-lbl-node", [(L4, "24Gi")])
+    with extra_capacity(platform, [node], [product_class("e2e-lbl-l4", L4)]):
+        admin.create_class("e2e-lbl", external_token(["e2e-lbl-l4"]))
+        class_ready(platform, "e2e-lbl")
+        uid = orders(
+            "conv-unlabel", {"inferenceServiceClassName": "e2e-lbl", "model": hf(QWEN_SMALL)}
+        )
+        alice.wait_phase(NS, "conv-unlabel", "Ready", timeout=90)
+        core, name = admin.core, "conv-unlabel-auth"
+        before = core.read_namespaced_secret(name, NS)
+        core.patch_namespaced_secret(name, NS, {"metadata": {"labels": {UID_LABEL: None}}})
+        wait_for(
+            lambda: (
+                (core.read_namespaced_secret(name, NS).metadata.labels or {}).get(UID_LABEL) == uid
+                or None
+            ),
+            timeout=60,
+            what="the Secret made again, labelled",
+        )
+        after = core.read_namespaced_secret(name, NS)
+        assert after.data == before.data and after.metadata.uid != before.metadata.uid
+        wait_for(lambda: rolled_out(admin, "conv-unlabel") or None, what="the pods rolled")
+        wait_for(
+            lambda: settle(platform, uid, 3) == 0 or None,
+            timeout=60,
+            what="passes that write nothing",
+        )
+        tokens = platform.controller.cache.token_secrets
+        assert tokens.get_by_name(NS, name) is not None
+        assert (
+            alice.wait_phase(NS, "conv-unlabel", "Ready", timeout=30)["status"]["phase"] == "Ready"
+        )
 
 
 def _stub_url(platform: LocalPlatform, uid: str, secret_uid: str | None = None) -> str:
