@@ -402,10 +402,15 @@ class Actor:
         kind, name = converging.key_of(stray)
         self.repairs += 1
         uid = str(stray["metadata"]["uid"])
+        if kind == "Ingress":
+            # Before the Ingress: nothing but the Ingress being there makes a pass look for
+            # this Secret, so a failure (or a crash) after the Ingress went orphaned it, a
+            # private key with it. A failure here leaves the Ingress, pruned again next pass.
+            self._prune_tls_secret(order)
         self._writer.delete(self._resource(stray), order.namespace, name, uid)
         log.info("%s: pruned %s %s", order.key, kind, name)
         if kind == "Ingress":
-            self._prune_tls_secret(order)
+            self._prune_tls_secret(order)  # cert-manager may have issued it again meanwhile
 
     def _prune_tls_secret(self, order: OrderRef) -> None:
         """cert-manager's Secret for the order's Ingress goes with it — only if cert-manager

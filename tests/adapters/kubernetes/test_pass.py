@@ -689,6 +689,46 @@ def test_switching_the_class_to_cluster_local_without_token_prunes(tmp_path: Pat
     bed.log.close()
 
 
+def test_the_ingress_tls_secret_goes_with_it_also_after_a_failed_delete(tmp_path: Path) -> None:
+    """cert-manager's Secret for the order's Ingress is deleted with the Ingress. Its
+    delete refused once (a 5xx) must not orphan it, a private key with it: only the
+    Ingress being there makes a pass look for it, so the Ingress waits for it."""
+    bed = Bed(tmp_path, a100s=2)
+    uid = bed.order("llm")
+    bed.settle(uid)
+    assert bed.child("Ingress", "llm") is not None
+    tls = "llm-tls"
+    fakes.put(
+        bed.world,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": tls,
+                "namespace": "support",
+                "annotations": {"cert-manager.io/certificate-name": tls},
+            },
+            "type": "kubernetes.io/tls",
+            "data": {},
+        },
+    )
+    delete, refused = bed.writer.delete, []
+
+    def refusing_once(resource: Any, namespace: str | None, name: str, uid_: str) -> bool:
+        if name == tls and not refused:
+            refused.append(name)
+            raise errors.APIServerError("etcdserver: request timed out", status=500)
+        return delete(resource, namespace, name, uid_)
+
+    bed.writer.delete = refusing_once  # type: ignore[method-assign]
+    _exposure(bed, NONE_LOCAL, 2)
+    bed.settle(uid)
+    assert refused == [tls]
+    assert bed.child("Ingress", "llm") is None
+    assert bed.writer.get(SECRETS, "support", tls) is None
+    bed.log.close()
+
+
 def _exposure(bed: Bed, exposure: dict[str, Any], generation: int) -> None:
     klass = bed.world.classes.get_by_name(None, "conv")
     assert klass is not None
