@@ -313,6 +313,11 @@ class Actor:
         )
 
     def _apply(self, order: OrderRef, doc: Mapping[str, Any], live: Obj | None) -> None:
+        if live is not None and not converging.owned_by(live, order.uid):
+            # Labelled as the order's, not owned by it: a user's object made from a saved
+            # copy of ours (`kubectl replace --force`, owner references stripped). An
+            # apply would take it over, and it would be deleted with the order.
+            raise _name_taken(order, live)
         self._hand_replicas_over(order, doc, live)
         try:
             if live is None:
@@ -344,17 +349,11 @@ class Actor:
         immutable, so the API refuses those whole (422) and nothing is taken."""
         if doc.get("kind") not in _MERGED_INTO:
             return None
-        kind, name = converging.key_of(doc)
+        _, name = converging.key_of(doc)
         found = self._writer.get(self._resource(doc), order.namespace, name)
         if found is None or converging.owned_by(found, order.uid):
             return found
-        if (found.get("metadata") or {}).get("deletionTimestamp"):
-            # A deleted namesake's child on its way out: nothing for anyone to do.
-            raise NameTaken(f"{kind} {order.namespace}/{name} is being deleted; waiting")
-        raise NameTaken(
-            f"{kind} {order.namespace}/{name} exists and is not this order's: it is never "
-            "adopted, changed or deleted; rename or delete it, and the order goes on"
-        )
+        raise _name_taken(order, found)
 
     def _hand_replicas_over(
         self, order: OrderRef, doc: Mapping[str, Any], live: Obj | None
@@ -577,6 +576,18 @@ def _stale_note(message: str) -> bool:
 
 # The kinds whose foreign namesake an apply would merge into (Actor._unclaimed).
 _MERGED_INTO = frozenset({"Service", "Ingress", "HorizontalPodAutoscaler"})
+
+
+def _name_taken(order: OrderRef, found: Obj) -> NameTaken:
+    """The order's reason for an object of its child's name that is not its own."""
+    kind, name = converging.key_of(found)
+    if (found.get("metadata") or {}).get("deletionTimestamp"):
+        # A deleted namesake's child on its way out: nothing for anyone to do.
+        return NameTaken(f"{kind} {order.namespace}/{name} is being deleted; waiting")
+    return NameTaken(
+        f"{kind} {order.namespace}/{name} exists and is not this order's: it is never "
+        "adopted, changed or deleted; rename or delete it, and the order goes on"
+    )
 
 
 class NameTaken(errors.APIError):

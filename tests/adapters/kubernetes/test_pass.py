@@ -10,6 +10,7 @@ keeping a resolved order's facts and a Pending one retried soon.
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import json
 import threading
@@ -23,7 +24,7 @@ import pytest
 import yaml
 
 import store
-from adapters.kubernetes import errors, queueing
+from adapters.kubernetes import converging, errors, queueing
 from adapters.kubernetes.acting import AUTH_SECRET_CONFLICT_RECHECK, NO_REPLICA_ANSWERS
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.kinds import SECRETS, SERVICES
@@ -630,6 +631,37 @@ def test_a_service_of_the_orders_name_not_its_own_is_never_taken_over(bed: Bed) 
     service = bed.child("Service", "llm")
     assert service is not None and service["metadata"]["uid"] != theirs["metadata"]["uid"]
     assert bed.conditions(uid)["WorkloadReady"]["reason"] != "WorkloadApplyFailed"
+
+
+def test_a_users_copy_of_a_child_with_the_orders_label_is_never_taken_over(bed: Bed) -> None:
+    """`kubectl replace --force` from a saved copy of the order's Service, owner references
+    stripped: a new object, the user's, that carries the order's label (so it is in the
+    cache). Applying over it would add our owner reference, and the garbage collector
+    would delete it with the order. It is left alone and the order says why."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    ours = bed.child("Service", "llm")
+    assert ours is not None
+    fakes.drop(bed.world, ours)
+    theirs = copy.deepcopy(ours)
+    theirs["metadata"].pop("ownerReferences")
+    theirs["metadata"]["uid"] = "users-own-service"
+    theirs["spec"]["ports"][0]["port"] = 8080  # their edit: drift, if it were ours
+    fakes.put(bed.world, theirs)
+    applies = bed.writer.calls[("apply", "Service")]
+    bed.settle(uid, passes=1)
+    assert bed.writer.calls[("apply", "Service")] == applies
+    kept = bed.child("Service", "llm")
+    assert kept is not None and kept["metadata"]["uid"] == "users-own-service"
+    assert "ownerReferences" not in kept["metadata"]
+    workload = bed.conditions(uid)["WorkloadReady"]
+    assert workload["reason"] == "WorkloadApplyFailed"
+    assert "Service support/llm exists and is not this order's" in workload["message"]
+
+    fakes.drop(bed.world, kept)  # the user deletes it: the order's own is made again
+    bed.settle(uid)
+    made = bed.child("Service", "llm")
+    assert made is not None and converging.owned_by(made, uid)
 
 
 def test_a_manifest_the_api_refuses_on_its_own_leaves_what_runs(bed: Bed) -> None:
