@@ -261,8 +261,6 @@ class Actor:
         # a crash between the applies and their record in the log, the restart applies
         # what is missing and rewrites nothing that is already as the plan renders it.
         changed = converging.drifted(docs, live)
-        if command.repair:
-            self.repairs += len(changed)
         wanted = list(docs)
         copied = False
         try:
@@ -276,6 +274,8 @@ class Actor:
                 copied = self._keep_certificate(order, certificate, live)
             for doc in changed:
                 self._apply(order, doc, live.get(converging.key_of(doc)))
+                if command.repair:
+                    self.repairs += 1  # counted once done: a refused repair repairs nothing
             if command.auth_secret_name:
                 wanted.append({"kind": "Secret", "metadata": {"name": command.auth_secret_name}})
             strays = converging.strays(wanted, live.values(), order.uid)

@@ -648,9 +648,10 @@ def test_a_users_copy_of_a_child_with_the_orders_label_is_never_taken_over(bed: 
     theirs["metadata"]["uid"] = "users-own-service"
     theirs["spec"]["ports"][0]["port"] = 8080  # their edit: drift, if it were ours
     fakes.put(bed.world, theirs)
-    applies = bed.writer.calls[("apply", "Service")]
+    applies, repairs = bed.writer.calls[("apply", "Service")], bed.reconciler.actor.repairs
     bed.settle(uid, passes=1)
     assert bed.writer.calls[("apply", "Service")] == applies
+    assert bed.reconciler.actor.repairs == repairs  # a repair refused repaired nothing
     kept = bed.child("Service", "llm")
     assert kept is not None and kept["metadata"]["uid"] == "users-own-service"
     assert "ownerReferences" not in kept["metadata"]
