@@ -98,15 +98,22 @@ def check_current(engine: Engine) -> str:
         return current
     if current is None:
         raise SchemaError("no event log here (no schema): nothing was recorded yet")
-    from alembic.script import ScriptDirectory
-
-    known = {rev.revision for rev in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
-    if current in known:
+    if current in _known_revisions():
         raise SchemaError(
             f"the event log's schema is at revision {current}, this release reads "
             f"{schema.HEAD}: run `ai-inference migrate` (or start the controller) to upgrade it"
         )
-    raise SchemaError(
+    raise SchemaError(_unknown_revision(current))
+
+
+def _known_revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+
+    return {rev.revision for rev in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+
+
+def _unknown_revision(current: str) -> str:
+    return (
         f"the event log's schema is at revision {current}, unknown to this release "
         f"(head {schema.HEAD}): it was written by a newer release, or it is not an "
         f"ai-inference event log"
@@ -126,7 +133,14 @@ def upgrade(engine: Engine) -> None:
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
                 command.upgrade(alembic_config(conn), "head")
     except CommandError as exc:
-        # Typically a database migrated by a newer release than this one.
+        # Typically a database migrated by a newer release than this one: said as the
+        # readers say it, not as Alembic does ("Can't locate revision ...").
+        with engine.connect() as conn:
+            current = current_revision(conn)
+        if current is not None and current not in _known_revisions():
+            raise SchemaError(
+                f"cannot migrate the event log: {_unknown_revision(current)}"
+            ) from exc
         raise SchemaError(f"cannot migrate the event log: {exc}") from exc
     except sa.exc.OperationalError as exc:
         raise StoreUnavailable(f"cannot migrate the event log: {exc}") from exc

@@ -87,6 +87,11 @@ def test_a_schema_newer_than_the_code_is_refused(log: store.EventLog, log_url: s
         conn.execute(sa.text("UPDATE alembic_version SET version_num = '9999'"))
     with pytest.raises(store.SchemaError, match="9999"):
         store.open_log(log_url)
+    # `migrate` says why as the readers do, not as Alembic does ("Can't locate ...").
+    with pytest.raises(store.SchemaError) as refused:
+        migrating.upgrade(log.engine)
+    assert "revision 9999, unknown to this release" in str(refused.value)
+    assert "written by a newer release" in str(refused.value)
 
 
 def test_controllers_starting_together_both_find_the_schema_at_head(log_url: str) -> None:
