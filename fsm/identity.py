@@ -40,5 +40,7 @@ def tls_secret_name(order_name: str) -> str:
 def custom_tls_secret_name(order_name: str) -> str:
     """The order's copy of a CustomCertificate Secret, which its Ingress names. Not
     `{order}-tls`: that one is cert-manager's, and a class switching modes must not
-    leave the two fighting over one name."""
-    return f"{order_name}-custom-tls"
+    leave the two fighting over one name. Nor `{order}-custom-tls`, which was the
+    cert-manager Secret of an order named `{order}-custom`: no suffix here ends another
+    one, so no two orders' Secrets can share a name (tests/fsm/test_identity.py)."""
+    return f"{order_name}-certificate"

@@ -5,7 +5,7 @@ the controller's own namespace (d8-ai-inference on Deckhouse), named by the modu
 `https.customCertificate.secretName` or by the class's exposurePolicy; the one the
 platform's global block names is where Deckhouse keeps it, in d8-system. An Ingress can
 only name a Secret of its own namespace, so each order whose Ingress needs it gets a copy,
-`{order}-custom-tls`, owned by the order and labelled with its UID like the rest of its
+`{order}-certificate`, owned by the order and labelled with its UID like the rest of its
 workload: the garbage collector takes it with the order, the pass prunes it when the
 order no longer needs it (converging.strays).
 

@@ -227,7 +227,7 @@ def _class(name: str, https: dict[str, Any] | None) -> dict[str, Any]:
 
 def _copy(core: client.CoreV1Api, name: str) -> Any:
     try:
-        return core.read_namespaced_secret(f"{name}-custom-tls", NS)
+        return core.read_namespaced_secret(f"{name}-certificate", NS)
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -272,7 +272,7 @@ def test_a_custom_certificate_is_copied_kept_equal_repaired_and_pruned(
         assert (owner.kind, owner.uid, owner.controller) == ("InferenceService", uid, True)
         assert made.metadata.labels["ai.deckhouse.io/inference-service-uid"] == uid
         ingress = wait_for(lambda: _ingress(platform, name), timeout=30, what="the Ingress")
-        assert ingress.spec.tls[0].secret_name == f"{name}-custom-tls"
+        assert ingress.spec.tls[0].secret_name == f"{name}-certificate"
         alice.wait_phase(NS, name, "Ready", timeout=120)
 
         # An update of the source reaches the copy (a new copy: Secrets are never patched).
@@ -285,7 +285,7 @@ def test_a_custom_certificate_is_copied_kept_equal_repaired_and_pruned(
         assert followed.metadata.uid != made.metadata.uid
 
         # A deleted copy is made again, equal to the source.
-        core.delete_namespaced_secret(f"{name}-custom-tls", NS)
+        core.delete_namespaced_secret(f"{name}-certificate", NS)
         repaired = wait_for(
             lambda: (
                 (c := _copy(core, name)) is not None
@@ -397,7 +397,7 @@ def test_the_platforms_custom_certificate_is_copied_from_d8_system(
             annotations = made.metadata.annotations
             assert annotations["ai.deckhouse.io/certificate-source"] == f"{PLATFORM_NS}/{source}"
             ingress = wait_for(lambda: _ingress(platform, name), timeout=30, what="the Ingress")
-            assert ingress.spec.tls[0].secret_name == f"{name}-custom-tls"
+            assert ingress.spec.tls[0].secret_name == f"{name}-certificate"
 
             # The platform's rotation reaches the copy.
             core.replace_namespaced_secret(

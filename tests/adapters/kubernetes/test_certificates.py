@@ -34,7 +34,7 @@ def copy_of(source: dict[str, Any] | None = SOURCE) -> dict[str, Any]:
 def test_the_copy_is_the_orders_child_in_its_namespace_with_the_source_data() -> None:
     made = copy_of()
     meta = made["metadata"]
-    assert (meta["name"], meta["namespace"]) == ("support-llm-custom-tls", "support")
+    assert (meta["name"], meta["namespace"]) == ("support-llm-certificate", "support")
     assert meta["labels"][UID_LABEL] == "u-1"
     assert converging.owned_by(made, "u-1")
     assert meta["annotations"] == {"ai.deckhouse.io/certificate-source": "d8-ai-inference/wild"}

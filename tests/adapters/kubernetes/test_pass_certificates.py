@@ -24,7 +24,7 @@ from fsm.reasons import Reason
 from tests.support import fakes
 
 SOURCE_NS = "d8-ai-inference"  # the Reconciler's default: the module's namespace
-COPY = "llm-custom-tls"
+COPY = "llm-certificate"
 
 
 def source(data: dict[str, str]) -> dict[str, Any]:
@@ -172,3 +172,29 @@ def test_a_plan_applied_before_a_class_had_to_name_its_secret_renders_as_applied
         assert "names no Secret" in failed.message
     finally:
         bed.log.close()
+
+
+def test_a_copy_under_the_older_name_is_replaced_and_pruned(bed: Bed) -> None:
+    """Releases before this one named the copy `{order}-custom-tls`, which is also the
+    cert-manager Secret of an order named `{order}-custom`. An order served so moves to
+    the new name: the copy made first, then the Ingress naming it, then the old copy
+    pruned (it is the order's own: owned and labelled)."""
+    fakes.put(bed.world, source({"tls.crt": "Yw==", "tls.key": "aw=="}))
+    uid = bed.order("llm")
+    bed.settle(uid)
+    made = bed.child("Secret", COPY)
+    assert made is not None
+    older = copy.deepcopy(made)
+    older["metadata"]["name"] = "llm-custom-tls"
+    older["metadata"].pop("uid")
+    fakes.put(bed.world, older)  # as an older release left it
+    deletes = bed.writer.calls[("delete", "Secret")]
+    bed.settle(uid)
+    assert bed.child("Secret", "llm-custom-tls") is None
+    assert bed.child("Secret", COPY) is not None
+    assert bed.writer.calls[("delete", "Secret")] == deletes + 1
+    ingress = bed.child("Ingress", "llm")
+    assert ingress is not None and ingress["spec"]["tls"][0]["secretName"] == COPY
+    quiet = bed.writer.writes
+    bed.settle(uid, passes=3)
+    assert bed.writer.writes == quiet
