@@ -177,9 +177,10 @@ class Planning:
 
         return could
 
-    def snapshot(self, uid: str) -> capacity.Snapshot:
+    def snapshot(self, uid: str, holding: Plan | None = None) -> capacity.Snapshot:
         """The capacity as order `uid` sees it: allocated claims, the demand of other
-        orders' plans not yet allocated, and each holder's priority."""
+        orders' plans not yet allocated (around `holding`, the place `uid` holds while it
+        replans), and each holder's priority."""
         self.snapshots += 1
         states = self._states()
         parsed = self._parsed()
@@ -219,7 +220,7 @@ class Planning:
                     priority=priorities.get(other),
                 )
             )
-        return demand.with_demand(base, demands)
+        return demand.with_demand(base, demands, for_uid=uid, held=holding)
 
     def plan(self, uid: str, state: OrderState, command: effects.RequestPlan) -> PlanOutcome:
         """The planner's verdict for the order; call it holding `lock`."""
@@ -237,7 +238,8 @@ class Planning:
             held=command.plan_in_force,
             tried_device_classes=command.excluded_device_classes,
         )
-        return planner.plan(request, self.snapshot(uid), self.recipes())
+        snapshot = self.snapshot(uid, holding=command.plan_in_force)
+        return planner.plan(request, snapshot, self.recipes())
 
 
 def _running(state: OrderState) -> tuple[Plan, EffectivePolicy] | None:

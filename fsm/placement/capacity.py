@@ -37,7 +37,9 @@ __all__ = [
     "Version",
     "claim_taken",
     "find_place",
+    "give_units",
     "priority_lookup",
+    "uncovered_held",
     "usage_by_device",
     "with_counted",
     "with_holder_priorities",
@@ -269,6 +271,17 @@ def take_units(
             usage[device_id] = _Use(use.used + units, use.claims)
 
 
+def give_units(
+    usage: Usage, by_id: Mapping[str, Device], devices: Iterable[str], share_percent: int
+) -> None:
+    """Undo `take_units` of the same arguments."""
+    for device_id in devices:
+        use = usage.get(device_id)
+        if use is not None:
+            units = _units(by_id[device_id], share_percent)
+            usage[device_id] = _Use(use.used - units, use.claims)
+
+
 def claim_taken(usage: Usage, by_id: Mapping[str, Device], alloc: Allocation) -> None:
     """Record `alloc` as a claim on its devices in `usage`, whose units `find_place` or
     `take_units` took for it already: `usage` then holds what counting a snapshot with
@@ -300,37 +313,33 @@ def _usage(
     snapshot: Snapshot, own_uid: str | None, held: Sequence[str], held_share: int
 ) -> dict[str, _Use]:
     by_id = {device.id: device for device in snapshot.devices}
-    own_devices: set[str] = set()
-    if snapshot.counted is not None:
-        # Counted as the demand was placed: a copy (the entries are never changed), and
-        # the order's own claims found only if a held place needs them.
-        usage = dict(snapshot.counted)
-        if own_uid is not None and held:
-            own_devices = {
-                device_id
-                for alloc in snapshot.allocations
-                if alloc.holder == own_uid
-                for device_id in alloc.devices
-                if device_id in usage
-            }
-    else:
-        usage = _count(snapshot, by_id, own_uid, own_devices)
-    # The held place counts as taken even before its claims show up in the snapshot —
-    # only for what its allocated claims do not cover yet: the scheduler may have given
-    # the order other devices than the plan named, and those it holds are its place.
-    uncovered = max(0, len(held) - len(own_devices))
-    for device_id in [d for d in held if d not in own_devices][:uncovered]:
-        if device_id in usage:
-            use = usage[device_id]
-            usage[device_id] = _Use(use.used + _units(by_id[device_id], held_share), use.claims)
+    # Counted as the demand was placed: a copy (the entries are never changed).
+    usage = dict(snapshot.counted) if snapshot.counted is not None else _count(snapshot, by_id)
+    take_units(usage, by_id, uncovered_held(snapshot, own_uid, held), held_share)
     return usage
 
 
-def _count(
-    snapshot: Snapshot, by_id: Mapping[str, Device], own_uid: str | None, own_devices: set[str]
-) -> dict[str, _Use]:
-    """Every allocation's units and claim on each published device; the devices of
-    `own_uid`'s claims are added to `own_devices`."""
+def uncovered_held(snapshot: Snapshot, own_uid: str | None, held: Sequence[str]) -> list[str]:
+    """The devices of `own_uid`'s held place (its plan in force) that its allocated
+    claims do not cover yet: counted as taken even before its claims show up — only
+    those, as the scheduler may have given the order other devices than the plan
+    named, and those it holds are its place."""
+    if not held:
+        return []
+    published = {device.id for device in snapshot.devices}
+    own = {
+        device_id
+        for alloc in snapshot.allocations
+        if own_uid is not None and alloc.holder == own_uid
+        for device_id in alloc.devices
+        if device_id in published
+    }
+    uncovered = max(0, len(held) - len(own))
+    return [d for d in [d for d in held if d not in own][:uncovered] if d in published]
+
+
+def _count(snapshot: Snapshot, by_id: Mapping[str, Device]) -> dict[str, _Use]:
+    """Every allocation's units and claim on each published device."""
     usage = dict.fromkeys(by_id, _FREE)
     claims: dict[str, list[tuple[Allocation, int]]] = {}
     for alloc in snapshot.allocations:
@@ -340,8 +349,6 @@ def _count(
             claims.setdefault(device_id, []).append(
                 (alloc, _units(by_id[device_id], alloc.share_percent))
             )
-            if own_uid is not None and alloc.holder == own_uid:
-                own_devices.add(device_id)
     for device_id, on_device in claims.items():
         usage[device_id] = _Use(sum(units for _, units in on_device), tuple(on_device))
     return usage

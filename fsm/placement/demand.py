@@ -25,7 +25,9 @@ from fsm.placement.capacity import (
     Snapshot,
     claim_taken,
     find_place,
+    give_units,
     take_units,
+    uncovered_held,
     usage_by_device,
     usage_of,
     with_counted,
@@ -48,8 +50,19 @@ class Demand:
     priority: int | None = None  # the holder's priority value (what may reclaim it)
 
 
-def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
+def with_demand(
+    snapshot: Snapshot,
+    demands: Iterable[Demand],
+    *,
+    for_uid: str | None = None,
+    held: Plan | None = None,
+) -> Snapshot:
     """`snapshot` with each demand's room taken, as claim-shaped allocations.
+
+    `held`: the place order `for_uid`, the one planning now, holds (its plan in force),
+    for what its claims do not cover yet: no demand is placed there. Left free, another
+    order's waiting replica was put on it, and the replan, which counts the held place
+    on top (capacity.uncovered_held), was given the device that replica would need.
 
     A demand that no free room can hold any more (the cluster shrank, or the scheduler
     chose differently) keeps the devices its plan named, so it still counts.
@@ -60,6 +73,10 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
     allocations = list(snapshot.allocations)
     usage = usage_of(snapshot)
     by_id = {device.id: device for device in snapshot.devices}
+    # Taken while the demand is placed, given back after: the planner counts it itself.
+    held_share = (held.share_percent or FULL_SHARE) if held is not None else FULL_SHARE
+    kept = uncovered_held(snapshot, for_uid, held.devices) if held is not None else []
+    take_units(usage, by_id, kept, held_share)
     full = FullNodes()  # usage only grows here: a node without room stays so
     # Plans of one shape select the same devices: looked up once a call, not per demand.
     groups: dict[tuple[str, str, int], tuple[Device, ...] | None] = {}
@@ -106,6 +123,7 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
             )
             allocations.append(planned)
             claim_taken(usage, by_id, planned)
+    give_units(usage, by_id, kept, held_share)
     placed = replace(snapshot, allocations=tuple(sorted(allocations, key=lambda a: a.key)))
     # The plan this snapshot is for counts from here, not from every claim again.
     return with_counted(placed, usage)

@@ -132,6 +132,30 @@ def test_two_plans_for_the_last_device_are_not_both_given_it() -> None:
     assert demand.free_units(after, "gpus") == 0
 
 
+def test_no_demand_is_placed_on_the_place_the_replanning_order_holds() -> None:
+    """Order A replans while its plan in force (gpu-0) waits for its pod; order B waits
+    on gpu-1. B's demand once went on the first free device, A's gpu-0, and the replan,
+    which counts its held place on top, was given gpu-1: promised to A and B both. With
+    A's place kept out of the demand, B stays on gpu-1 and the replan finds no room
+    (SPEC §3.1: LaunchPlanInForce), as it should on a full cluster."""
+    snap = snapshot(
+        [device_class("gpus", GPU_CLASS)],
+        [slice_of("node-a", gpu("gpu-0", A100, "80Gi"), gpu("gpu-1", A100, "80Gi"))],
+        [],
+    )
+    held = _plan(1, None, ("gpu.nvidia.com/node-a/gpu-0",))
+    b = demand.Demand(
+        holder="b", namespace="team", name="b",
+        plan=_plan(1, None, ("gpu.nvidia.com/node-a/gpu-1",)), replicas=1,
+    )  # fmt: skip
+    after = demand.with_demand(snap, [b], for_uid="a", held=held)
+    assert {a.holder: a.devices for a in after.allocations} == {"b": b.plan.devices}
+    replan = capacity.find_place(after, after.devices, count=1, own_uid="a", held=held.devices)
+    assert replan is None
+    # What the snapshot counts is the demand's, not A's place: the planner adds that.
+    assert after.counted == capacity.usage_of(replace(after))
+
+
 def test_a_demand_that_found_no_place_leaves_its_first_replicas_room_to_the_next() -> None:
     """The first of two replicas fits on node-a's last free device, the second fits
     nowhere: that demand keeps its named device, and node-a's device is free again for
