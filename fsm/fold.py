@@ -145,7 +145,7 @@ def _applied(s: OrderState, e: ev.WorkloadApplied) -> Updates:
         basis: PlanBasis | None = a.basis
     else:
         basis = s.applied_basis or plan_basis(s)
-    return {
+    updates: Updates = {
         "plan_in_force": e.plan,
         "applied_basis": basis,
         "apply_error": None,
@@ -153,6 +153,11 @@ def _applied(s: OrderState, e: ev.WorkloadApplied) -> Updates:
         "applied_revision": s.plan_revision if current else s.applied_revision,
         "applied_at": e.observed_at,
     }
+    if current and s.plan_revision != s.applied_revision:
+        # A new plan's workload: the failures that make an order Failed are its own, not
+        # the old workload's (two of those and one of the new plan's were three).
+        updates["probe_failures"] = 0
+    return updates
 
 
 def _apply_failed(s: OrderState, e: ev.WorkloadApplyFailed) -> Updates:

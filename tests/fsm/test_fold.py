@@ -583,3 +583,16 @@ def test_the_fold_equals_the_reference_on_the_frozen_v1_stream() -> None:
     recorded = json.loads((FIXTURES / "order_stream_v1.json").read_text(encoding="utf-8"))
     events = [ev.from_payload(r["type"], r["version"], r["payload"]) for r in recorded["events"]]
     assert fold(events) == reference_fold.fold(events)
+
+
+def test_failures_before_a_new_plan_do_not_count_against_it() -> None:
+    """Two failed probes of the old workload, then a new plan whose pods replaced the old
+    ones: its first failure keeps it Pending (HealthCheckFailed), it is not the third of
+    a streak that makes the order Failed."""
+    shaky = (*SERVED, probe(10, ok=False), probe(11, ok=False))
+    assert _ready_reason(run(*shaky)) == (Phase.READY, R.ENDPOINT_SERVING)
+    replaced = (*EDITED, workload(25, 0, rollout="d/2"), workload(26, rollout="d/2"))
+    failing = run(*shaky, *replaced, probe(30, ok=False))
+    assert _ready_reason(failing) == (Phase.PENDING, R.HEALTH_CHECK_FAILED)
+    failures = (probe(30 + i, ok=False) for i in range(PROBE_FAILURE_THRESHOLD))
+    assert _ready_reason(run(*shaky, *replaced, *failures)) == (Phase.FAILED, R.SERVICE_UNHEALTHY)
