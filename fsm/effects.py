@@ -185,7 +185,12 @@ def _probe_after(state: OrderState, timings: ProbeTimings) -> float | None:
     if state.endpoint is None:
         return None
     workload = _status_of(state, ConditionType.WORKLOAD_READY)
-    held = workload is ConditionStatus.UNKNOWN and _served_behind_a_break(state)
+    # Held back by a condition before its workload (Unknown), or by an apply that failed
+    # while the workload applied before runs on (a repair refused, a recipe gone).
+    behind = workload is ConditionStatus.UNKNOWN or (
+        workload is ConditionStatus.FALSE and state.apply_error is not None
+    )
+    held = behind and _served_behind_a_break(state)
     if workload is not ConditionStatus.TRUE and not held:
         return None
     if state.probe_ok is False and state.probe_failures < PROBE_FAILURE_THRESHOLD:
@@ -196,9 +201,9 @@ def _probe_after(state: OrderState, timings: ProbeTimings) -> float | None:
 
 
 def _served_behind_a_break(state: OrderState) -> bool:
-    """An order that served, and (its WorkloadReady Unknown) is held back since by a
-    condition before its workload (its class or model stopped resolving): its workload
-    runs on the plan in force (a repair), so it is still probed. Its health is then known
+    """An order that served, and is held back since by a condition before its workload
+    (its class or model stopped resolving) or by an apply error: its workload runs on
+    the plan in force, so it is still probed. Its health is then known
     when the chain mends, and a runtime that died meanwhile fails the order at once
     instead of showing Ready."""
     workload = state.workload

@@ -229,3 +229,17 @@ def test_a_new_plan_is_rendered_from_what_it_was_computed_from() -> None:
     assert apply.model_ref == planned_for_a.attempt.basis.model_ref != edited.model_ref
     assert apply.generation == planned_for_a.attempt.basis.generation
     assert run(applied(11), state=edited).applied_basis == planned_for_a.attempt.basis
+
+
+def test_a_serving_order_whose_repair_is_refused_is_still_probed() -> None:
+    """A repair refused (a quota on a drifted child, a recipe gone with no replacement)
+    leaves the workload applied before running: it is probed on, so a runtime that dies
+    meanwhile is known when the apply goes through, not hidden behind the apply error."""
+    refused = run(*SERVING, ob.ApplyFailed(at=at(20), message="exceeded quota"))
+    cond = refused.condition(ConditionType.WORKLOAD_READY)
+    assert cond is not None and cond.status is ConditionStatus.FALSE
+    (probe,) = [c for c in effects.effects(refused) if isinstance(c, effects.ScheduleProbe)]
+    assert probe.after_seconds == effects.ProbeTimings().ready_seconds
+    # Never served: nothing runs to probe.
+    never = run(*ROLLING, ob.ApplyFailed(at=at(20), message="exceeded quota"))
+    assert not [c for c in effects.effects(never) if isinstance(c, effects.ScheduleProbe)]
