@@ -319,18 +319,20 @@ def render_status(state: OrderState) -> dict[str, Any]:
         out["observedGeneration"] = state.generation
     out["conditions"] = [render_condition(c) for c in state.conditions]
 
-    policy = state.policy
-    model = state.model
-    # How the endpoint is reached, what it serves and whether it checks a token are the
-    # workload's in force, which a failed replan leaves on its older policy and model.
+    # How the endpoint is reached, what it serves, whether it checks a token and how far
+    # it scales are the workload's in force, which a failed replan leaves on its older
+    # policy and model: a classless one has no API contract (SPEC §4), whatever the
+    # edit waiting for room asks.
     serving = serving_basis(state)
+    policy = serving.policy
+    # (A stream from before the applied basis kept the endpoint type has the model's.)
+    endpoint_type = serving.endpoint_type or (state.model and state.model.endpoint_type)
     if (
         policy is not None
         and policy.class_name is not None
-        and model is not None
-        and model.endpoint_type is not None  # no contract while the model is unresolved
+        and endpoint_type is not None  # no contract while the model is unresolved
     ):
-        out["model"] = {"endpointType": str(serving.endpoint_type or model.endpoint_type)}
+        out["model"] = {"endpointType": str(endpoint_type)}
 
     endpoint: dict[str, Any] = {}
     if state.endpoint is not None:

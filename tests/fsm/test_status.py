@@ -234,3 +234,36 @@ def test_rejudge_after_any_change_is_judge(events: list[ev.Event], data: st.Data
     rejudged = status.rejudge(after, changed, before.conditions)
     summary = [(v.type, v.status, v.reason, v.message, v.observed_generation) for v in rejudged]
     assert summary == [tuple(v) for v in judge(after)]
+
+
+def test_a_failed_replan_shows_the_contract_and_bounds_of_the_workload_in_force() -> None:
+    """A classless order serving, edited to name a class, and no room for the new plan
+    (LaunchPlanInForce): what runs is still classless — no API contract (SPEC §4), its
+    own replica bounds — so the status says so, not what the waiting edit asks."""
+    classless = (spec(0, class_name=None), klass(1, R.CLASSLESS_DEFAULTS, None), model(2))
+    serving = run(
+        *classless,
+        planned(3),
+        ob.AuthSecretSeen(at=at(4), name="support-llm-auth"),
+        ob.ApplySucceeded(at=at(5), plan=plan()),
+    )
+    before = render_status(serving)
+    assert "model" not in before
+    held = run(
+        spec(20, 2, class_name="default-llm"),
+        ob.ClassJudged(
+            at=at(21),
+            outcome=ClassOutcome(
+                reason=R.CLASS_ADMITTED, policy=policy("default-llm", max_replicas=4)
+            ),
+        ),
+        model(22),
+        planned(23, R.NO_CAPACITY, "no A100 free"),
+        state=serving,
+    )
+    after = render_status(held)
+    planned_cond = next(c for c in after["conditions"] if c["type"] == "Planned")
+    assert planned_cond["reason"] == "LaunchPlanInForce"
+    assert "model" not in after
+    assert after["constraints"] == before["constraints"]
+    assert after["constraints"]["maxReplicas"] == 2  # not the new class's 4
