@@ -265,11 +265,18 @@ def _device(driver: str, pool: str, spec: Mapping[str, Any], dev: Mapping[str, A
 
 
 def _allocation(obj: Mapping[str, Any], priorities: Mapping[str, int]) -> Allocation | None:
-    results = (((obj.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
-        "results"
-    ) or ()
+    results = [
+        r
+        for r in (((obj.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+            "results"
+        )
+        or ()
+        # Admin access (monitoring, a DaemonSet on every GPU) takes no device: Kubernetes'
+        # allocator does not count such results as using it, nor does the planner.
+        if not (isinstance(r, Mapping) and r.get("adminAccess") is True)
+    ]
     if not results:
-        return None  # pending claims hold nothing
+        return None  # pending claims hold nothing, nor do admin-access ones
     meta = obj.get("metadata") or {}
     labels: Mapping[str, str] = meta.get("labels") or {}
     holder = labels.get(ORDER_UID_LABEL)

@@ -171,6 +171,19 @@ def test_claims_record_devices_share_holder_and_priority() -> None:
     assert usage_by_device(snap) == {_ids("gpu-0")[0]: 75}
 
 
+def test_an_admin_access_claim_takes_no_device() -> None:
+    """Monitoring's claims with adminAccess (a DaemonSet on every GPU) do not use the
+    device for Kubernetes' allocator; counted, they made every GPU look full."""
+    admin = claim("monitor-gpu-0", "node1", "gpu-0")
+    admin["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
+    snap = snapshot(
+        slices=[resource_slice("node1", gpu("gpu-0", T4, "16Gi"), gpu("gpu-1", T4, "16Gi"))],
+        claims=[admin, claim("runtime", "node1", "gpu-1")],
+    )
+    assert [a.key for a in snap.allocations] == ["team/runtime"]
+    assert usage_by_device(snap) == {_ids("gpu-0")[0]: 0, _ids("gpu-1")[0]: 100}
+
+
 def _versioned(obj: dict[str, Any], version: str | None) -> dict[str, Any]:
     meta = (
         dict(obj["metadata"])
