@@ -89,28 +89,29 @@ def with_demand(
         if shape not in groups:
             groups[shape] = plan_devices(snapshot, plan)
         group = groups[shape]
-        place = None
-        if group is not None:
-            # A search for one replica changes the usage only when it finds a place, so
-            # it needs no copy; one for several may fail after taking the first ones.
-            trial = usage if demand.replicas == 1 else dict(usage)
+        # Replica by replica, as the scheduler will place the pods: as many as fit where
+        # there is room, the rest on the devices the plan named. All or nothing, a demand
+        # of two with room for one fell back to its named devices, and left the free one
+        # to another order, which its waiting pod would then compete for.
+        replicas: list[tuple[str, ...]] = []
+        while group is not None and len(replicas) < demand.replicas:
+            # One replica's search changes the usage only when it finds a place.
             place = find_place(
                 snapshot,
                 group,
                 count=demand.plan.accelerator_count,
                 share_percent=share,
-                replicas=demand.replicas,
                 priority=None,  # demand never reclaims: it only marks room as spoken for
                 own_uid=demand.holder,
-                usage=trial,
+                usage=usage,
                 full=full,
             )
-        if place is not None:
-            usage = trial  # it took the place's units
-            replicas = place.replicas
-        else:
-            replicas = _named(demand)
-            take_units(usage, by_id, (d for devices in replicas for d in devices), share)
+            if place is None:
+                break
+            replicas.extend(place.replicas)
+        rest = _named(demand)[len(replicas) :]
+        take_units(usage, by_id, (d for devices in rest for d in devices), share)
+        replicas.extend(rest)
         for index, devices in enumerate(replicas):
             planned = Allocation(
                 namespace=demand.namespace,
@@ -130,6 +131,7 @@ def with_demand(
 
 
 def _named(demand: Demand) -> tuple[tuple[str, ...], ...]:
+    """The devices the demand's plan named, replica by replica (as many as it names)."""
     count = max(demand.plan.accelerator_count, 1)
     devices = demand.plan.devices
     replicas = [devices[i : i + count] for i in range(0, len(devices), count)]

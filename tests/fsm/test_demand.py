@@ -156,10 +156,12 @@ def test_no_demand_is_placed_on_the_place_the_replanning_order_holds() -> None:
     assert after.counted == capacity.usage_of(replace(after))
 
 
-def test_a_demand_that_found_no_place_leaves_its_first_replicas_room_to_the_next() -> None:
+def test_a_demand_with_room_for_some_replicas_takes_it_and_names_the_rest() -> None:
     """The first of two replicas fits on node-a's last free device, the second fits
-    nowhere: that demand keeps its named device, and node-a's device is free again for
-    the next demand (the node may not be remembered as full from the failed search)."""
+    nowhere: the first takes that device, as its waiting pod will, and the second keeps
+    what the plan named (here nothing more: the plan names one device). Left to the next
+    demand (all or nothing, as before), the free device was promised to an order whose
+    pod would compete with the first's."""
     snap = snapshot(
         [device_class("gpus", GPU_CLASS)],
         [
@@ -180,8 +182,9 @@ def test_a_demand_that_found_no_place_leaves_its_first_replicas_room_to_the_next
     )
     after = demand.with_demand(snap, [both, one])
     assert after == reference_demand.with_demand(snap, [both, one])
-    held = {a.holder: a.devices for a in after.allocations if a.holder in ("a", "b")}
-    assert held["b"] == ("gpu.nvidia.com/node-a/gpu-0",)
+    held = sorted((a.holder, a.devices) for a in after.allocations if a.holder in ("a", "b"))
+    assert held == [("a", ("gpu.nvidia.com/node-a/gpu-0",))]  # nothing left for b
+    assert demand.free_units(after, "gpus") == 0
 
 
 # Below every priority a claim can have: the weighing then finds nothing to reclaim, and

@@ -17,20 +17,26 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
     for demand in sorted(demands, key=lambda d: (d.namespace, d.name, d.holder)):
         if demand.replicas <= 0:
             continue
-        current = replace(snapshot, allocations=tuple(allocations))
-        group = plan_devices(current, demand.plan)
-        place = None
-        if group is not None:
-            place = find_place(
-                current,
-                group,
-                count=demand.plan.accelerator_count,
-                share_percent=demand.plan.share_percent or FULL_SHARE,
-                replicas=demand.replicas,
-                priority=None,
-                own_uid=demand.holder,
+        replicas: list[tuple[str, ...]] = []
+        while len(replicas) < demand.replicas:
+            current = replace(
+                snapshot, allocations=(*allocations, *_placeholders(demand, replicas))
             )
-        replicas = place.replicas if place is not None else _named(demand)
+            group = plan_devices(current, demand.plan)
+            place = None
+            if group is not None:
+                place = find_place(
+                    current,
+                    group,
+                    count=demand.plan.accelerator_count,
+                    share_percent=demand.plan.share_percent or FULL_SHARE,
+                    priority=None,
+                    own_uid=demand.holder,
+                )
+            if place is None:
+                break
+            replicas.extend(place.replicas)
+        replicas.extend(_named(demand)[len(replicas) :])
         for index, devices in enumerate(replicas):
             allocations.append(
                 Allocation(
@@ -44,3 +50,19 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
                 )
             )
     return replace(snapshot, allocations=tuple(sorted(allocations, key=lambda a: a.key)))
+
+
+def _placeholders(demand: Demand, replicas: list[tuple[str, ...]]) -> list[Allocation]:
+    """The replicas of `demand` placed so far, as the allocations they will be."""
+    return [
+        Allocation(
+            namespace=demand.namespace,
+            name=f"{demand.name}-planned-{index}",
+            devices=devices,
+            share_percent=demand.plan.share_percent or FULL_SHARE,
+            holder=demand.holder,
+            priority=demand.priority,
+            planned=True,
+        )
+        for index, devices in enumerate(replicas)
+    ]
