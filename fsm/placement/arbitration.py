@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from fsm.placement import planner
-from fsm.placement.capacity import ORDER_UID_LABEL, Allocation, Place, Snapshot
+from fsm.placement.capacity import FULL_SHARE, ORDER_UID_LABEL, Allocation, Place, Snapshot
 from fsm.reasons import Reason
 from fsm.values import Plan
 
@@ -325,6 +325,8 @@ def rule(view: OrderView, snapshot: Snapshot, minimums: Mapping[str, int]) -> Ru
         )
         if place is not None:
             reclaims = place.reclaims
+            # Growth is judged after the minimum: the room it found is not room twice.
+            snapshot = _with_place(snapshot, view, place)
     if view.available < 1:
         return Ruling(None, reclaims)
     desired = min(view.desired, view.max_replicas)
@@ -347,6 +349,26 @@ def rule(view: OrderView, snapshot: Snapshot, minimums: Mapping[str, int]) -> Ru
         )
         return Ruling(Verdict(Reason.SCALE_UP_BLOCKED, message=message), reclaims)
     return Ruling(_WITHIN, (*reclaims, *place.reclaims))
+
+
+def _with_place(snapshot: Snapshot, view: OrderView, place: Place) -> Snapshot:
+    """`snapshot` with `place` taken by the order and the claims it frees gone."""
+    freed = set(place.reclaims)
+    share = view.plan.share_percent or FULL_SHARE
+    allocations = [a for a in snapshot.allocations if a.key not in freed]
+    allocations += [
+        Allocation(
+            namespace="",
+            name=f"{view.uid}-minimum-{index}",
+            devices=devices,
+            share_percent=share,
+            holder=view.uid,
+            planned=True,
+        )
+        for index, devices in enumerate(place.replicas)
+    ]
+    # A new snapshot counts its usage anew (`counted` is not carried over).
+    return replace(snapshot, allocations=tuple(sorted(allocations, key=lambda a: a.key)))
 
 
 def _give_back(view: OrderView, snapshot: Snapshot) -> Ruling:

@@ -323,3 +323,28 @@ def test_growth_never_takes_a_victims_last_running_replica_for_its_placeholder(
     ruling = rule(serving, snap, {"u-low": 1, "u-high": 1})
     assert ruling.reclaims == ()
     assert ruling.verdict is not None and ruling.verdict.reason is Reason.SCALE_UP_BLOCKED
+
+
+def test_the_room_the_minimum_found_is_not_found_again_for_growth() -> None:
+    """min 2, 3 wanted, 1 placed, one device free: the minimum's second replica takes
+    the free device, so growth must take a lower-priority replica above its minimum
+    (or be blocked). Both searches once found the same free device, and nothing was
+    taken for the third replica until a later pass."""
+    holders = [("u-high", 0), ("u-low", 2), ("u-low", 3)]
+    claims = [
+        inputs.claim(f"{holder}-{i}", "node", f"gpu-{i}", holder=holder, namespace="support")
+        for holder, i in holders
+    ]
+    snap = snapshot(
+        [device_class("gpu.nvidia.com", GPU_CLASS)],
+        [resource_slice("node", *(gpu(f"gpu-{i}", "NVIDIA L4", "24Gi") for i in range(4)))],
+        claims,
+        priorities={"u-high": 1000, "u-low": 100},
+    )
+    serving = view(available=1, bound=1, desired=3, min_replicas=2, max_replicas=3)
+    ruling = rule(serving, snap, {"u-high": 2, "u-low": 1})
+    assert ruling.verdict == Verdict(Reason.SCALING_WITHIN_BOUNDS)
+    assert len(ruling.reclaims) == 1 and ruling.reclaims[0].startswith("support/u-low-")
+    # With the low order at its minimum, growth is blocked: said, not passed over.
+    blocked = rule(serving, snap, {"u-high": 2, "u-low": 2})
+    assert blocked.verdict is not None and blocked.verdict.reason is Reason.SCALE_UP_BLOCKED
