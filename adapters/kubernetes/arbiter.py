@@ -146,6 +146,17 @@ class Arbiter:
         from a live read of the holder's Deployment (an earlier take must be seen)."""
         policy = state.policy
         priority = policy.constraints.priority_class_name if policy is not None else None
+        # Judged again now: the plan named them maybe passes ago (its apply held back by
+        # a refusal), and a victim's class may have risen to the taker's priority since.
+        # The planner's rule: only a claim of a known, strictly lower priority is taken.
+        snapshot = self._snapshot(taker.uid)
+        own = snapshot.priority_value(priority)
+        lower = {
+            a.key
+            for a in snapshot.allocations
+            if own is not None and a.priority is not None and a.priority < own
+        }
+        reclaims = [key for key in reclaims if key in lower]
         claims = self._world.resource_claims.objects()
         victims = arbitration.victims_of(reclaims, claims, taker_uid=taker.uid)
         # What a victim holds is its allocated claims: its replicas still waiting (the

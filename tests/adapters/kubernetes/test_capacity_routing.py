@@ -334,6 +334,49 @@ def test_a_take_counts_only_the_replicas_that_hold_devices(tmp_path: Path) -> No
     bed.log.close()
 
 
+def test_a_take_is_judged_again_when_it_is_made(tmp_path: Path) -> None:
+    """A plan names a lower-priority claim to free, and its apply (which makes the take)
+    waits: the taker's token Secret name is someone else's. Meanwhile the victim's
+    priority rises to the taker's. When the apply goes through, nothing is taken: equal
+    priority never preempts, however long ago the plan said otherwise."""
+    bed = Bed(tmp_path, a100s=1)
+    for name, value in (("inference-low", 100), ("inference-high", 1000)):
+        fakes.put(bed.world, priority_class(name, value))
+    for name, priority in (("low", "inference-low"), ("high", "inference-high")):
+        klass = external_token_class(name)
+        klass["spec"]["scalingPolicy"] = {
+            "minReplicas": 1,
+            "maxReplicas": 1,
+            "allowedPriorityClassNames": [priority],
+        }
+        fakes.put(bed.world, klass)
+    victim = bed.order("victim", klass="low")
+    bed.settle(victim)
+    _serving(bed, victim, "victim", "gpu-0")
+    bed.settle(victim)
+    theirs = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "taker-auth", "namespace": "support"},
+        "data": {"token": "eA=="},
+    }
+    fakes.put(bed.world, theirs)
+    taker = bed.order("taker", klass="high")
+    bed.settle(taker, passes=1)
+    (computed,) = bed.events(taker, ev.PlanComputed)
+    assert computed.reclaims, "the plan counts on the victim's claim"
+    assert not bed.events(victim, ev.CapacityTaken)  # no apply yet, so no take
+
+    fakes.put(bed.world, priority_class("inference-low", 1000))  # now the taker's equal
+    fakes.drop(bed.world, theirs)
+    bed.settle(taker)
+    assert bed.events(taker, ev.WorkloadApplied)
+    assert not bed.events(victim, ev.CapacityTaken)
+    deployment = bed.child("Deployment", "victim")
+    assert deployment is not None and deployment["spec"]["replicas"] == 1
+    bed.log.close()
+
+
 def test_a_replanned_order_holds_its_new_place_while_its_old_pod_holds_the_old(
     tmp_path: Path,
 ) -> None:
