@@ -4,7 +4,9 @@
 setup:
 	bash scripts/setup.sh
 
-demo: setup
+# The demo's log is SQLite: it needs no PostgreSQL, which only the tests do.
+demo:
+	AI_INFERENCE_SKIP_POSTGRES=1 bash scripts/setup.sh
 	.venv/bin/ai-inference demo
 
 lint: setup

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything a fresh machine needs before the demo or the tests: the Python environment,
 # the Kubernetes binaries (built once from Debian's source, then cached) and etcd, and a
-# running PostgreSQL for the event-log tests. Idempotent and quick when warm.
+# running PostgreSQL for the event-log tests (AI_INFERENCE_SKIP_POSTGRES=1, as `make demo`
+# sets, skips that check). Idempotent and quick when warm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +30,7 @@ command -v kubectl >/dev/null 2>&1 || {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null
 }
 command -v openssl >/dev/null 2>&1 || {
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
 }
 

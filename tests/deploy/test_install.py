@@ -175,6 +175,7 @@ def _apply_rendered(cluster: Any, folder: Path) -> int:
 def test_readme_install_commands_are_accepted(cluster: Any) -> None:
     commands = readme_commands()
     applied: dict[str, int] = {}
+    namespace_first = False
     shipped = list(yaml.safe_load_all((REPO / "deploy/controller.yaml").read_text("utf-8")))
     controller_image = container(one(shipped, "Deployment"))["image"]
     for argv in commands:
@@ -195,7 +196,17 @@ def test_readme_install_commands_are_accepted(cluster: Any) -> None:
                     p.stem for p in (REPO / "crds").glob("*.yaml")
                 )
                 cluster.kubectl("admin", "wait", "--for", "condition=Established", *crds)
+            case ["kubectl", "create", "namespace", namespace]:
+                # Before the Secret, which a fresh cluster cannot hold without it (the
+                # applies here are dry runs: the module's namespace is the bed's own).
+                assert namespace == NAMESPACE
+                made = cluster.kubectl(
+                    "admin", "create", "namespace", namespace, "--dry-run=server", check=False
+                )
+                assert made.returncode == 0 or "AlreadyExists" in made.stderr, made.stderr
+                namespace_first = True
             case ["kubectl", "-n", namespace, "create", "secret", *rest]:
+                assert namespace_first, "the README creates the Secret before its namespace"
                 assert namespace == NAMESPACE
                 result = cluster.kubectl(
                     "admin", "-n", namespace, "create", "secret", *rest, "--dry-run=server"
