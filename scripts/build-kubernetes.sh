@@ -39,7 +39,7 @@ if ((${#need_apt[@]})); then
 fi
 # etcd-server's maintainer script may start a system etcd on 2379; ours uses free ports,
 # but a stray one wastes memory.
-pkill -U 0 --full "^/usr/bin/etcd( |$)" 2>/dev/null || true
+pkill -U 0 --full "^/usr/bin/etcd$" 2>/dev/null || true
 
 if [[ -x "$BIN/kube-apiserver" && -x "$BIN/kube-controller-manager" ]]; then
   log "binaries cached in $BIN"
