@@ -23,6 +23,7 @@ import jsonschema
 import pytest
 import yaml
 
+import store
 from tests.deploy.conftest import REPO
 from tests.deploy.test_install import container, one
 
@@ -289,6 +290,36 @@ def test_the_module_setting_is_one_deckhouse_accepts() -> None:
     jsonschema.validate({"highAvailability": True}, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"highAvailability": "yes"}, schema)
+
+
+@pytest.mark.parametrize(
+    ("url", "admitted"),
+    [
+        ("sqlite:////var/lib/ai-inference/events.sqlite", True),
+        ("postgresql+psycopg://ai@db.example:5432/ai", True),
+        ("postgresql://ai@db.example/ai", True),
+        ("postgres://ai@db.example/ai", True),
+        ("", False),  # the controller exits 2: the pod crash-loops
+        ("mysql://root@db/ai", False),
+        ("postgresql+psycopg2://ai@db/ai", False),
+        ("sqlite:////tmp/events.sqlite", False),  # a read-only root file system
+        ("sqlite:///events.sqlite", False),
+        ("sqlite://", False),
+    ],
+)
+def test_the_store_url_the_schema_admits_is_one_the_controller_opens(
+    url: str, admitted: bool
+) -> None:
+    """Refused in the ModuleConfig, a bad URL is said at once by Deckhouse; admitted, it
+    crash-looped the controller's pod instead."""
+    schema = yaml.safe_load((DEPLOY / "openapi" / "config-values.yaml").read_text("utf-8"))
+    settings = {"store": {"url": url}}
+    if admitted:
+        jsonschema.validate(settings, schema)
+        store.normalise_url(url)  # the controller's own check
+    else:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(settings, schema)
 
 
 # --- RBAC --------------------------------------------------------------------------------
