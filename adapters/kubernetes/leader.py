@@ -138,6 +138,20 @@ class Elector:
                     "lease %s/%s is held by %s; standing by", self.namespace, self.name, holder
                 )
             return False
+        if self._leading and holder != self.identity:
+            # Our term lapsed while this process did not run (a long GC, a frozen VM) and
+            # another came and went: the Lease is released, or its holder's expired. The
+            # term is over, as client-go's Run ends past renewDeadline. Taking the Lease
+            # again here made a new term under the old epoch, with the fence open and no
+            # take-over: the log's newer epoch refused only this process's appends.
+            log.warning(
+                "lease %s/%s was %s's since this process last renewed it",
+                self.namespace,
+                self.name,
+                holder or "released",
+            )
+            self._step_down()
+            return False
         renewing = self._leading and holder == self.identity
         epoch = transitions or 0
         if not renewing:

@@ -236,3 +236,26 @@ def test_the_lease_is_not_taken_while_the_epoch_floor_cannot_be_read(candidates,
     log_down.clear()
     eventually(lambda: standby.elector.is_leader, timeout=5)
     assert standby.events() == [("started", 8)]
+
+
+def test_a_leader_whose_term_another_took_and_released_does_not_resume(
+    candidates, cluster, lease_name
+) -> None:
+    """The leader did not run for longer than its Lease (a long GC, a frozen VM): another
+    took the Lease, failed to start and released it. Back, the first one's term is over:
+    it steps down (its process leaves and starts again as a standby), where it once took
+    the Lease as a new term under its old epoch, writing with the fence open."""
+    first = candidates("first")
+    assert first.elector.try_acquire_or_renew()  # a round, by hand: no thread to pause
+    assert first.events() == [("started", 0)]
+    api = client.CoordinationV1Api(cluster.api_client("admin"))
+    for holder, transitions in (("second", 1), (None, 1)):  # taken, then released
+        lease = api.read_namespaced_lease(lease_name, NAMESPACE)
+        lease.spec.holder_identity = holder
+        lease.spec.lease_transitions = transitions
+        api.replace_namespaced_lease(lease_name, NAMESPACE, lease)
+    assert not first.elector.try_acquire_or_renew()
+    assert first.events() == [("started", 0), ("stopped", None)]
+    assert not first.elector.is_leader
+    lease = api.read_namespaced_lease(lease_name, NAMESPACE)
+    assert lease.spec.holder_identity is None  # not taken back
