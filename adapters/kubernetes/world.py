@@ -19,7 +19,7 @@ from adapters.kubernetes.rendering import UID_LABEL
 from adapters.kubernetes.rest import Resource
 from adapters.kubernetes.secret_lookup import NamedSecrets
 from adapters.kubernetes.settings import MODULE_NAME
-from adapters.kubernetes.watching import Informer, Obj, Timeouts, by_label
+from adapters.kubernetes.watching import RESYNC, Informer, Obj, Timeouts, by_label
 from fsm.placement.arbitration import TAKEN_ANNOTATION
 
 __all__ = ["SETTINGS_SOURCES", "ClusterCache"]
@@ -398,7 +398,9 @@ class ClusterCache:
             return handler
 
         def order_changed(event: str, obj: Obj) -> None:
-            if event == "DELETED" or status_echo is None or not status_echo(obj):
+            # A resync is the safety net, never an echo: the same version handed back
+            # again would match an echo noted too late for its own event, and be dropped.
+            if event in ("DELETED", RESYNC) or status_echo is None or not status_echo(obj):
                 enqueue([str(_meta(obj).get("uid"))])
 
         self.orders.add_handler(order_changed)

@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 from adapters.kubernetes.rendering import UID_LABEL
+from adapters.kubernetes.watching import RESYNC
 from adapters.kubernetes.world import ClusterCache
 from tests.support import fakes
 
@@ -87,6 +88,11 @@ def test_an_order_event_that_only_brings_back_our_status_write_wakes_nothing() -
     theirs = {**ours, "metadata": {**ours["metadata"], "resourceVersion": "theirs"}}
     cache.orders._apply("MODIFIED", {**theirs, "status": {"phase": "Ready"}})
     assert woken == [uid]  # someone else's write: a pass puts the status back
+    woken.clear()
+    # A resync hands the same version back: the safety net, never an echo (the write's
+    # echo noted after its own event went by would otherwise drop it).
+    cache.orders._emit(RESYNC, ours)
+    assert woken == [uid]
     woken.clear()
     cache.orders._apply("DELETED", {**ours, "metadata": {**ours["metadata"]}})
     assert woken == [uid]
