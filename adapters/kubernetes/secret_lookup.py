@@ -94,7 +94,13 @@ class NamedSecrets:
                 return copy.deepcopy(entry.obj)
         obj = self._read(key)
         with self._lock:
+            old = self._entries.get(key)
             self._entries[key] = _Entry(obj, self._clock())
+        if old is not None:
+            # A change found here is told as a refresh tells it: the next refresh compares
+            # with this copy and finds nothing, and the other orders naming the Secret
+            # would wait for the resync.
+            self._tell_change(old.obj, obj)
         return copy.deepcopy(obj)
 
     def _read(self, key: tuple[str, str]) -> Obj | None:
@@ -154,12 +160,16 @@ class NamedSecrets:
                 if old is None:
                     continue  # dropped meanwhile
                 self._entries[key] = _Entry(obj, self._clock())
-            if _rv(old.obj) == _rv(obj):
-                continue
-            changed += 1
-            event = "DELETED" if obj is None else ("ADDED" if old.obj is None else "MODIFIED")
-            self._emit(event, obj if obj is not None else old.obj)
+            changed += self._tell_change(old.obj, obj)
         return changed
+
+    def _tell_change(self, old: Obj | None, new: Obj | None) -> int:
+        """Emit the change from `old` to `new` (copies of one Secret), if any; 1 if told."""
+        if _rv(old) == _rv(new):
+            return 0
+        event = "DELETED" if new is None else ("ADDED" if old is None else "MODIFIED")
+        self._emit(event, new if new is not None else old)
+        return 1
 
     def _emit(self, event: str, obj: Obj | None) -> None:
         if obj is None:
