@@ -580,6 +580,11 @@ class Informer:
                     timeout_seconds=max(1, int(_JITTER.uniform(low, high))),
                     _request_timeout=(self._timeouts.connect, self._timeouts.read),
                 ):
+                    if self._stopping.is_set():
+                        # stop() came before the stream had a response to close (the
+                        # client's stream() resets its own stop flag as it starts).
+                        stream.watch.stop()
+                        break
                     stream.last_activity = time.monotonic()
                     if isinstance(event, dict):
                         received += 1
