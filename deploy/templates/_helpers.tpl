@@ -16,14 +16,29 @@ heritage: deckhouse
 module: {{ .Chart.Name }}
 {{- end }}
 
-{{- /* The controller's image: registry base @ the digest Deckhouse built for it. */ -}}
+{{- /*
+  The controller's image: registry base @ the digest Deckhouse built for it. A module
+  delivered from its own source (a ModuleSource) has a registry of its own in
+  `aiInference.registry`, as lib-helm's helm_lib_module_image reads it: its base, then
+  the module's name; else the platform's base.
+*/ -}}
 {{- define "ai-inference.image" -}}
 {{- $images := .Values.global.modulesImages -}}
 {{- $digest := dig "aiInference" "controller" "" $images.digests -}}
 {{- if not $digest -}}
 {{- fail "global.modulesImages.digests.aiInference.controller is not set" -}}
 {{- end -}}
-{{- printf "%s@%s" $images.registry.base $digest -}}
+{{- $base := $images.registry.base -}}
+{{- $own := dig "registry" "base" "" .Values.aiInference -}}
+{{- if $own -}}
+{{- $base = printf "%s/%s" (trimAll "/" $own) .Chart.Name -}}
+{{- end -}}
+{{- printf "%s@%s" $base $digest -}}
+{{- end }}
+
+{{- /* The pull credentials of the registry the image comes from (see the image's). */ -}}
+{{- define "ai-inference.dockercfg" -}}
+{{- dig "registry" "dockercfg" "" .Values.aiInference | default .Values.global.modulesImages.registry.dockercfg -}}
 {{- end }}
 
 {{- /* "true" when the event log is SQLite: a file one replica writes, on a volume. */ -}}

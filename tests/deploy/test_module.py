@@ -180,6 +180,27 @@ def test_the_deployment_follows_the_platform() -> None:
     assert one(docs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
 
 
+def test_a_module_from_its_own_source_pulls_from_its_own_registry() -> None:
+    """A ModuleSource gives the module a registry of its own (`aiInference.registry`):
+    the image is there, under the module's name, with its credentials, as lib-helm's
+    helm_lib_module_image has it. The platform's registry never holds that digest."""
+    values = deckhouse_values()
+    values["aiInference"]["registry"] = {
+        "base": "modules.example.org/deckhouse/",
+        "dockercfg": "eyJhdXRocyI6e319",  # {"auths":{}}
+    }
+    docs = render(values)
+    digest = values["global"]["modulesImages"]["digests"]["aiInference"]["controller"]
+    deployment = one(docs, "Deployment", "ai-inference-controller")
+    assert container(deployment)["image"] == (
+        f"modules.example.org/deckhouse/ai-inference@{digest}"
+    )
+    secret = one(docs, "Secret", "deckhouse-registry")
+    assert secret["data"][".dockerconfigjson"] == "eyJhdXRocyI6e319"
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "deckhouse-registry"}]
+
+
 def test_an_image_without_a_digest_is_refused() -> None:
     values = deckhouse_values()
     values["global"]["modulesImages"]["digests"] = {}
