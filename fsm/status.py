@@ -325,14 +325,14 @@ def render_status(state: OrderState) -> dict[str, Any]:
     # edit waiting for room asks.
     serving = serving_basis(state)
     policy = serving.policy
-    # (A stream from before the applied basis kept the endpoint type has the model's.)
-    endpoint_type = serving.endpoint_type or (state.model and state.model.endpoint_type)
+    model = state.model
     if (
         policy is not None
         and policy.class_name is not None
-        and endpoint_type is not None  # no contract while the model is unresolved
+        and model is not None
+        and model.endpoint_type is not None  # no contract while the model is unresolved
     ):
-        out["model"] = {"endpointType": str(endpoint_type)}
+        out["model"] = {"endpointType": str(serving.endpoint_type or model.endpoint_type)}
 
     endpoint: dict[str, Any] = {}
     if state.endpoint is not None:
