@@ -255,7 +255,7 @@ def test_a_rotated_token_reaches_the_runtime(
 
 
 @pytest.mark.timeout(300)
-def test_a_token_secret_stripped_of_its_labels_is_labelled_again_with_its_token(
+def test_a_token_secret_stripped_of_its_labels_is_made_again_with_its_token(
     platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
 ) -> None:
     """The controller finds its Secrets by label: one whose labels someone removed left

@@ -37,18 +37,7 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
                 break
             replicas.extend(place.replicas)
         replicas.extend(_named(demand)[len(replicas) :])
-        for index, devices in enumerate(replicas):
-            allocations.append(
-                Allocation(
-                    namespace=demand.namespace,
-                    name=f"{demand.name}-planned-{index}",
-                    devices=devices,
-                    share_percent=demand.plan.share_percent or FULL_SHARE,
-                    holder=demand.holder,
-                    priority=demand.priority,
-                    planned=True,
-                )
-            )
+        allocations.extend(_placeholders(demand, replicas))
     return replace(snapshot, allocations=tuple(sorted(allocations, key=lambda a: a.key)))
 
 
