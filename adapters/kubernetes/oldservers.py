@@ -23,7 +23,7 @@ from typing import Any
 
 from kubernetes import client
 
-from adapters.kubernetes.rendering import hpa_api_version_for
+from adapters.kubernetes.rendering import HPA_API_VERSIONS, RenderError, hpa_api_version_for
 
 __all__ = ["CLAIMS_ANNOTATION", "for_old_server", "hpa_api_version", "rewrite_for"]
 
@@ -83,9 +83,24 @@ def rewrite_for(api: client.ApiClient) -> Callable[[dict[str, Any]], dict[str, A
 
 def hpa_api_version(api: client.ApiClient) -> str:
     """The HPA API version to write: the newest of those the controller renders that the
-    server serves (discovery of the `autoscaling` group)."""
-    group = client.AutoscalingApi(api).get_api_group()
-    served = {v.group_version for v in group.versions or ()}
-    chosen = hpa_api_version_for(served)
+    server serves (discovery of the `autoscaling` group).
+
+    A server serving none of them does not hold the start, as the HPA informer is an
+    optional kind (world.py): the newest is kept, and the orders that need an HPA say
+    why on their status (the apply fails), the others are served."""
+    try:
+        group = client.AutoscalingApi(api).get_api_group()
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
+        served: set[str] = set()  # the group itself is turned off
+    else:
+        served = {v.group_version for v in group.versions or ()}
+    try:
+        chosen = hpa_api_version_for(served)
+    except RenderError as exc:
+        chosen = HPA_API_VERSIONS[0]
+        log.warning("HorizontalPodAutoscalers as %s, though %s", chosen, exc)
+        return chosen
     log.info("HorizontalPodAutoscalers as %s (served: %s)", chosen, ", ".join(sorted(served)))
     return chosen
