@@ -37,7 +37,6 @@ __all__ = [
     "Version",
     "claim_taken",
     "find_place",
-    "give_units",
     "priority_lookup",
     "uncovered_held",
     "usage_by_device",
@@ -260,26 +259,20 @@ def usage_of(snapshot: Snapshot) -> Usage:
 
 
 def take_units(
-    usage: Usage, by_id: Mapping[str, Device], devices: Iterable[str], share_percent: int
+    usage: Usage,
+    by_id: Mapping[str, Device],
+    devices: Iterable[str],
+    share_percent: int,
+    *,
+    sign: int = 1,
 ) -> None:
     """Count `devices` (published ones, by id in `by_id`) as taken at `share_percent` in
-    `usage`: a place made elsewhere."""
+    `usage`: a place made elsewhere. `sign=-1` gives back what the same call took."""
     for device_id in devices:
         use = usage.get(device_id)
         if use is not None:
             units = _units(by_id[device_id], share_percent)
-            usage[device_id] = _Use(use.used + units, use.claims)
-
-
-def give_units(
-    usage: Usage, by_id: Mapping[str, Device], devices: Iterable[str], share_percent: int
-) -> None:
-    """Undo `take_units` of the same arguments."""
-    for device_id in devices:
-        use = usage.get(device_id)
-        if use is not None:
-            units = _units(by_id[device_id], share_percent)
-            usage[device_id] = _Use(use.used - units, use.claims)
+            usage[device_id] = _Use(use.used + sign * units, use.claims)
 
 
 def claim_taken(usage: Usage, by_id: Mapping[str, Device], alloc: Allocation) -> None:

@@ -25,7 +25,6 @@ from fsm.placement.capacity import (
     Snapshot,
     claim_taken,
     find_place,
-    give_units,
     take_units,
     uncovered_held,
     usage_by_device,
@@ -124,7 +123,7 @@ def with_demand(
             )
             allocations.append(planned)
             claim_taken(usage, by_id, planned)
-    give_units(usage, by_id, kept, held_share)
+    take_units(usage, by_id, kept, held_share, sign=-1)
     placed = replace(snapshot, allocations=tuple(sorted(allocations, key=lambda a: a.key)))
     # The plan this snapshot is for counts from here, not from every claim again.
     return with_counted(placed, usage)
