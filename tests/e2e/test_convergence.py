@@ -13,6 +13,8 @@ from __future__ import annotations
 import base64
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -57,6 +59,23 @@ def external_token(device_classes: list[str]) -> dict[str, Any]:
         "https": {"mode": "Disabled"},
     }
     return spec
+
+
+@contextmanager
+def l4_class(
+    platform: LocalPlatform,
+    admin: Admin,
+    name: str,
+    spec: Callable[[list[str]], dict[str, Any]],
+    gpus: int = 1,
+) -> Iterator[None]:
+    """A node of `gpus` L4s, a device class `{name}-l4` selecting them, and class `name`
+    (`spec` of that device class) Ready; all of it gone after."""
+    node = gpu_node(f"{name}-node", [(L4, "24Gi")] * gpus)
+    with extra_capacity(platform, [node], [product_class(f"{name}-l4", L4)]):
+        admin.create_class(name, spec([f"{name}-l4"]))
+        class_ready(platform, name)
+        yield
 
 
 def settle(platform: LocalPlatform, uid: str, passes: int = 5) -> int:
@@ -106,10 +125,7 @@ def phases(platform: LocalPlatform, uid: str, after: int) -> set[str]:
 def test_deleted_and_edited_children_come_back_with_no_false_phase(
     platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
 ) -> None:
-    node = gpu_node("e2e-conv-node", [(L4, "24Gi")])
-    with extra_capacity(platform, [node], [product_class("e2e-conv-l4", L4)]):
-        admin.create_class("e2e-conv", external_token(["e2e-conv-l4"]))
-        class_ready(platform, "e2e-conv")
+    with l4_class(platform, admin, "e2e-conv", external_token):
         uid = orders(
             "conv-repair", {"inferenceServiceClassName": "e2e-conv", "model": hf(QWEN_SMALL)}
         )
@@ -204,10 +220,7 @@ class _Meta:
 def test_a_rotated_token_reaches_the_runtime(
     platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
 ) -> None:
-    node = gpu_node("e2e-rot-node", [(L4, "24Gi")])
-    with extra_capacity(platform, [node], [product_class("e2e-rot-l4", L4)]):
-        admin.create_class("e2e-rot", external_token(["e2e-rot-l4"]))
-        class_ready(platform, "e2e-rot")
+    with l4_class(platform, admin, "e2e-rot", external_token):
         uid = orders(
             "conv-rotate", {"inferenceServiceClassName": "e2e-rot", "model": hf(QWEN_SMALL)}
         )
@@ -263,10 +276,7 @@ def test_a_token_secret_stripped_of_its_labels_is_made_again_with_its_token(
     probe, which reads the token from the cache, never ran. It is made again with the
     same token (callers hold it; the controller may not patch Secrets), the pods roll to
     it, and the passes after write nothing."""
-    node = gpu_node("e2e-lbl-node", [(L4, "24Gi")])
-    with extra_capacity(platform, [node], [product_class("e2e-lbl-l4", L4)]):
-        admin.create_class("e2e-lbl", external_token(["e2e-lbl-l4"]))
-        class_ready(platform, "e2e-lbl")
+    with l4_class(platform, admin, "e2e-lbl", external_token):
         uid = orders(
             "conv-unlabel", {"inferenceServiceClassName": "e2e-lbl", "model": hf(QWEN_SMALL)}
         )
@@ -318,10 +328,7 @@ def _stub_url(platform: LocalPlatform, uid: str, secret_uid: str | None = None) 
 def test_a_class_switched_to_cluster_local_without_token_prunes_and_back(
     platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
 ) -> None:
-    node = gpu_node("e2e-prune-node", [(L4, "24Gi"), (L4, "24Gi")])
-    with extra_capacity(platform, [node], [product_class("e2e-prune-l4", L4)]):
-        admin.create_class("e2e-prune", external_token(["e2e-prune-l4"]))
-        class_ready(platform, "e2e-prune")
+    with l4_class(platform, admin, "e2e-prune", external_token, gpus=2):
         orders("conv-prune", {"inferenceServiceClassName": "e2e-prune", "model": hf(QWEN_SMALL)})
         alice.wait_phase(NS, "conv-prune", "Ready", timeout=90)
         core, net = admin.core, client.NetworkingV1Api(admin.api)
@@ -384,11 +391,10 @@ def test_a_class_turning_to_an_hpa_never_drops_a_running_replica(
     the count fell to the default of 1 — a running replica killed — unless it is handed
     over first. Every count the Deployment passes through is watched."""
     # Four devices: a replan is never offered the place the order holds (SPEC 3.1).
-    node = gpu_node("e2e-handover-node", [(L4, "24Gi")] * 4)
     fixed = {"minReplicas": 2, "maxReplicas": 2}
-    with extra_capacity(platform, [node], [product_class("e2e-handover-l4", L4)]):
-        admin.create_class("e2e-handover", class_spec(["e2e-handover-l4"], scaling=fixed))
-        class_ready(platform, "e2e-handover")
+    with l4_class(
+        platform, admin, "e2e-handover", lambda classes: class_spec(classes, scaling=fixed), gpus=4
+    ):
         spec = {"inferenceServiceClassName": "e2e-handover", "model": hf(QWEN_SMALL)}
         orders("conv-handover", spec)
         alice.wait_phase(NS, "conv-handover", "Ready", timeout=90)
@@ -467,10 +473,7 @@ def test_a_users_service_of_the_orders_name_is_never_taken_over(
     does not show it (no order label), and a forced apply took it over — its selector
     rewritten, the order's owner reference added, deleted with the order. It is left as
     it is; the order says why, and is served once the name is free."""
-    node = gpu_node("e2e-taken-node", [(L4, "24Gi")])
-    with extra_capacity(platform, [node], [product_class("e2e-taken-l4", L4)]):
-        admin.create_class("e2e-taken", class_spec(["e2e-taken-l4"]))
-        class_ready(platform, "e2e-taken")
+    with l4_class(platform, admin, "e2e-taken", class_spec):
         core = admin.core
         theirs = client.V1Service(
             metadata=client.V1ObjectMeta(name="conv-taken"),
@@ -592,10 +595,7 @@ def test_capacity_added_to_an_exhausted_order_makes_it_ready_with_no_edit(
 def test_a_hub_outage_does_not_demote_a_ready_order(
     platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
 ) -> None:
-    node = gpu_node("e2e-blip-node", [(L4, "24Gi")])
-    with extra_capacity(platform, [node], [product_class("e2e-blip-l4", L4)]):
-        admin.create_class("e2e-blip", class_spec(["e2e-blip-l4"]))
-        class_ready(platform, "e2e-blip")
+    with l4_class(platform, admin, "e2e-blip", class_spec):
         uid = orders(
             "conv-blip", {"inferenceServiceClassName": "e2e-blip", "model": hf(QWEN_SMALL)}
         )
@@ -648,11 +648,8 @@ def test_a_quota_refusing_the_token_is_said_and_lifted_the_order_is_ready_on_its
     """A ResourceQuota on Secrets refuses the order's token Secret (403, "exceeded
     quota"). The order says so, and no pass raises; once the quota is gone it is Ready
     with no edit: nothing it watches changed, so the apply backoff brings it."""
-    node = gpu_node("e2e-quota-node", [(L4, "24Gi")])
     quota = {"metadata": {"name": "e2e-no-secrets"}, "spec": {"hard": {"secrets": "0"}}}
-    with extra_capacity(platform, [node], [product_class("e2e-quota-l4", L4)]):
-        admin.create_class("e2e-quota", external_token(["e2e-quota-l4"]))
-        class_ready(platform, "e2e-quota")
+    with l4_class(platform, admin, "e2e-quota", external_token):
         errors_before = pass_errors()
         admin.core.create_namespaced_resource_quota(NS, quota)
         # Its usage, as the quota controller (not run here) would count it: without one
