@@ -102,7 +102,10 @@ def _loads(raw: bytes) -> Any:
     64 bits, no lone surrogate (`"\\ud800"` is valid JSON, and not UTF-8). Either would
     make the order's model event unrecordable in every pass, for ever; a ValueError here is
     ModelMetadataInvalid, said once."""
-    data = json.loads(raw, parse_int=_int64)
+    try:
+        data = json.loads(raw, parse_int=_int64)
+    except RecursionError as deep:  # `[[[[...` a few KB long: not metadata either
+        raise ValueError("JSON nested too deeply") from deep
     json.dumps(data, ensure_ascii=False).encode("utf-8")  # UnicodeEncodeError: a ValueError
     return data
 
@@ -110,6 +113,8 @@ def _loads(raw: bytes) -> Any:
 _ID_CHARACTERS = re.compile(r"[A-Za-z0-9_.-]+")
 _PART_LIMIT = 96
 _LIBRARY = "ai-inference"
+_MAX_REDIRECTS = 5  # a mirror's hop or two, the hub's CDN for a file; more is a loop
+_ERROR_BODY_BYTES = 64 * 1024  # the hub's error message is JSON of a few hundred bytes
 try:
     _VERSION = metadata.version(_LIBRARY)
 except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
@@ -515,31 +520,68 @@ class _Resolution:
 
     def read_capped(self, url: str, what: str, params: dict[str, Any] | None = None) -> bytes:
         """The body of a GET, read in chunks: never more than `max_file_bytes` of it, and
-        never past the resolution's deadline (a hub that trickles bytes still meets it)."""
+        never past the resolution's deadline (a hub that trickles bytes still meets it).
+        An error's body and a redirect's are capped too: the client reads both whole."""
         headers = build_hf_headers(
             token=self.send_token(), library_name=_LIBRARY, library_version=_VERSION
         )
         limit = self.settings.max_file_bytes
-        with (
-            self.errors(what),
-            get_session().stream(
-                "GET", url, headers=headers, params=params, timeout=self.budget()
-            ) as response,
-        ):
-            if response.status_code >= 400:
-                response.read()
-                hf_raise_for_status(response)
-            body = bytearray()
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > limit:
-                    raise _Failed(
-                        Reason.MODEL_METADATA_INVALID,
-                        f"{self.the_hub} answered {what} of {self.name!r} with more than "
-                        f"{limit} bytes; the answer was not read further.",
-                    )
-                self.budget()
-            return bytes(body)
+        with self.errors(what):
+            session = get_session()
+            request = session.build_request("GET", url, headers=headers, params=params)
+            response = self.follow(session, request)
+            try:
+                if response.status_code >= 400:
+                    hf_raise_for_status(self.with_capped_body(response))
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > limit:
+                        raise _Failed(
+                            Reason.MODEL_METADATA_INVALID,
+                            f"{self.the_hub} answered {what} of {self.name!r} with more than "
+                            f"{limit} bytes; the answer was not read further.",
+                        )
+                    self.budget()
+                return bytes(body)
+            finally:
+                response.close()
+
+    def follow(self, session: httpx2.Client, request: httpx2.Request) -> httpx2.Response:
+        """`request` sent, its redirects followed as the client would (Authorization
+        dropped across origins), but no redirect's body read: the client reads each one
+        whole, and a mirror's 302 with a 300 MB body took 600 MB of the controller."""
+        for _ in range(_MAX_REDIRECTS + 1):
+            request.extensions["timeout"] = httpx2.Timeout(self.budget()).as_dict()
+            response = session.send(request, stream=True, follow_redirects=False)
+            if response.next_request is None:
+                return response
+            response.close()
+            request = response.next_request
+        raise _Failed(
+            Reason.MODEL_SOURCE_UNREACHABLE,
+            f"{self.the_hub} redirected {self.name!r} more than {_MAX_REDIRECTS} times; "
+            "retrying later.",
+        )
+
+    def with_capped_body(self, response: httpx2.Response) -> httpx2.Response:
+        """`response` with at most `_ERROR_BODY_BYTES` of its body, for the library to read
+        the hub's error from: a 503 answered with gigabytes is an outage, not a reason to
+        hold them."""
+        body = bytearray()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) >= _ERROR_BODY_BYTES:
+                break
+            self.budget()
+        # The body is decoded already: the headers that would have it decoded again go.
+        framing = {"content-encoding", "content-length", "transfer-encoding"}
+        return httpx2.Response(
+            response.status_code,
+            headers=[(k, v) for k, v in response.headers.items() if k.lower() not in framing],
+            content=bytes(body[:_ERROR_BODY_BYTES]),
+            request=response.request,
+        )
 
     def fetch_json(self, filename: str) -> dict[str, Any] | None:
         raw = self.fetch(filename)

@@ -9,6 +9,8 @@ cap. Tokens that cannot be sent in a header are refused before any request.
 
 from __future__ import annotations
 
+import functools
+import gzip
 import json
 import logging
 import threading
@@ -65,6 +67,8 @@ class _Handler(BaseHTTPRequestHandler):
             {"id": MODEL, "sha": ["not", "a", "sha"], "siblings": MARKER, "tags": 7}
         ).encode(),
         "binary": bytes(range(256)) * 16 + MARKER.encode(),
+        # Valid JSON that Python's parser cannot descend: RecursionError, not ValueError.
+        "deep-json": b"[" * 100_000 + b"]" * 100_000,
     }
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
@@ -80,6 +84,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(self.BODIES[mode])
         elif mode == "huge":
             self._huge()
+        elif mode == "huge-503":
+            self._huge(status=503)
+        elif mode == "gzip-bomb-503":
+            self._gzip_bomb(status=503)
+        elif mode == "huge-redirect":
+            if self.path.startswith("/moved"):
+                self._answer(b"{}", status=503)
+            else:
+                self._huge(status=302, location="/moved" + self.path)
+        elif mode == "redirect-loop":
+            self._answer(b"", status=302, location=self.path)
         elif mode == "slow":
             time.sleep(2.0)
             self._answer(b"{}")
@@ -90,17 +105,28 @@ class _Handler(BaseHTTPRequestHandler):
         elif mode == "drip-headers":
             self._drip_headers()
 
-    def _answer(self, body: bytes, *, cookie: str | None = None) -> None:
-        self.send_response(200)
+    def _answer(
+        self,
+        body: bytes,
+        *,
+        cookie: str | None = None,
+        status: int = 200,
+        location: str | None = None,
+    ) -> None:
+        self.send_response(status)
         if cookie is not None:
             self.send_header("Set-Cookie", cookie)
+        if location is not None:
+            self.send_header("Location", location)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
-    def _huge(self) -> None:
-        self.send_response(200)
+    def _huge(self, status: int = 200, location: str | None = None) -> None:
+        self.send_response(status)
+        if location is not None:
+            self.send_header("Location", location)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(HUGE))
         self.end_headers()
@@ -111,6 +137,20 @@ class _Handler(BaseHTTPRequestHandler):
                 self.server.sent += len(chunk)
         except OSError:
             pass  # the client hung up: what we want
+
+    def _gzip_bomb(self, status: int) -> None:
+        """A few hundred KB on the wire that inflate to HUGE bytes."""
+        body = gzip_bomb()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+            self.server.sent += len(body)
+        except OSError:
+            pass
 
     def _trickle(self) -> None:
         self.send_response(200)
@@ -138,6 +178,11 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
 
+@functools.cache
+def gzip_bomb() -> bytes:
+    return gzip.compress(b"x" * HUGE, compresslevel=9)
+
+
 @pytest.fixture
 def hostile() -> Iterator[HostileHub]:
     server = HostileHub()
@@ -154,7 +199,7 @@ def unavailable(result: object) -> ModelUnavailable:
     return result
 
 
-@pytest.mark.parametrize("mode", ["garbage", "json-list", "wrong-types", "binary"])
+@pytest.mark.parametrize("mode", ["garbage", "json-list", "wrong-types", "binary", "deep-json"])
 def test_garbage_is_metadata_invalid_and_the_body_is_not_quoted(
     hostile: HostileHub, mode: str
 ) -> None:
@@ -183,6 +228,36 @@ def test_a_huge_answer_is_cut_at_the_cap_and_never_held_whole(hostile: HostileHu
     assert peak < 3 * cap, f"peak {peak} bytes while reading a {HUGE}-byte answer"
     hostile.release.set()
     assert hostile.sent < HUGE
+
+
+@pytest.mark.parametrize("mode", ["huge-503", "gzip-bomb-503", "huge-redirect"])
+def test_an_error_or_a_redirect_with_a_huge_body_is_never_held_whole(
+    hostile: HostileHub, mode: str
+) -> None:
+    """The client reads an error's body and a redirect's whole, past the cap on answers:
+    a 503 with gigabytes (or a gzip of them) took the controller's memory. The outage is
+    said as one, from a capped read."""
+    hostile.mode = mode
+    gzip_bomb()  # made before the count: the server's making of it is not the client's
+    resolver = resolver_for(hostile.url, request=5.0, total=10.0)
+    tracemalloc.start()
+    try:
+        failure = unavailable(resolver.resolve(MODEL))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert failure.reason is Reason.MODEL_SOURCE_UNREACHABLE
+    assert "HTTP 503" in failure.message and failure.transient
+    assert MARKER not in failure.message
+    assert peak < HUGE // 10, f"peak {peak} bytes for a {HUGE}-byte body"
+
+
+def test_a_redirect_loop_ends_and_is_said(hostile: HostileHub) -> None:
+    hostile.mode = "redirect-loop"
+    failure = unavailable(resolver_for(hostile.url).resolve(MODEL))
+    assert failure.reason is Reason.MODEL_SOURCE_UNREACHABLE
+    assert "redirected" in failure.message and failure.transient
+    assert hostile.requests <= 10
 
 
 @pytest.mark.parametrize(
