@@ -56,6 +56,7 @@ from adapters.probes import deadlines
 
 __all__ = [
     "DEFAULT_MAX_BODY",
+    "ERROR_CHARS",
     "KEEP_ALIVE_SECONDS",
     "MAX_KEPT",
     "MAX_REDIRECTS",
@@ -69,6 +70,7 @@ __all__ = [
 MODELS_PATH = "/v1/models"
 DEFAULT_MAX_BODY = 64 * 1024
 MAX_REDIRECTS = 3
+ERROR_CHARS = 300  # of a failed probe's error, as the order's log and status keep it
 # Longer than a Ready order's probe period at the default interval (3 x 10 s), so its
 # next probe finds the connection; an order probed less often gets a new one each time.
 KEEP_ALIVE_SECONDS = 120.0
@@ -369,8 +371,11 @@ def _exchange(
                 if response.status in _REDIRECTS and location is not None:
                     target = _redirect_target(url, location, response.status)
                     if not _same_origin(url, target):
+                        # Its origin only: the rest is the endpoint's to vary at will, and
+                        # every new error is an event in the order's log.
+                        origin = f"{target.scheme}://{target.netloc.decode('ascii')}"
                         raise _Failed(
-                            f"redirect to another origin not followed: {_shown(target)}",
+                            f"redirect to another origin not followed: {origin}",
                             response.status,
                         )
                     read_to_end = _discard(response, deadline, timeout)
@@ -483,12 +488,17 @@ def _read_capped(
 def _check_models(body: bytes, status: int) -> None:
     try:
         answer: Any = json.loads(body)
-    except ValueError as err:  # UnicodeDecodeError is a ValueError too
+    # UnicodeDecodeError is a ValueError too; RecursionError is `[[[[...` a few KB deep.
+    except (ValueError, RecursionError) as err:
         raise _Failed(f"HTTP {status} but not JSON: {type(err).__name__}", status) from err
     if not isinstance(answer, dict) or not isinstance(answer.get("data"), list):
         raise _Failed(f"HTTP {status} JSON without a `data` list: not a model list", status)
 
 
 def _scrub(text: str, token: str | None) -> str:
+    """One line, without the token, and clipped after that: whoever answers the Service
+    chooses what a server's line or a URL in the error says, and each new error is an
+    event in the order's log (64 KB a probe, for as long as it likes, before)."""
     line = " ".join(text.split())
-    return line.replace(token, "***") if token else line
+    line = line.replace(token, "***") if token else line
+    return line if len(line) <= ERROR_CHARS else line[: ERROR_CHARS - 1] + "…"
