@@ -242,7 +242,9 @@ def _count(value: object, field: str) -> int | None:
     if number > INT64_MAX:
         # The event log keeps counts as 64-bit integers; no model is this large.
         raise _Invalid(f"{field} {_clip(number)} is larger than any count")
-    return number
+    # Zero is a Go controller's "not known" (a field without omitempty): taken as a count,
+    # a 70B model of "0 parameters" passed any class's maxParameterCount.
+    return number or None
 
 
 def _clip(value: object, limit: int = 60) -> str:

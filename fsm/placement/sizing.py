@@ -93,10 +93,11 @@ def weights_bytes(facts: ModelFacts) -> Fraction | None:
 
 
 def parameter_count(facts: ModelFacts) -> int | None:
-    """Published count, else the weights' size over the width; None: unknown."""
-    if facts.parameter_count is not None:
+    """Published count, else the weights' size over the width; None: unknown. A count or
+    a size of 0 is unknown, as `weights_bytes` takes it: no model has no parameters."""
+    if facts.parameter_count is not None and facts.parameter_count > 0:
         return facts.parameter_count
-    if facts.weights_bytes is not None:
+    if facts.weights_bytes is not None and facts.weights_bytes > 0:
         return math.floor(facts.weights_bytes / bytes_per_parameter(facts))
     return None
 

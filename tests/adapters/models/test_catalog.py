@@ -21,9 +21,11 @@ from adapters.models.catalog import (
     foreign_model_refusal,
 )
 from adapters.models.lookup import ModelFound, ModelUnavailable
+from fsm import policy
 from fsm.reasons import Reason
 from fsm.values import (
     CatalogKind,
+    ClassSpec,
     EndpointType,
     ModelFormat,
     ModelRef,
@@ -163,7 +165,34 @@ MAPPINGS = [
      ModelFormat.UNKNOWN, Quantization.NONE, (EndpointType.CHAT,), None, True),
     ("count-as-string", ready(parameterCount="494032768"), ModelFormat.UNKNOWN,
      Quantization.NONE, (), 494_032_768, False),
+    # A Go controller's zero value: not known, never a model of no parameters.
+    ("count-zero-is-unknown", ready(parameterCount=0), ModelFormat.UNKNOWN,
+     Quantization.NONE, (), None, False),
+    ("count-zero-string-is-unknown", ready(parameterCount="0"), ModelFormat.UNKNOWN,
+     Quantization.NONE, (), None, False),
 ]  # fmt: skip
+
+
+@pytest.mark.parametrize("count", [0, "0"], ids=["int", "string"])
+def test_a_count_of_zero_is_judged_by_the_size_as_a_missing_one_is(count: object) -> None:
+    """parameterCount 0 passed a class's maxParameterCount for a 70B model, which the
+    same object without the field was refused by, on its size."""
+    klass = policy.effective_policy(
+        "small",
+        ClassSpec.model_validate(
+            {"modelPolicy": {"allowedEndpointTypes": ["Chat"], "maxParameterCount": "8B"}}
+        ),
+    )
+    verdicts = []
+    for given_count in (None, count):
+        obj = ready(supportedEndpointTypes=["Chat"])
+        if given_count is not None:
+            obj["status"]["resolved"]["parameterCount"] = given_count
+        obj["status"].setdefault("artifact", {})["sizeBytes"] = 141_000_000_000
+        found = facts_from_catalog(obj)
+        assert isinstance(found, ModelFound), found
+        verdicts.append(policy.resolve_model(klass, found.facts).reason)
+    assert verdicts == [Reason.PARAMETER_COUNT_NOT_ALLOWED] * 2
 
 
 @pytest.mark.parametrize(
