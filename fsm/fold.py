@@ -20,6 +20,7 @@ from fsm import events as ev
 from fsm import machine
 from fsm.reasons import Phase, Reason
 from fsm.state import (
+    PROBE_FAILURE_THRESHOLD,
     ClassJudgement,
     Condition,
     Endpoint,
@@ -153,9 +154,12 @@ def _applied(s: OrderState, e: ev.WorkloadApplied) -> Updates:
         "applied_revision": s.plan_revision if current else s.applied_revision,
         "applied_at": e.observed_at,
     }
-    if current and s.plan_revision != s.applied_revision:
+    failed = s.ever_ready and s.probe_failures >= PROBE_FAILURE_THRESHOLD
+    if current and s.plan_revision != s.applied_revision and not failed:
         # A new plan's workload: the failures that make an order Failed are its own, not
-        # the old workload's (two of those and one of the new plan's were three).
+        # the old workload's (two of those and one of the new plan's were three). A Failed
+        # order keeps its streak: only an answer lifts it (a reset made it Ready with no
+        # probe answering, the moment the new plan was applied).
         updates["probe_failures"] = 0
     return updates
 

@@ -53,7 +53,8 @@ __all__ = [
 ]
 
 # Raise when the fold computes a field differently while the state's shape stays.
-FOLD_REVISION = 2  # 2: a new plan applied starts its own probe failure streak
+# 2: a new plan applied starts its own probe failure streak; 3: but for a Failed order's
+FOLD_REVISION = 3
 
 # After the first Ready, this many consecutive failed probes make the order Failed
 # (ServiceUnhealthy). One or two failures are a blip — a restarting pod, a slow answer —

@@ -585,6 +585,21 @@ def test_the_fold_equals_the_reference_on_the_frozen_v1_stream() -> None:
     assert fold(events) == reference_fold.fold(events)
 
 
+def test_a_failed_order_given_a_new_plan_stays_failed_until_a_probe_answers() -> None:
+    """A Failed order whose class was edited: its new plan applied, no probe of it yet.
+    The streak is kept (it was reset: Ready, "The inference API answered the probe.",
+    with no probe answering); the new workload's first answer makes it Ready."""
+    failed = run(*SERVED, *(probe(10 + i, ok=False) for i in range(PROBE_FAILURE_THRESHOLD)))
+    assert _ready_reason(failed) == (Phase.FAILED, R.SERVICE_UNHEALTHY)
+    replaced = run(
+        *EDITED, workload(25, 0, rollout="d/2"), workload(26, rollout="d/2"), state=failed
+    )
+    assert _ready_reason(replaced) == (Phase.FAILED, R.SERVICE_UNHEALTHY)
+    still = run(probe(30, ok=False), state=replaced)
+    assert _ready_reason(still) == (Phase.FAILED, R.SERVICE_UNHEALTHY)
+    assert _ready_reason(run(probe(31), state=still)) == (Phase.READY, R.ENDPOINT_SERVING)
+
+
 def test_failures_before_a_new_plan_do_not_count_against_it() -> None:
     """Two failed probes of the old workload, then a new plan whose pods replaced the old
     ones: its first failure keeps it Pending (HealthCheckFailed), it is not the third of
