@@ -7,9 +7,21 @@ the objects named after it; this module is the one home of that vocabulary, so t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-__all__ = ["OrderRef", "auth_secret_name", "custom_tls_secret_name", "tls_secret_name"]
+__all__ = [
+    "OBJECT_NAME_PATTERN",
+    "OrderRef",
+    "auth_secret_name",
+    "custom_tls_secret_name",
+    "is_object_name",
+    "tls_secret_name",
+]
+
+# A DNS-1123 subdomain: what Kubernetes takes as the name of a Secret and most objects.
+OBJECT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_OBJECT_NAME = re.compile(OBJECT_NAME_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,3 +56,10 @@ def custom_tls_secret_name(order_name: str) -> str:
     cert-manager Secret of an order named `{order}-custom`: no suffix here ends another
     one, so no two orders' Secrets can share a name (tests/fsm/test_identity.py)."""
     return f"{order_name}-certificate"
+
+
+def is_object_name(name: str) -> bool:
+    """Whether `name` can be a Secret's (a DNS-1123 subdomain, at most 253 characters).
+    A name taken from a spec is checked before it is asked for: `../../ns/secrets/x`
+    is a path, not a name."""
+    return len(name) <= 253 and _OBJECT_NAME.fullmatch(name) is not None

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from fsm.identity import is_object_name
 from fsm.placement.sizing import parameter_count
 from fsm.quantity import QuantityError, parse_parameter_count
 from fsm.reasons import CLASS_CONDITION_CATALOGUE, ClassReason, ConditionStatus, Reason
@@ -223,6 +224,18 @@ def validate_class(
                 "exposurePolicy.https.mode is CustomCertificate: set "
                 "exposurePolicy.https.customCertificate.secretName (a kubernetes.io/tls "
                 "Secret in the module's namespace)",
+            )
+        )
+    name = https.custom_certificate_secret_name if https is not None else None
+    if name and not is_object_name(name):
+        # It is read with the controller's rights: `../../ns/secrets/x` was another
+        # namespace's TLS key, copied next to the order (the CRD's pattern refuses it on
+        # a server; this is for classes written before it).
+        problems.append(
+            ClassProblem(
+                ClassReason.INVALID_CERTIFICATE_SECRET_NAME,
+                f"exposurePolicy.https.customCertificate.secretName {name[:80]!r} is not "
+                "the name of a Secret (lowercase letters, digits, '-' and '.')",
             )
         )
     return ClassValidity(tuple(problems))

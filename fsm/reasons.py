@@ -452,6 +452,7 @@ class ClassReason(StrEnum):
     DEVICE_CLASS_NOT_FOUND = "DeviceClassNotFound"
     ISSUER_MISSING = "IssuerMissing"
     CERTIFICATE_SECRET_UNNAMED = "CertificateSecretUnnamed"
+    INVALID_CERTIFICATE_SECRET_NAME = "InvalidCertificateSecretName"
     INVALID_SPEC = "InvalidSpec"
 
 
@@ -502,6 +503,11 @@ CLASS_CONDITION_CATALOGUE: dict[ClassReason, tuple[ConditionStatus, str]] = {
         _F,
         "exposurePolicy.https.mode is CustomCertificate but no secretName is set (the CRD's "
         "CEL rule refuses such a class where the server has CEL; this is for the others).",
+    ),
+    ClassReason.INVALID_CERTIFICATE_SECRET_NAME: (
+        _F,
+        "customCertificate.secretName is not a Secret's name (a DNS-1123 subdomain); no "
+        "Secret is read for it.",
     ),
     ClassReason.INVALID_SPEC: (
         _F,

@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
@@ -46,14 +47,23 @@ class Resource:
     def collection_path(self, namespace: str | None = None) -> str:
         """The list/watch path; all namespaces when `namespace` is None."""
         if self.namespaced and namespace:
-            return f"{self._root()}/namespaces/{namespace}/{self.plural}"
+            return f"{self._root()}/namespaces/{_segment(namespace)}/{self.plural}"
         return f"{self._root()}/{self.plural}"
 
     def object_path(self, namespace: str | None, name: str, subresource: str = "") -> str:
         if self.namespaced and not namespace:
             raise ValueError(f"{self.kind} is namespaced: a namespace is required")
-        path = f"{self.collection_path(namespace if self.namespaced else None)}/{name}"
+        path = f"{self.collection_path(namespace if self.namespaced else None)}/{_segment(name)}"
         return f"{path}/{subresource}" if subresource else path
+
+
+def _segment(name: str) -> str:
+    """`name` as one segment of a path. Names come from specs a user or a class author
+    wrote: `../../victim/secrets/tls` as a Secret's name made the controller read another
+    namespace's Secret with its own rights (urllib3 folds dot segments)."""
+    if name in (".", ".."):  # a dot segment even quoted: no object has such a name
+        return name.replace(".", "%2E")
+    return quote(name, safe="")
 
 
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")

@@ -34,6 +34,7 @@ from kubernetes.client import ApiClient
 from adapters.kubernetes import errors, kinds
 from adapters.kubernetes.rest import call
 from adapters.kubernetes.watching import Handler, Informer, Obj
+from fsm.identity import is_object_name
 
 __all__ = ["NamedSecrets"]
 
@@ -104,6 +105,8 @@ class NamedSecrets:
         return copy.deepcopy(obj)
 
     def _read(self, key: tuple[str, str]) -> Obj | None:
+        if not is_object_name(key[1]):
+            return None  # no Secret has it; asked for, it was a path (`../../ns/secrets/x`)
         self.reads += 1
         return self.read(*key)
 

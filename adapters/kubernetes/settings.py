@@ -44,6 +44,7 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 from adapters.kubernetes import hosts
 from adapters.probes.http import shown_url
 from adapters.resources import resource_dir
+from fsm.identity import OBJECT_NAME_PATTERN
 from fsm.values import Frozen, HttpsMode
 
 __all__ = [
@@ -100,7 +101,9 @@ class CertManagerSettings(Frozen):
 
 
 class CustomCertificateSettings(Frozen):
-    secret_name: str | None = Field(default=None, min_length=1)
+    secret_name: str | None = Field(
+        default=None, min_length=1, max_length=253, pattern=OBJECT_NAME_PATTERN
+    )
     # Where that Secret is: not a setting but where the block came from (Source.resolve).
     # None: the controller's own namespace (a block of the file or the flags); a block of
     # the ModuleConfig or the platform's global one names a Secret of

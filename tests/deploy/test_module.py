@@ -20,14 +20,20 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pydantic
 import pytest
 import yaml
 
 import store
+from adapters.kubernetes.settings import HttpsSettings
+from fsm.policy import validate_class
+from fsm.reasons import ClassReason
+from fsm.values import ClassSpec
 from tests.deploy.conftest import REPO
 from tests.deploy.test_install import container, one
 
 DEPLOY = REPO / "deploy"
+CRDS = REPO / "crds"
 NAMESPACE = "d8-ai-inference"
 VALUES = Path(__file__).with_name("deckhouse-values.yaml")
 STANDINS = Path(__file__).with_name("standin-crds.yaml")
@@ -341,6 +347,50 @@ def test_the_store_url_the_schema_admits_is_one_the_controller_opens(
     else:
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(settings, schema)
+
+
+@pytest.mark.parametrize(
+    ("name", "admitted"),
+    [
+        ("wildcard-tls", True),
+        ("tls.example.com", True),
+        ("a" * 253, True),
+        ("../../victim/secrets/victim-tls", False),  # read with the controller's rights
+        ("..", False),
+        ("Wildcard-TLS", False),
+        ("tls/other", False),
+        ("a" * 254, False),
+    ],
+)
+def test_a_certificate_secret_name_is_one_name_in_the_schema_the_crd_and_the_parsers(
+    name: str, admitted: bool
+) -> None:
+    """The ModuleConfig's schema, the class CRD's, the settings parser and the class's
+    own validation take the same Secret names: a path taken for one was another
+    namespace's TLS key, copied next to an order."""
+    https = {"mode": "CustomCertificate", "customCertificate": {"secretName": name}}
+    config = yaml.safe_load((DEPLOY / "openapi" / "config-values.yaml").read_text("utf-8"))
+    crd = yaml.safe_load((CRDS / "inferenceserviceclasses.ai.deckhouse.io.yaml").read_text())
+    class_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    exposure = {"type": "External", "authentication": "None", "https": https}
+    klass = {
+        "spec": {"modelPolicy": {"allowedEndpointTypes": ["Chat"]}, "exposurePolicy": exposure}
+    }
+    spec = ClassSpec.model_validate(klass["spec"])
+    valid = validate_class(spec, priority_classes=(), device_classes=())
+    if admitted:
+        jsonschema.validate({"https": https}, config)
+        jsonschema.validate(klass, class_schema)
+        HttpsSettings.model_validate(https)
+        assert valid.ready, valid.message
+    else:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"https": https}, config)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(klass, class_schema)
+        with pytest.raises(pydantic.ValidationError):
+            HttpsSettings.model_validate(https)
+        assert valid.reason is ClassReason.INVALID_CERTIFICATE_SECRET_NAME
 
 
 # --- RBAC --------------------------------------------------------------------------------

@@ -160,6 +160,20 @@ def test_every_seed_class_is_valid(name: str) -> None:
             "secretName",
             id="custom-certificate-without-secret",
         ),
+        pytest.param(
+            {
+                "exposurePolicy": {
+                    "type": "External",
+                    "https": {
+                        "mode": "CustomCertificate",
+                        "customCertificate": {"secretName": "../../victim/secrets/tls"},
+                    },
+                }
+            },
+            ClassReason.INVALID_CERTIFICATE_SECRET_NAME,
+            "'../../victim/secrets/tls' is not the name of a Secret",
+            id="custom-certificate-secret-name-is-a-path",
+        ),
     ],
 )
 def test_each_class_problem_has_its_reason(

@@ -17,6 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from adapters.kubernetes import kinds
 from adapters.kubernetes.rendering import UID_LABEL
 from adapters.kubernetes.world import ClusterCache
 from tests.support.polling import eventually
@@ -124,3 +125,41 @@ def test_a_named_secret_is_read_by_name_and_its_later_creation_wakes_the_order(
         what="the unnamed Secret dropped",
     )
     assert (NS, names["late"]) in cache.secrets.cached_keys()
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../../other/secrets/{victim}", "..%2F..%2Fother%2Fsecrets%2F{victim}", "..", "."],
+    ids=["dot-segments", "pre-quoted", "dot-dot", "dot"],
+)
+def test_a_name_that_is_a_path_reads_no_other_namespaces_secret(
+    cluster: Any, cache: ClusterCache, names: dict[str, str], name: str
+) -> None:
+    """A class's customCertificate.secretName is a name the controller reads with its own
+    rights: `../../victim/secrets/tls` was folded by urllib3 into another namespace's
+    Secret, and its TLS key copied next to the order, where its tenant could read it.
+    Every name is one path segment: such a name is no Secret at all."""
+    admin = client.CoreV1Api(cluster.api_client("admin"))
+    other = f"other-{names['hf']}"
+    admin.create_namespace({"metadata": {"name": other}})
+    try:
+        admin.create_namespaced_secret(other, _secret(names["hf"], "other-tenants-key"))
+        path_name = name.replace("other", other).format(victim=names["hf"])
+        assert cache.secrets.get_by_name("support", path_name) is None
+    finally:
+        admin.delete_namespace(other)
+
+
+@pytest.mark.parametrize(
+    ("name", "segment"),
+    [
+        ("tls.example", "tls.example"),
+        ("../../other/secrets/tls", "..%2F..%2Fother%2Fsecrets%2Ftls"),
+        ("..", "%2E%2E"),
+        ("a?b#c", "a%3Fb%23c"),
+    ],
+)
+def test_a_name_in_a_path_is_one_segment_whatever_it_holds(name: str, segment: str) -> None:
+    """Below the names checked at their source, the path itself: no name is read as
+    more than one segment (a query, a fragment, or a way up), whoever checked it."""
+    assert kinds.SECRETS.object_path("ns", name) == f"/api/v1/namespaces/ns/secrets/{segment}"
