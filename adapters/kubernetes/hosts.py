@@ -29,9 +29,10 @@ from __future__ import annotations
 import base64
 import hashlib
 
-__all__ = ["DIGEST_LENGTH", "LABEL_LIMIT", "SHORTEST_ROOM", "host_label", "room"]
+__all__ = ["DIGEST_LENGTH", "HOST_LIMIT", "LABEL_LIMIT", "SHORTEST_ROOM", "host_label", "room"]
 
 LABEL_LIMIT = 63  # one DNS label
+HOST_LIMIT = 253  # a whole DNS name
 DIGEST_LENGTH = 10  # base32 characters: 50 bits
 SHORTEST_ROOM = len("a--") + DIGEST_LENGTH  # a hashed label with a one-character prefix
 

@@ -220,6 +220,18 @@ class Settings(Frozen):
                 f"{value!r}: the text beside %s leaves fewer than {hosts.SHORTEST_ROOM} of "
                 "its DNS label's 63 characters for the order's name"
             )
+        # Each would be taken, and then be wrong for every External order: a label past 63
+        # is a host no DNS serves and no certificate names (the API server takes it); a
+        # host past 253 the API server refuses, and every serving order went Pending.
+        long = [part for part in value.split(".") if "%s" not in part and len(part) > 63]
+        if long:
+            raise ValueError(f"{value!r}: the label {long[0][:20]!r}... is over 63 characters")
+        longest = len(value) - len("%s") + hosts.room(value)
+        if longest > hosts.HOST_LIMIT:
+            raise ValueError(
+                f"{value!r}: its hosts would be up to {longest} characters, over the "
+                f"{hosts.HOST_LIMIT} of a DNS name"
+            )
         return value
 
     @property

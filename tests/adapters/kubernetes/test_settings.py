@@ -79,6 +79,11 @@ def test_a_module_https_block_replaces_the_default_whole() -> None:
         ({"publicDomainTemplate": "example.com"}, "publicDomainTemplate"),
         ({"publicDomainTemplate": "%s.%s.example.com"}, "exactly once"),
         ({"publicDomainTemplate": "https://%s.example.com"}, "without scheme"),
+        ({"publicDomainTemplate": f"%s.{'a' * 64}.test"}, "over 63 characters"),
+        (
+            {"publicDomainTemplate": "%s." + ".".join(["a" * 60] * 3) + ".example.test"},
+            "over the 253",
+        ),
         ({"catalog": {"mode": "Off"}}, "catalog.mode"),
         ({"https": {"mode": "CustomCertificate"}}, "customCertificate.secretName"),
         ({"https": {"certManager": {"clusterIssuerName": ""}}}, "clusterIssuerName"),
@@ -92,6 +97,8 @@ def test_a_module_https_block_replaces_the_default_whole() -> None:
         "no-placeholder",
         "two-placeholders",
         "scheme-in-template",
+        "template-label-over-63",  # a host no DNS serves; the API server takes it
+        "template-hosts-over-253",  # the API server refuses every order's Ingress
         "catalog-mode",
         "custom-without-secret",
         "empty-issuer",
@@ -200,6 +207,9 @@ def test_flags_merge_into_a_block_rather_than_replace_it(tmp_path: Any) -> None:
             "publicDomainTemplate: '%s.Example.com'\n", "publicDomainTemplate", id="upper"
         ),
         pytest.param("ingressClass: Not_A_Name\n", "ingressClass", id="class-pattern"),
+        pytest.param(
+            f"publicDomainTemplate: '%s.{'a' * 64}.test'\n", "publicDomainTemplate", id="label"
+        ),
     ],
 )
 def test_a_bad_file_is_refused_at_start_with_the_field_named(
