@@ -20,7 +20,14 @@ from fsm import effects
 from fsm.placement import capacity, demand, inventory, planner, recipes
 from fsm.placement.recipes import Recipe
 from fsm.state import OrderState, serving_basis
-from fsm.values import EffectivePolicy, EndpointType, ModelOutcome, Plan, PlanOutcome
+from fsm.values import (
+    Authentication,
+    EffectivePolicy,
+    EndpointType,
+    ModelOutcome,
+    Plan,
+    PlanOutcome,
+)
 
 __all__ = ["Planning"]
 
@@ -102,6 +109,8 @@ class Planning:
             model_format=facts.format,
             quantization=facts.quantization,
             endpoint_type=basis.endpoint_type or EndpointType.CHAT,
+            api_key=basis.policy is not None
+            and basis.policy.exposure.authentication is Authentication.TOKEN,
         )
         return choice.recipe
 

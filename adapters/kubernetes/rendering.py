@@ -28,7 +28,7 @@ from adapters.kubernetes.settings import Settings
 from fsm import identity
 from fsm.identity import OrderRef
 from fsm.placement import sizing
-from fsm.placement.recipes import Recipe, render_args
+from fsm.placement.recipes import API_KEY_ENV, Recipe, render_args
 from fsm.quantity import GIB, MIB
 from fsm.values import (
     Authentication,
@@ -101,9 +101,8 @@ _VLLM_FLAGS = (
     "--port={port}",
     "--gpu-memory-utilization={gpuMemoryUtilization}",
 )
-_API_KEY_ENV = {"vllm": "VLLM_API_KEY", "llama.cpp": "LLAMA_API_KEY"}
 # Names only the controller sets: a credential or an endpoint is policy, not a recipe's.
-_RESERVED_ENV = frozenset({"HF_TOKEN", "HF_HOME", "HF_ENDPOINT", *_API_KEY_ENV.values()})
+_RESERVED_ENV = frozenset({"HF_TOKEN", "HF_HOME", "HF_ENDPOINT", *API_KEY_ENV.values()})
 
 Manifest = dict[str, Any]
 
@@ -430,7 +429,9 @@ def _env(
                 _secret_env("HF_TOKEN", model_ref.auth_secret_name, model_ref.auth_secret_key)
             )
     if policy.exposure.authentication is Authentication.TOKEN:
-        env_name = _API_KEY_ENV.get(recipe.runtime.lower(), "VLLM_API_KEY")
+        # The planner picks no runtime without a key under Token (recipes.choose_recipe);
+        # one rendered anyway (a plan of an older release) is given vLLM's name for it.
+        env_name = recipe.api_key_env or API_KEY_ENV["vllm"]
         ours.append(_secret_env(env_name, token_secret, AUTH_SECRET_KEY))
     taken = _RESERVED_ENV | {e["name"] for e in ours}
     theirs = [{"name": e.name, "value": e.value} for e in recipe.env if e.name not in taken]

@@ -45,6 +45,7 @@ from fsm.quantity import GIB, gib_rounded
 from fsm.reasons import Reason
 from fsm.values import (
     AcceleratorPolicy,
+    Authentication,
     Candidate,
     EffectivePolicy,
     EndpointType,
@@ -82,6 +83,7 @@ class PlanRequest(Frozen):
     order_uid: str | None = None
     held: Plan | None = None  # the plan in force, whose place is not offered again
     tried_device_classes: tuple[str, ...] = ()
+    api_key: bool = False  # Token authentication: only a runtime that takes a key
 
     @classmethod
     def for_order(
@@ -104,6 +106,7 @@ class PlanRequest(Frozen):
             order_uid=order_uid,
             held=held,
             tried_device_classes=tuple(sorted(set(tried_device_classes))),
+            api_key=policy.exposure.authentication is Authentication.TOKEN,
         )
 
 
@@ -359,6 +362,7 @@ def _consider(
         model_format=facts.format,
         quantization=facts.quantization,
         endpoint_type=serving or EndpointType.CHAT,
+        api_key=request.api_key,
     )
     if choice.recipe is None or choice.reason is not None:
         reason = choice.reason or Reason.NO_COMPATIBLE_RUNTIME_AVAILABLE

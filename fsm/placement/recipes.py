@@ -35,6 +35,7 @@ from fsm.reasons import Reason
 from fsm.values import EndpointType, Frozen, ModelFormat, PlacementMode, Quantization
 
 __all__ = [
+    "API_KEY_ENV",
     "PLACEHOLDERS",
     "EnvVar",
     "Recipe",
@@ -56,6 +57,12 @@ _TOOL_FLAGS: dict[str, tuple[str, ...]] = {
     "vllm": ("--enable-auto-tool-choice", "--tool-call-parser={parser}"),
     "llama.cpp": ("--jinja",),
 }
+
+
+# The variable each runtime reads its API key from. A runtime not named here is given no
+# key: under Token authentication it would answer anyone, so no plan under such a class
+# picks it (choose_recipe).
+API_KEY_ENV: dict[str, str] = {"vllm": "VLLM_API_KEY", "llama.cpp": "LLAMA_API_KEY"}
 
 
 class RecipeError(ValueError):
@@ -117,6 +124,11 @@ class Recipe(Frozen):
             raise ValueError("toolCalling.enabled on vLLM needs toolCalling.parser (e.g. hermes)")
         return self
 
+    @property
+    def api_key_env(self) -> str | None:
+        """Where the runtime reads its API key; None: it cannot be given one."""
+        return API_KEY_ENV.get(self.runtime.lower())
+
     def fits_hardware(self, placement: PlacementMode, product_name: str) -> bool:
         if placement not in self.placement_modes:
             return False
@@ -165,10 +177,14 @@ def choose_recipe(
     model_format: ModelFormat,
     quantization: Quantization,
     endpoint_type: EndpointType,
+    api_key: bool = False,
 ) -> RecipeChoice:
     """Hardware, format and endpoint type first; only then the quantization, so that a
     model whose quantization no recipe takes is told so (QuantizationMismatch) rather
-    than that nothing runs here at all (NoCompatibleRuntimeAvailable)."""
+    than that nothing runs here at all (NoCompatibleRuntimeAvailable).
+
+    `api_key`: the class asks for Token authentication, so only a runtime that can be
+    given the key will do (`API_KEY_ENV`); another one would serve anyone."""
     hardware = [r for r in recipes if r.fits_hardware(placement, product_name)]
     if not hardware:
         return RecipeChoice(
@@ -186,6 +202,17 @@ def choose_recipe(
             f"no recipe on {product_name or 'this device'} serves {model_format} models as "
             f"{endpoint_type} (recipes for this hardware: {', '.join(r.name for r in hardware)})",
         )
+    if api_key:
+        keyless = [r for r in runnable if r.api_key_env is None]
+        runnable = [r for r in runnable if r.api_key_env is not None]
+        if not runnable:
+            return RecipeChoice(
+                None,
+                Reason.NO_COMPATIBLE_RUNTIME_AVAILABLE,
+                "the class asks for Token authentication, and no recipe that fits can be "
+                f"given an API key (runtimes {', '.join(sorted(API_KEY_ENV))} can): "
+                + ", ".join(f"{r.name} ({r.runtime})" for r in keyless),
+            )
     taking = [r for r in runnable if quantization in r.quantizations]
     if not taking:
         offered = sorted({q.value for r in runnable for q in r.quantizations})

@@ -512,3 +512,17 @@ def test_min_replicas_need_a_place_each() -> None:
 def test_same_input_same_outcome() -> None:
     outcomes = {plan(request(QWEN_05B), cluster(), RECIPES).model_dump_json() for _ in range(3)}
     assert len(outcomes) == 1
+
+
+def test_a_token_order_is_never_planned_onto_a_runtime_that_takes_no_key() -> None:
+    """Classless orders ask for Token authentication: with every recipe's runtime one
+    the controller cannot give the key to, none is planned, and the message says why."""
+    snap = cluster()
+    _, resolved_model, effective = _order(None, QWEN_05B, snap)
+    request = PlanRequest.for_order(effective, resolved_model)
+    assert request.api_key
+    keyless = tuple(r.model_copy(update={"runtime": "tgi"}) for r in RECIPES)
+    outcome = plan(request, snap, keyless)
+    assert outcome.plan is None and outcome.reason is Reason.NO_COMPATIBLE_RUNTIME_AVAILABLE
+    assert "Token authentication" in outcome.message
+    assert plan(request.model_copy(update={"api_key": False}), snap, keyless).plan is not None

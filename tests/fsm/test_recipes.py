@@ -180,6 +180,31 @@ def test_ties_go_to_the_higher_preference_then_the_name() -> None:
     assert choose_recipe([high, low, twin], **kwargs).recipe == twin
 
 
+def test_under_token_authentication_only_a_runtime_that_takes_a_key_is_chosen() -> None:
+    """A recipe's runtime is free text: one the controller cannot give the key to (TEI
+    reads `--api-key`) was chosen under a Token class, rendered with VLLM_API_KEY it
+    ignores, and the endpoint answered anyone while the order said it needed a token."""
+    tei = parse_recipe(
+        _recipe(runtime="text-embeddings-inference", preference=9) | {"metadata": {"name": "tei"}}
+    )
+    vllm = parse_recipe(_recipe(preference=1) | {"metadata": {"name": "vllm"}})
+    kwargs: dict[str, Any] = {
+        "placement": WHOLE,
+        "product_name": A100,
+        "model_format": ST,
+        "quantization": Q.NONE,
+        "endpoint_type": CHAT,
+    }
+    assert choose_recipe([tei, vllm], **kwargs).recipe == tei  # no token: preference wins
+    assert choose_recipe([tei, vllm], api_key=True, **kwargs).recipe == vllm
+    alone = choose_recipe([tei], api_key=True, **kwargs)
+    assert alone.recipe is None and alone.reason is Reason.NO_COMPATIBLE_RUNTIME_AVAILABLE
+    assert "Token authentication" in alone.detail and "tei (text-embeddings-inference)" in (
+        alone.detail
+    )
+    assert (tei.api_key_env, vllm.api_key_env) == (None, "VLLM_API_KEY")
+
+
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
