@@ -668,7 +668,9 @@ class _Resolution:
                 else "refused anonymous access"
             )
             return _Failed(Reason.MODEL_ACCESS_DENIED, f"{self.the_hub} {given} for {self.name!r}.")
-        if status == 429 or status >= 500:
+        # 408 and 425 are a proxy's "try again", as 429 and 5xx are: taken as the model's
+        # fault, they demoted a Ready order for what was an outage.
+        if status in (408, 425, 429) or status >= 500:
             return _Failed(
                 Reason.MODEL_SOURCE_UNREACHABLE,
                 f"{self.the_hub} answered HTTP {status} while reading {what} of {self.name!r}; "

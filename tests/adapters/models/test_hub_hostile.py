@@ -93,6 +93,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._answer(b"{}", status=503)
             else:
                 self._huge(status=302, location="/moved" + self.path)
+        elif mode.startswith("status-"):
+            self._answer(b'{"error": "upstream timed out"}', status=int(mode.split("-")[1]))
         elif mode == "redirect-loop":
             self._answer(b"", status=302, location=self.path)
         elif mode == "slow":
@@ -250,6 +252,24 @@ def test_an_error_or_a_redirect_with_a_huge_body_is_never_held_whole(
     assert "HTTP 503" in failure.message and failure.transient
     assert MARKER not in failure.message
     assert peak < HUGE // 10, f"peak {peak} bytes for a {HUGE}-byte body"
+
+
+@pytest.mark.parametrize(
+    ("status", "transient"),
+    [(408, True), (425, True), (429, True), (503, True), (504, True), (400, False), (410, False)],
+)
+def test_a_proxys_try_again_is_an_outage_not_the_models_fault(
+    hostile: HostileHub, status: int, transient: bool
+) -> None:
+    """408 and 425 were taken as the model's fault (cached, no backoff, and a Ready
+    order's facts replaced by the failure: demoted to Pending for a proxy's hiccup)."""
+    hostile.mode = f"status-{status}"
+    failure = unavailable(resolver_for(hostile.url).resolve(MODEL))
+    assert failure.transient is transient
+    assert failure.reason is (
+        Reason.MODEL_SOURCE_UNREACHABLE if transient else Reason.MODEL_METADATA_INVALID
+    )
+    assert f"HTTP {status}" in failure.message
 
 
 def test_a_redirect_loop_ends_and_is_said(hostile: HostileHub) -> None:
