@@ -526,12 +526,15 @@ class Reconciler:
         info = self._log.stream(uid) if state.version > 0 else None
         if info is not None and info.deleted_at is None:
             # Two writes: a pass that failed between them (the log went away) recorded the
-            # deletion but never marked the stream; the retry marks it.
+            # deletion but never marked the stream; the retry marks it, with the time the
+            # deletion was recorded at (its own, after an outage, disagreed with `history`,
+            # and `status --at` in between showed the order not deleted).
+            deleted_at = state.last_event_at if state.deleted else None
             if not state.deleted:
                 closing = _Pass(OrderRef(info.name, info.namespace, uid), state, now)
                 self._record(closing, ob.Deleted(at=now))
                 self._commit(closing)
-            self._log.mark_deleted(uid, now)
+            self._log.mark_deleted(uid, deleted_at or now)
         self.forget(uid, closed=True)
 
 

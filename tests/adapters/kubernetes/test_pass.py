@@ -1054,9 +1054,13 @@ def test_a_hung_endpoint_never_holds_a_worker(tmp_path: Path) -> None:
 
 def test_a_deletion_whose_mark_failed_is_marked_by_the_next_pass(bed: Bed) -> None:
     """The log fails between the Deleted event and the stream's deletion mark (as when its
-    database goes away between two writes): the retried pass still marks the stream."""
+    database goes away between two writes): the retried pass still marks the stream, as
+    deleted when the deletion was recorded, not when the log answered again."""
+    clock = [NOW]
+    bed.reconciler._clock = lambda: clock[0]
     uid = bed.order("llm")
     bed.settle(uid)
+    clock[0] = NOW + timedelta(minutes=5)
     fakes.drop(bed.world, bed.world.orders.get(uid))
     # A real failure of the database for this one statement, until the trigger is dropped.
     with bed.log.engine.begin() as conn:
@@ -1071,9 +1075,11 @@ def test_a_deletion_whose_mark_failed_is_marked_by_the_next_pass(bed: Bed) -> No
     assert bed.log.stream(uid).deleted_at is None  # ...but not marked
     with bed.log.engine.begin() as conn:
         conn.exec_driver_sql("DROP TRIGGER refuse_mark")
+    clock[0] = NOW + timedelta(minutes=35)  # the log answers again half an hour later
     assert bed.reconciler.reconcile(uid) == queueing.Done()
-    assert bed.log.stream(uid).deleted_at is not None  # before: never marked, a live order
-    assert len(bed.events(uid, ev.OrderDeleted)) == 1
+    (deleted,) = bed.events(uid, ev.OrderDeleted)
+    # Before: never marked (a live order); then marked at 00:35, while `history` said 00:05.
+    assert bed.log.stream(uid).deleted_at == deleted.observed_at == NOW + timedelta(minutes=5)
 
 
 def test_a_serving_order_is_probed_on_a_timer_and_an_unchanged_answer_wakes_nothing(
