@@ -325,14 +325,19 @@ def render_status(state: OrderState) -> dict[str, Any]:
     # edit waiting for room asks.
     serving = serving_basis(state)
     policy = serving.policy
-    model = state.model
+    # (A stream from before the applied basis kept the endpoint type has the model's.)
+    endpoint_type = serving.endpoint_type or (state.model and state.model.endpoint_type)
+    resolved = state.condition(_C.MODEL_RESOLVED)
     if (
         policy is not None
         and policy.class_name is not None
-        and model is not None
-        and model.endpoint_type is not None  # no contract while the model is unresolved
+        and endpoint_type is not None
+        # No contract while the order's model is unresolved; resolved under classless
+        # mode it has none of its own, and the class's workload in force still serves.
+        and resolved is not None
+        and resolved.status is _T
     ):
-        out["model"] = {"endpointType": str(serving.endpoint_type or model.endpoint_type)}
+        out["model"] = {"endpointType": str(endpoint_type)}
 
     endpoint: dict[str, Any] = {}
     if state.endpoint is not None:

@@ -17,13 +17,14 @@ from fsm.fold import evolve
 from fsm.reasons import ORDER_CONDITIONS, Reason
 from fsm.state import OrderState
 from fsm.status import judge, render_status, rfc3339
-from fsm.values import ClassOutcome, PlanOutcome
+from fsm.values import ClassOutcome, ModelOutcome, PlanOutcome
 from tests.support.strategies import (
     PLANNED,
     REPLANNED_AND_FAILED,
     RESOLVED,
     SERVING,
     at,
+    facts,
     klass,
     model,
     observation_runs,
@@ -267,3 +268,25 @@ def test_a_failed_replan_shows_the_contract_and_bounds_of_the_workload_in_force(
     assert "model" not in after
     assert after["constraints"] == before["constraints"]
     assert after["constraints"]["maxReplicas"] == 2  # not the new class's 4
+
+
+def test_a_failed_replan_to_classless_keeps_the_contract_of_the_class_workload_in_force() -> None:
+    """The other way: a class's order serving Chat, edited to classless, no room for the
+    new plan. The classless judgement carries no contract of its own, and the Chat one
+    vanished, though the class's workload still serves it."""
+    serving = run(*SERVING)
+    assert render_status(serving)["model"] == {"endpointType": "Chat"}
+    held = run(
+        spec(20, 2, class_name=None),
+        klass(21, R.CLASSLESS_DEFAULTS, None),
+        ob.ModelJudged(
+            at=at(22),
+            outcome=ModelOutcome(reason=R.MODEL_RESOLVED, facts=facts(), endpoint_type=None),
+        ),
+        planned(23, R.NO_CAPACITY, "no A100 free"),
+        state=serving,
+    )
+    after = render_status(held)
+    planned_cond = next(c for c in after["conditions"] if c["type"] == "Planned")
+    assert planned_cond["reason"] == "LaunchPlanInForce"
+    assert after["model"] == {"endpointType": "Chat"}
