@@ -31,7 +31,14 @@ from fsm.state import Condition, OrderState
 from fsm.status import rfc3339
 from fsm.values import Candidate
 
-__all__ = ["WHO_CAN_ACT", "HistoryRow", "blocking_condition", "explain", "history_rows"]
+__all__ = [
+    "WHO_CAN_ACT",
+    "HistoryRow",
+    "blocking_condition",
+    "explain",
+    "history_rows",
+    "who_can_act",
+]
 
 WHO_CAN_ACT: dict[Who, str] = {
     Who.NOBODY: "nobody needs to act",
@@ -131,6 +138,16 @@ def blocking_condition(state: OrderState) -> Condition | None:
     return None
 
 
+def who_can_act(state: OrderState, cond: Condition) -> Who:
+    """Who can move `cond` on: its reason's, but for a plan held in force, whose
+    recalculation failed for a reason of its own (PlacementUndecidable needs the admin;
+    "waiting is the right answer" was wrong there, and its Event was Normal)."""
+    attempt = state.attempt
+    if cond.reason is Reason.LAUNCH_PLAN_IN_FORCE and attempt is not None and not attempt.ok:
+        return CATALOGUE[attempt.reason].who
+    return CATALOGUE[cond.reason].who
+
+
 def _candidate_line(c: Candidate) -> str:
     shape = [str(x) for x in (c.product_name, c.placement_mode, c.sharing_mode) if x is not None]
     if c.accelerator_count is not None:
@@ -157,7 +174,7 @@ def explain(state: OrderState, events: Sequence[ev.Event] = ()) -> str:
         lines += [
             f"Held at {block.type}={block.status}, reason {block.reason}: {block.message}",
             f"  What it means: {info.meaning}",
-            f"  Who can unblock it: {WHO_CAN_ACT[info.who]}.",
+            f"  Who can unblock it: {WHO_CAN_ACT[who_can_act(state, block)]}.",
         ]
         decisions = [
             row

@@ -274,7 +274,8 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _T,
         Who.WAIT,
         "Serving on the plan it holds; a recalculation failed (the message says why), which "
-        "speaks of capacity beyond the order's own place.",
+        "speaks of capacity beyond the order's own place. Who can act is that failure's "
+        "(`why` says it; its Event is a Warning when someone must).",
     ),
     Reason.NO_CAPACITY: ReasonInfo(
         _C.PLANNED,

@@ -459,7 +459,7 @@ def _why(args: argparse.Namespace) -> int:
                 "reason": str(block.reason),
                 "message": block.message,
                 "meaning": about.meaning,
-                "whoCanUnblock": explain.WHO_CAN_ACT[about.who],
+                "whoCanUnblock": explain.WHO_CAN_ACT[explain.who_can_act(state, block)],
             }
         doc = _order_doc(info)
         doc.update(

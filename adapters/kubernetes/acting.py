@@ -39,10 +39,11 @@ from adapters.probes.targets import TargetResolver
 from fsm import effects
 from fsm import observations as ob
 from fsm.decide import STALE_FACTS_NOTE, probe_is_news
+from fsm.explain import who_can_act
 from fsm.identity import OrderRef, auth_secret_name, tls_secret_name
 from fsm.placement.arbitration import TAKEN_ANNOTATION, Taking
 from fsm.placement.recipes import Recipe
-from fsm.reasons import CATALOGUE, ROLLOUT_STEPS, ConditionStatus, ConditionType, Reason, Who
+from fsm.reasons import ROLLOUT_STEPS, ConditionStatus, ConditionType, Reason, Who
 from fsm.state import OrderState, serving_basis
 from fsm.values import Authentication
 
@@ -552,7 +553,7 @@ class Actor:
             ):
                 continue  # same verdict, new wording: not news (except facts kept stale)
             # A True condition may still ask someone to act (RolledOut: the runtime is down).
-            warn = cond.status is ConditionStatus.FALSE or CATALOGUE[cond.reason].who in _ACTORS
+            warn = cond.status is ConditionStatus.FALSE or who_can_act(state, cond) in _ACTORS
             kind: Literal["Normal", "Warning"] = (
                 "Warning" if warn or _stale_note(cond.message) else "Normal"
             )

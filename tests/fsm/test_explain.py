@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from fsm import events as ev
 from fsm import observations as ob
 from fsm.decide import decide
-from fsm.explain import WHO_CAN_ACT, blocking_condition, explain, history_rows
+from fsm.explain import WHO_CAN_ACT, blocking_condition, explain, history_rows, who_can_act
 from fsm.fold import evolve, fold
-from fsm.reasons import CATALOGUE, ConditionType, Phase, Reason
+from fsm.reasons import CATALOGUE, ConditionType, Phase, Reason, Who
 from fsm.state import OrderState
 from fsm.values import Candidate, PlanOutcome
 from tests.support.strategies import (
@@ -23,6 +24,7 @@ from tests.support.strategies import (
     model,
     observation_runs,
     plan,
+    planned,
     probe,
     run,
     scaling,
@@ -78,6 +80,25 @@ def test_a_user_problem_names_the_user() -> None:
     events = record(spec(0), klass(1), model(2, R.MODEL_NOT_FOUND))
     text = explain(fold(events), events)
     assert "reason ModelNotFound" in text and WHO_CAN_ACT[CATALOGUE[R.MODEL_NOT_FOUND].who] in text
+
+
+@pytest.mark.parametrize(
+    ("failed", "who"),
+    [(R.PLACEMENT_UNDECIDABLE, Who.ADMIN), (R.NO_CAPACITY, Who.WAIT)],
+)
+def test_a_plan_held_in_force_names_who_can_move_its_failed_recalculation(
+    failed: Reason, who: Who
+) -> None:
+    """Serving on its plan in force, the recalculation failed: who can act is the
+    failure's, not LaunchPlanInForce's "waiting" (the seeds: for PlacementUndecidable,
+    waiting is not the answer, the class's selection needs the administrator)."""
+    edited = (spec(20, 2, name="meta-llama/Llama-3.1-8B"), klass(21), model(22))
+    events = record(*SERVING, *edited, planned(23, failed, "recalculation failed"))
+    state = fold(events)
+    block = blocking_condition(state)
+    assert block is not None and block.reason is R.LAUNCH_PLAN_IN_FORCE
+    assert who_can_act(state, block) is who
+    assert f"Who can unblock it: {WHO_CAN_ACT[who]}." in explain(state, events)
 
 
 def test_a_healthy_order_is_not_blocked() -> None:

@@ -96,6 +96,7 @@ class FakeWriter:
         self.cache = cache
         self.calls: Counter[tuple[str, str]] = Counter()  # (verb, kind)
         self.events: list[tuple[str, str]] = []  # (reason, message)
+        self.event_types: list[tuple[str, str]] = []  # (reason, Normal or Warning)
         self.writes = 0
         self.reads: Counter[str] = Counter()  # live GETs, by kind: what the cache did not spare
         # What each status write was decided from (`basis`): the order as cached.
@@ -198,9 +199,10 @@ class FakeWriter:
         live["status"] = copy.deepcopy(dict(status))
         return put(self.cache, live)
 
-    def event(self, involved: Mapping[str, Any], reason: str, message: str, **_: Any) -> Obj:
+    def event(self, involved: Mapping[str, Any], reason: str, message: str, **kw: Any) -> Obj:
         self._count("event", "Event")
         self.events.append((reason, message))
+        self.event_types.append((reason, kw.get("event_type", "Normal")))
         return {}
 
 

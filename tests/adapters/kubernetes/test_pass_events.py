@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from fsm.identity import OrderRef
+from fsm.reasons import Reason
 from tests.adapters.kubernetes.test_capacity_routing import _serving
 from tests.adapters.kubernetes.test_pass import Bed
+from tests.support.strategies import SERVING, klass, model, planned, run, spec
 
 
 def test_a_healthy_rollout_tells_its_verdicts_not_its_steps(tmp_path: Path) -> None:
@@ -22,3 +27,21 @@ def test_a_healthy_rollout_tells_its_verdicts_not_its_steps(tmp_path: Path) -> N
     assert "AwaitingFirstProbe" in shown  # the step is there, in the conditions
     told = [reason for reason, _ in bed.writer.events]
     assert told == ["ClassAdmitted", "ModelResolved", "PlanComputed", "WorkloadAvailable"]
+
+
+@pytest.mark.parametrize(
+    ("failed", "kind"),
+    [(Reason.PLACEMENT_UNDECIDABLE, "Warning"), (Reason.NO_CAPACITY, "Normal")],
+)
+def test_a_held_plan_is_a_warning_when_its_recalculation_needs_someone(
+    tmp_path: Path, failed: Reason, kind: str
+) -> None:
+    """Planned stays True on the plan in force; whether its Event alarms is the failed
+    recalculation's to say: a class whose selection cannot be judged needs the admin,
+    no room is waited for."""
+    bed = Bed(tmp_path)
+    serving = run(*SERVING)
+    edited = (spec(20, 2, name="meta-llama/Llama-3.1-8B"), klass(21), model(22))
+    held = run(*edited, planned(23, failed, "recalculation failed"), state=serving)
+    bed.reconciler.actor.tell(OrderRef("llm", "support", "uid-1"), serving, held)
+    assert ("LaunchPlanInForce", kind) in bed.writer.event_types
