@@ -2,7 +2,8 @@
 
 A whole-token search misses a token that was escaped (`\\n` for a newline), cut short
 (`str(error)[:120]`), split across lines or re-encoded: a window of 8 bytes survives all
-of those. `SecretScan(tokens).leaks(haystack)` returns the windows found.
+of those. Base64, as a Secret carries its values, is searched for too.
+`SecretScan(tokens).leaks(haystack)` returns the windows found.
 
 Cost: one set lookup per 4 haystack bytes. An 8-byte window at any position contains a
 4-byte block aligned to a multiple of 4, so the scan looks up only aligned blocks in the
@@ -11,6 +12,7 @@ set of the tokens' 4-byte pieces, and checks the 8-byte windows around a block t
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from collections.abc import Iterable
@@ -30,15 +32,29 @@ def _pieces(data: bytes, size: int) -> set[bytes]:
 def _encodings(token: str | bytes) -> list[bytes]:
     """The token's bytes as stored and as the places it could leak to would write them."""
     if isinstance(token, bytes):
-        return [token]
+        return [token, *_base64(token)]
     forms = {
         token.encode(),
         json.dumps(token).encode(),  # JSON: \n, \r, \u20ac
         repr(token).encode(),  # a repr in a message or a log line
         repr(token.encode()).encode(),  # b'…' as httpx's header error quotes it
         token.encode("unicode_escape"),
+        *_base64(token.encode()),
     }
     return sorted(forms)
+
+
+def _base64(data: bytes) -> list[bytes]:
+    """`data` as a Secret's `data` holds it (base64), inside whatever it was encoded with:
+    at each of the three offsets its first byte can have, and in both alphabets, the
+    characters only its own bytes decide (not the first and last groups, which share
+    bits with their neighbours)."""
+    forms = []
+    for offset in range(3):
+        encoded = base64.b64encode(bytes(offset) + data)
+        inner = encoded[4 if offset else 0 : -4]
+        forms += [inner, inner.replace(b"+", b"-").replace(b"/", b"_")]
+    return forms
 
 
 class SecretScan:
