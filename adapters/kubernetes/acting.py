@@ -507,12 +507,14 @@ class Actor:
     # -- what the order and the people reading it see ----------------------------------
 
     def publish(self, order: OrderRef, state: OrderState, status: dict[str, Any]) -> bool:
-        """Write the status if the live one differs; True when written."""
+        """Write the status if the live one differs; True when the live one is `status`
+        now (written, or found so)."""
         current = self._world.orders.get(order.uid, copy_=False)
         if current is None:
             return False
         try:
-            written = self._writer.write_status(
+            # None when nothing differs: the live status is this one already.
+            self._writer.write_status(
                 kinds.INFERENCE_SERVICES,
                 order.namespace,
                 order.name,
@@ -528,7 +530,7 @@ class Actor:
             # refuses: the second is a bug of ours, and must not pass unseen.
             log.warning("status of %s not written: %s", order.key, exc)
             return False
-        return written is not None
+        return True
 
     def tell(self, order: OrderRef, previous: OrderState, state: OrderState) -> None:
         """A Kubernetes Event per judged condition change, so `kubectl describe` tells

@@ -135,6 +135,8 @@ class Reconciler:
         self._unloaded: set[str] | None = None
         self._transient_failures: dict[str, int] = {}
         self._refusals: dict[str, int] = {}  # applies refused in a row, by order
+        # The stream version whose status this process recorded as the live one, by order.
+        self._projected: dict[str, int] = {}
         self.planning = Planning(world, self.states, self.priorities_in_use)
         self._arbiter = arbiter.Arbiter(
             writer,
@@ -294,9 +296,14 @@ class Reconciler:
             if p.model_pending or self.background.waiting(p.order.uid):
                 return False  # an answer is on its way and wakes the order: publish then
             self._commit(p)
-            if self.actor.publish(p.order, p.state, dict(command.status)):
-                # What `verify` compares a replay with: the status as last written.
+            live = self.actor.publish(p.order, p.state, dict(command.status))
+            if live and self._projected.get(p.order.uid) != p.state.version:
+                # What `verify` and `list` read: the status the API holds, and the version
+                # it was folded at. Recorded also when nothing was written: a status
+                # written before a crash (or the log's loss) and its record never made
+                # was found live, and left the record behind for good.
                 self._log.record_projection(p.order.uid, p.state.version, command.status)
+                self._projected[p.order.uid] = p.state.version
             return False
         self._commit(p)
         done = self.actor.act(p.order, p.state, command, p.now)
@@ -518,6 +525,7 @@ class Reconciler:
             self._may_grow.discard(uid)
         self._transient_failures.pop(uid, None)
         self._refusals.pop(uid, None)
+        self._projected.pop(uid, None)
         self.background.forget(uid)
         self.actor.converged.forget(uid)
 

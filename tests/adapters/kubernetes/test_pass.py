@@ -1262,3 +1262,34 @@ def test_a_recipe_made_unusable_is_replaced_on_the_same_place(bed: Bed) -> None:
     bed.settle(uid)
     assert bed.writer.writes == writes
     assert len(bed.events(uid, ev.RecipeReplaced)) == 1
+
+
+def test_a_status_written_but_not_recorded_is_recorded_by_the_next_pass(bed: Bed) -> None:
+    """The log fails between the status write and its record (the projection `list` and
+    `verify` read): the next passes find the live status already right and wrote
+    nothing, so the record stayed behind for good (`list --reason ClassNotFound` empty,
+    `verify` content). It is recorded once the live status is found to be it, and a
+    settled pass after that writes nothing more."""
+    uid = bed.order("llm")
+    bed.settle(uid, passes=5)
+    for obj in bed.world.classes.objects():
+        fakes.drop(bed.world, obj)
+    with bed.log.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TRIGGER refuse_projection BEFORE UPDATE ON projections "
+            "BEGIN SELECT RAISE(ABORT, 'the database went away'); END"
+        )
+    with pytest.raises(store.StoreError):
+        bed.reconciler.reconcile(uid)
+    with bed.log.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TRIGGER refuse_projection")
+    live = bed.world.orders.get(uid)["status"]
+    assert live["conditions"][0]["reason"] == "ClassNotFound"
+    assert bed.log.projection(uid).status != live  # written, not recorded
+    bed.settle(uid, passes=3)
+    projection = bed.log.projection(uid)
+    assert projection.status == bed.world.orders.get(uid)["status"]
+    assert projection.version == bed.log.stream(uid).version
+    writes = bed.writer.writes
+    bed.settle(uid, passes=2)
+    assert bed.writer.writes == writes
