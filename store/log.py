@@ -266,6 +266,14 @@ class EventLog:
         with _translated(), self._engine.connect() as conn:
             return int(conn.execute(_FENCE_EPOCH).scalar_one())
 
+    def writable_epoch(self) -> int:
+        """`epoch`, read as an append reads it: in a write transaction, the fence held
+        for share. Writes nothing; raises as an append would where the database takes
+        reads but no writes (a PostgreSQL standby, an old primary after a fail-over),
+        which a plain read does not notice."""
+        with _translated(), self._writing() as conn:
+            return int(conn.execute(_SEEN_FENCE).scalar_one())
+
     def mark_deleted(self, uid: str, at: datetime) -> None:
         """Mark the order gone; its history stays readable. The first deletion time is kept."""
         _check_instant(at)

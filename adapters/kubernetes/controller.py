@@ -184,7 +184,9 @@ class Controller:
         self._clock = clock
         # While the log is down, orders wait at one gate and one probe asks for it; a log
         # that answers but cannot be used ends leadership, as a take-over's failure does.
-        self.log_gate = LogGate(log_store.epoch, self.queue.add, give_up=self._abdicate)
+        # The probe asks as an append would: a read-only node answers reads, and the gate
+        # opened and closed twice a second against it.
+        self.log_gate = LogGate(log_store.writable_epoch, self.queue.add, give_up=self._abdicate)
         self._workers = queueing.Workers(self.queue, self._pass, workers=workers)
         self._class_workers = queueing.Workers(self.class_queue, self._class_pass, workers=1)
         self._stopping = False

@@ -8,8 +8,9 @@ return, while a large backlog still hit the down database once per order per del
 
 So the first pass that meets `StoreUnavailable` closes the gate; that order and every
 order whose pass would start while the gate is closed are parked (remembered, nothing
-run). One thread probes the log with a cheap read on a jittered backoff (0.5 s doubling
-to 10 s); when it answers, the gate opens and every parked order is enqueued at once, so
+run). One thread probes the log on a jittered backoff (0.5 s doubling to 10 s), as an
+append would, writing nothing (a node that takes reads but no writes is down to a pass);
+when it answers, the gate opens and every parked order is enqueued at once, so
 the backlog drains within the probe interval of the return, and N orders cost one probe
 per interval, not N retries.
 

@@ -103,6 +103,24 @@ def test_a_read_only_node_is_unavailable_and_the_next_attempt_connects_again(
         assert log.claim_epoch(2) == 2
 
 
+@pytest.mark.postgres
+def test_the_writable_probe_finds_a_read_only_node_a_plain_read_does_not(
+    postgres_url: str,
+) -> None:
+    """The log gate's probe: a node that answers reads but takes no writes (a standby)
+    opened the gate to every parked order twice a second while every append failed."""
+    with store.open_log(postgres_url) as log:
+        log.claim_epoch(1)
+        log.engine.dispose()
+        with log.engine.connect() as conn:
+            conn.exec_driver_sql("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            conn.commit()
+        assert log.epoch() == 1  # a plain read answers...
+        with pytest.raises(store.StoreUnavailable, match=r"SQLSTATE 25006"):
+            log.writable_epoch()  # ...the probe as an append would does not
+        assert log.writable_epoch() == 1  # a new connection reaches a writable node
+
+
 class _Sqlite(sqlite3.OperationalError):
     def __init__(self, name: str) -> None:
         super().__init__(name.lower())
