@@ -78,7 +78,7 @@ def register(subparsers: Any) -> None:
 
     at = add(
         "status",
-        "an order's status exactly as it was at a time or version",
+        "an order's status as the log held it at a time or version",
         _status,
         output="yaml",
     )
