@@ -4,7 +4,9 @@ A pass must not wait on the network of one tenant while other tenants' orders qu
 behind it (a hung endpoint holds a probe for about twice its timeout). So the pass starts
 the call here and goes on; when the call ends, its result is kept under its key and the
 order is woken (`wake(uid)`), and the order's next pass takes the result — once. At most
-one call per key runs at a time, and the pool bounds how many run at all.
+one call per key runs at a time, and the pools bound how many run at all: one for the
+repeated calls (probes), one for the others (hub lookups), so that neither waits behind
+the other's slow network.
 
 A call that repeats (`repeat`: an order's probe every interval) runs on a timer of its
 own, not from a pass: its result is kept and the order woken only when `news(result)`
@@ -75,7 +77,11 @@ class Background:
         self._wake = wake
         self._inline = inline
         self._grain = grain
+        # Repeats (probes) and one-shot calls (hub lookups) on pools of their own: on one,
+        # a hub that held every lookup for its timeout after a start held the probes of
+        # every tenant behind them (a due probe ran 30 s late with 48 lookups waiting).
         self._pool = None if inline else ThreadPoolExecutor(workers, "background")
+        self._once = None if inline else ThreadPoolExecutor(workers, "background-once")
         self._lock = threading.Condition()
         self._running: set[Key] = set()
         self._done: dict[Key, Any] = {}
@@ -113,10 +119,10 @@ class Background:
             if key in self._running:
                 return
             self._running.add(key)
-        if self._pool is None:
+        if self._once is None:
             self._finish(key, call)
             return
-        future: Future[None] = self._pool.submit(self._finish, key, call)
+        future: Future[None] = self._once.submit(self._finish, key, call)
         future.add_done_callback(_report)
 
     def _finish(self, key: Key, call: Callable[[], Any]) -> None:
@@ -295,8 +301,9 @@ class Background:
         with self._lock:
             self._stopped = True
             self._lock.notify_all()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._pool, self._once):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _log_failure(key: Key, error: BaseException) -> None:

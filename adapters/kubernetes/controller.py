@@ -174,7 +174,7 @@ class Controller:
             hpa_api_version=hpa_api_version,
             rewrite=oldservers.rewrite_for(api),
             allocation_grace_seconds=allocation_grace_seconds,
-            # Probes and hub lookups on a pool of their own; an answer wakes its order.
+            # Probes and hub lookups off the workers, on a pool each; an answer wakes its order.
             background=Background(
                 self.queue.add, workers=max(4, 2 * workers), grain=BACKGROUND_GRAIN_SECONDS
             ),

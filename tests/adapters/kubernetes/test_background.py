@@ -249,3 +249,21 @@ def test_stopping_with_calls_still_queued_reports_no_failure(caplog) -> None:
         time.sleep(0.1)
     assert not [r for r in caplog.records if "exception calling callback" in r.getMessage()]
     assert not [r for r in caplog.records if "background call failed" in r.getMessage()]
+
+
+def test_one_shot_calls_holding_every_thread_do_not_hold_a_due_repeat(
+    pool: Background,
+) -> None:
+    """Hub lookups (one-shot) against a hub that never answers held the shared pool's
+    threads, and every tenant's probe (a repeat) waited behind them for their timeouts.
+    Each kind has a pool of its own: the probe runs while the lookups still hang."""
+    release = threading.Event()
+    for i in range(6):  # three times the workers
+        pool.start(("hub", f"order-{i}"), lambda: release.wait(10))
+    probed = threading.Event()
+    pool.repeat(KEY, probed.set, every=30, first_after=0.0, news=lambda _r: True, announced=True)
+    try:
+        assert probed.wait(5), "the due probe waited behind the lookups"
+        assert all(pool.busy(("hub", f"order-{i}")) for i in range(2))  # still hanging
+    finally:
+        release.set()
