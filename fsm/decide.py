@@ -28,6 +28,7 @@ __all__ = [
     "needs_plan",
     "pods_wait_for_devices",
     "probe_is_news",
+    "resolved_now",
     "waits_for_capacity",
 ]
 
@@ -158,7 +159,8 @@ TRANSIENT_MODEL_REASONS = frozenset({Reason.MODEL_SOURCE_UNREACHABLE})
 STALE_FACTS_NOTE = "the model source is unreachable, keeping the facts read earlier"
 
 
-def _resolved_now(s: OrderState) -> bool:
+def resolved_now(s: OrderState) -> bool:
+    """The order's model resolved for its spec of now (its generation)."""
     m = s.model
     return (
         m is not None
@@ -172,7 +174,7 @@ def _kept(s: OrderState, out: ModelOutcome) -> ModelOutcome:
     """The outcome to record: a transient failure or a new upstream revision of an order
     that resolved keeps the facts it resolved (a new commit alone does not replan)."""
     m = s.model
-    if m is None or m.facts is None or not _resolved_now(s):
+    if m is None or m.facts is None or not resolved_now(s):
         return out
     if out.reason in TRANSIENT_MODEL_REASONS:
         note = f"{STALE_FACTS_NOTE}: {out.message}" if out.message else STALE_FACTS_NOTE

@@ -30,6 +30,7 @@ from adapters.models import (
 )
 from fsm import observations as ob
 from fsm import policy
+from fsm.decide import STALE_FACTS_NOTE, resolved_now
 from fsm.identity import OrderRef
 from fsm.reasons import Reason
 from fsm.state import OrderState, serving_basis
@@ -199,6 +200,23 @@ class Observer:
             return None
         if isinstance(lookup, ModelFound):
             return ob.ModelJudged(at=at, outcome=policy.resolve_model(effective, lookup.facts))
+        basis = state.applied_basis
+        if (
+            lookup.transient
+            and basis is not None
+            and basis.facts is not None
+            and basis.model_ref == ref
+            and not resolved_now(state)
+        ):
+            # An edit that left the model as it was (another class), the source away: the
+            # facts its workload in force was resolved from, judged under the policy now.
+            # The core keeps resolved facts through an outage only within a generation,
+            # so a class edit at that moment demoted a Ready order to Pending.
+            judged = policy.resolve_model(effective, basis.facts)
+            if judged.ok:
+                note = f"{STALE_FACTS_NOTE}: {lookup.message}" if lookup.message else ""
+                judged = judged.model_copy(update={"message": note or STALE_FACTS_NOTE})
+            return ob.ModelJudged(at=at, outcome=judged)
         return ob.ModelJudged(
             at=at,
             outcome=ModelOutcome(reason=lookup.reason, message=lookup.message),

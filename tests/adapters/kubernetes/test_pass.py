@@ -36,7 +36,7 @@ from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION, AnnotatedPodT
 from fsm import events as ev
 from fsm.fold import fold
 from fsm.identity import OrderRef
-from fsm.reasons import CATALOGUE, Reason
+from fsm.reasons import CATALOGUE, ConditionStatus, ConditionType, Reason
 from fsm.state import state_layout
 from fsm.status import render_status
 from fsm.values import EndpointType
@@ -955,6 +955,31 @@ def test_a_hub_blip_keeps_a_planned_order_and_a_pending_one_is_retried_soon(bed:
     assert isinstance(outcome, queueing.RequeueAfter) and outcome.seconds <= 5
     (failed,) = bed.events(pending, ev.ModelFailed)
     assert failed.reason.value == "ModelSourceUnreachable"
+
+
+def test_a_class_edit_during_a_hub_outage_keeps_the_facts_of_the_same_model(
+    tmp_path: Path,
+) -> None:
+    """The model resolved, its workload applied; the user names another class and the
+    hub is away at that moment. The facts resolved for that very model are judged under
+    the new class: before, the edit's new generation lost them, and the order was
+    Pending with ModelSourceUnreachable until the hub came back."""
+    bed = Bed(tmp_path, a100s=2)  # room for the replan beside the place it holds
+    uid = bed.order("llm")
+    bed.settle(uid)
+    fakes.put(bed.world, external_token_class("conv2"))
+    edited = copy.deepcopy(bed.world.orders.get(uid))
+    edited["spec"]["inferenceServiceClassName"] = "conv2"
+    edited["metadata"]["generation"] = 2
+    fakes.put(bed.world, edited)
+    bed.hub.down = True
+    bed.settle(uid)
+    state = bed.reconciler.state_of(uid)
+    assert state.generation == 2 and not bed.events(uid, ev.ModelFailed)
+    resolved = state.condition(ConditionType.MODEL_RESOLVED)
+    assert resolved is not None and resolved.status is ConditionStatus.TRUE
+    assert "unreachable, keeping the facts" in resolved.message
+    assert len(bed.events(uid, ev.PlanComputed)) == 2  # replanned under the new class
 
 
 # --- probes off the workers -------------------------------------------------------------
