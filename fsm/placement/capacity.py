@@ -37,6 +37,7 @@ __all__ = [
     "Version",
     "claim_taken",
     "find_place",
+    "has_room",
     "priority_lookup",
     "uncovered_held",
     "usage_by_device",
@@ -509,6 +510,11 @@ class FullNodes:
 
 def _room(usage: Usage, device: Device, share_percent: int) -> bool:
     return FULL_SHARE - usage[device.id].used >= _units(device, share_percent)
+
+
+def has_room(usage: Usage, device: Device, share_percent: int) -> bool:
+    """Whether `device` (published: in `usage`) has room for a claim at `share_percent`."""
+    return device.id in usage and _room(usage, device, share_percent)
 
 
 def _by_node(devices: Sequence[Device]) -> tuple[tuple[str, tuple[Device, ...]], ...]:

@@ -25,6 +25,7 @@ from fsm.placement.capacity import (
     Snapshot,
     claim_taken,
     find_place,
+    has_room,
     take_units,
     uncovered_held,
     usage_by_device,
@@ -63,8 +64,13 @@ def with_demand(
     order's waiting replica was put on it, and the replan, which counts the held place
     on top (capacity.uncovered_held), was given the device that replica would need.
 
-    A demand that no free room can hold any more (the cluster shrank, or the scheduler
-    chose differently) keeps the devices its plan named, so it still counts.
+    Each replica takes the devices its plan named while they have room, and searches
+    only when they do not: placed from scratch in name order, an earlier-named order
+    took room a later plan had been made around (replicas of other shapes, or classes
+    selecting the same devices), its own search then failed, and the room it had been
+    planned onto was promised again. A demand that no free room can hold any more (the
+    cluster shrank, or the scheduler chose differently) keeps the devices its plan
+    named, so it still counts.
 
     The units in use are counted once and each demand's place taken from them in turn:
     counted anew for each demand, a rollout of N orders with D plans not yet allocated
@@ -88,11 +94,23 @@ def with_demand(
         if shape not in groups:
             groups[shape] = plan_devices(snapshot, plan)
         group = groups[shape]
-        # Replica by replica, as the scheduler will place the pods: as many as fit where
-        # there is room, the rest on the devices the plan named. All or nothing, a demand
-        # of two with room for one fell back to its named devices, and left the free one
-        # to another order, which its waiting pod would then compete for.
+        # Replica by replica, as the scheduler will place the pods: on the devices the
+        # plan named while they have room, then as many as fit where there is room, the
+        # rest on the named devices all the same. All or nothing, a demand of two with
+        # room for one fell back to its named devices, and left the free one to another
+        # order, which its waiting pod would then compete for.
+        named = _named(demand, all_of_them=True)
         replicas: list[tuple[str, ...]] = []
+        unused: list[tuple[str, ...]] = []
+        for devices in named:
+            fits = len(replicas) < demand.replicas and all(
+                d in by_id and has_room(usage, by_id[d], share) for d in devices
+            )
+            if fits:
+                take_units(usage, by_id, devices, share)
+                replicas.append(devices)
+            else:
+                unused.append(devices)
         while group is not None and len(replicas) < demand.replicas:
             # One replica's search changes the usage only when it finds a place.
             place = find_place(
@@ -108,7 +126,8 @@ def with_demand(
             if place is None:
                 break
             replicas.extend(place.replicas)
-        rest = _named(demand)[len(replicas) :]
+        # As many named places as the plan names for the replicas not placed, no more.
+        rest = unused[: max(0, min(len(named), demand.replicas) - len(replicas))]
         take_units(usage, by_id, (d for devices in rest for d in devices), share)
         replicas.extend(rest)
         for index, devices in enumerate(replicas):
@@ -129,12 +148,13 @@ def with_demand(
     return with_counted(placed, usage)
 
 
-def _named(demand: Demand) -> tuple[tuple[str, ...], ...]:
-    """The devices the demand's plan named, replica by replica (as many as it names)."""
+def _named(demand: Demand, *, all_of_them: bool = False) -> tuple[tuple[str, ...], ...]:
+    """The devices the demand's plan named, replica by replica: as many as the demand
+    waits for, or `all_of_them` (some are its allocated replicas' places)."""
     count = max(demand.plan.accelerator_count, 1)
     devices = demand.plan.devices
-    replicas = [devices[i : i + count] for i in range(0, len(devices), count)]
-    return tuple(tuple(r) for r in replicas[: demand.replicas])
+    replicas = [tuple(devices[i : i + count]) for i in range(0, len(devices), count)]
+    return tuple(replicas if all_of_them else replicas[: demand.replicas])
 
 
 def free_units(snapshot: Snapshot, device_class: str) -> int:

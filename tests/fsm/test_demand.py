@@ -12,9 +12,20 @@ from hypothesis import strategies as st
 
 from fsm.placement import capacity, demand
 from fsm.placement.capacity import Snapshot
-from fsm.values import Plan
+from fsm.placement.planner import PlanRequest, plan
+from fsm.values import AcceleratorPolicy, Plan
 from tests.support import reference_demand, strategies
-from tests.support.planner_inputs import A100, GPU_CLASS, claim, device_class, gpu, snapshot
+from tests.support.planner_inputs import (
+    A100,
+    GPU_CLASS,
+    QWEN_05B,
+    QWEN_7B,
+    claim,
+    default_recipes,
+    device_class,
+    gpu,
+    snapshot,
+)
 from tests.support.planner_inputs import resource_slice as slice_of
 
 NODES = ("node-a", "node-b", "node-c")
@@ -204,3 +215,35 @@ def test_a_search_with_nothing_to_reclaim_takes_what_the_weighing_takes(
             usage, on_node, count, share, priority=_RECLAIMS_NOTHING, own_uid=None
         )
         assert capacity._take_free(usage, on_node, count, share) == weighed
+
+
+def test_orders_planned_in_turn_are_never_promised_more_devices_than_there_are() -> None:
+    """Three T4s (two on n1, one on n2), planned in turn: beta's replica of two devices,
+    then alpha's of one, then gamma's of one. Re-placed from scratch in name order,
+    alpha's demand took n1 (first free), beta's search then failed and fell on its named
+    n1 devices too, n2 looked free, and gamma was promised it: four devices promised on
+    three. Each demand now takes its named place while it has room."""
+    t4 = "Tesla T4"
+    base = snapshot(
+        [device_class("gpu.nvidia.com", GPU_CLASS)],
+        [
+            slice_of("n1", gpu("d0", t4, "16Gi"), gpu("d1", t4, "16Gi")),
+            slice_of("n2", gpu("d2", t4, "16Gi")),
+        ],
+        [],
+    )
+    accelerator = AcceleratorPolicy(max_accelerator_count=2)
+    plans: dict[str, Plan] = {}
+    for name, facts in (("beta", QWEN_7B), ("alpha", QWEN_05B), ("gamma", QWEN_05B)):
+        demands = [
+            demand.Demand(holder=u, namespace="team", name=u, plan=p, replicas=1, priority=0)
+            for u, p in plans.items()
+        ]
+        seen = demand.with_demand(base, demands, for_uid=name)
+        assert seen == reference_demand.with_demand(base, demands)
+        request = PlanRequest(facts=facts, accelerator=accelerator, order_uid=name)
+        outcome = plan(request, seen, default_recipes())
+        if outcome.plan is not None:
+            plans[name] = outcome.plan
+    assert sorted(plans) == ["alpha", "beta"]  # gamma waits: no room
+    assert sum(p.accelerator_count for p in plans.values()) <= len(base.devices)

@@ -7,7 +7,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from fsm.placement.capacity import FULL_SHARE, Allocation, Snapshot, find_place
+from fsm.placement.capacity import (
+    FULL_SHARE,
+    Allocation,
+    Snapshot,
+    _units,
+    find_place,
+    usage_by_device,
+)
 from fsm.placement.demand import Demand, _named
 from fsm.placement.planner import plan_devices
 
@@ -18,6 +25,18 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
         if demand.replicas <= 0:
             continue
         replicas: list[tuple[str, ...]] = []
+        unused: list[tuple[str, ...]] = []
+        share = demand.plan.share_percent or FULL_SHARE
+        for devices in _named(demand, all_of_them=True):  # the named places first
+            current = replace(
+                snapshot, allocations=(*allocations, *_placeholders(demand, replicas))
+            )
+            used = usage_by_device(current)
+            by_id = {d.id: d for d in current.devices}
+            fits = len(replicas) < demand.replicas and all(
+                d in by_id and FULL_SHARE - used[d] >= _units(by_id[d], share) for d in devices
+            )
+            (replicas if fits else unused).append(devices)
         while len(replicas) < demand.replicas:
             current = replace(
                 snapshot, allocations=(*allocations, *_placeholders(demand, replicas))
@@ -36,7 +55,8 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
             if place is None:
                 break
             replicas.extend(place.replicas)
-        replicas.extend(_named(demand)[len(replicas) :])
+        named = _named(demand, all_of_them=True)
+        replicas.extend(unused[: max(0, min(len(named), demand.replicas) - len(replicas))])
         allocations.extend(_placeholders(demand, replicas))
     return replace(snapshot, allocations=tuple(sorted(allocations, key=lambda a: a.key)))
 
