@@ -14,6 +14,7 @@ whole device.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -321,15 +322,23 @@ def uncovered_held(snapshot: Snapshot, own_uid: str | None, held: Sequence[str])
     if not held:
         return []
     published = {device.id for device in snapshot.devices}
-    own = {
+    # Counted, not a set: a Shared plan may name one device for two replicas, and one
+    # claim there covered both (the other's half was offered to the order's own replan).
+    own = Counter(
         device_id
         for alloc in snapshot.allocations
         if own_uid is not None and alloc.holder == own_uid
         for device_id in alloc.devices
         if device_id in published
-    }
-    uncovered = max(0, len(held) - len(own))
-    return [d for d in [d for d in held if d not in own][:uncovered] if d in published]
+    )
+    left, not_own = Counter(own), []
+    for device_id in held:
+        if left[device_id] > 0:
+            left[device_id] -= 1
+        else:
+            not_own.append(device_id)
+    uncovered = max(0, len(held) - sum(own.values()))
+    return [d for d in not_own if d in published][:uncovered]
 
 
 def _count(snapshot: Snapshot, by_id: Mapping[str, Device]) -> dict[str, _Use]:

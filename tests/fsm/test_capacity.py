@@ -420,3 +420,24 @@ def test_a_search_copies_only_the_devices_it_takes() -> None:
     after, chosen, freed = trial
     assert sorted(after) == sorted(chosen) and len(chosen) == 2 and not freed
     assert all(usage[d].used == 0 for d in chosen)  # the caller's usage is not touched
+
+
+def test_a_shared_place_naming_one_device_twice_is_covered_claim_by_claim() -> None:
+    """A Shared plan put its two replicas on one device; one replica's claim is there.
+    The other half is still the order's (its pending pod needs it): compared as sets,
+    the one claim covered both, and that half was offered to the order's own replan
+    and to other orders' demand."""
+    snap = snapshot(
+        slices=[
+            resource_slice("node1", gpu("d0", T4, "16Gi", shareable=True), gpu("d1", T4, "16Gi"))
+        ],
+        claims=[claim("me-0", "node1", "d0", holder="me", mps_percent=50)],
+    )
+    d0, d1 = _ids("d0", "d1")
+    assert capacity.uncovered_held(snap, "me", (d0, d0)) == [d0]
+    assert capacity.uncovered_held(snap, "me", (d0, d1)) == [d1]
+    assert capacity.uncovered_held(snap, "me", (d0,)) == []
+    # A held device no longer published is not counted, and takes no slot of one that is:
+    # two replicas wait (three named, one claim), and d1 is named for both.
+    gone = "gpu.nvidia.com/node1/gone"
+    assert capacity.uncovered_held(snap, "me", (gone, d1, d1)) == [d1, d1]
