@@ -39,6 +39,7 @@ from fsm.values import (
     ModelFacts,
     ModelRef,
     ModelSource,
+    PlacementMode,
     Plan,
     SharingMode,
     UpdateStrategy,
@@ -293,7 +294,8 @@ def _plan_memory(plan: Plan) -> tuple[Fraction, Fraction] | None:
 
 
 def _device_memory(plan: Plan, facts: ModelFacts) -> tuple[Fraction, Fraction | None]:
-    """The least (and for a Shared plan, the bound of) memory of a device the claim may get.
+    """The least (and for a Shared or a partition plan, the bound of) memory of a device
+    the claim may get.
 
     The least is the planner's fit test solved for one device, rounded up to a whole MiB.
     A Shared claim consumes its share of that least (`_consumed`), so it also keeps to the
@@ -301,7 +303,13 @@ def _device_memory(plan: Plan, facts: ModelFacts) -> tuple[Fraction, Fraction | 
     another size is one the planner counted for this plan.
     """
     least = Fraction(math.ceil(_need_per_device(plan, facts) / _share(plan) / MIB) * MIB)
-    bounds = _plan_memory(plan) if plan.sharing_mode is SharingMode.SHARED else None
+    # A partition too: every MIG profile of a GPU carries its product's name, and a claim
+    # planned on a 1g.10gb with a floor alone was given the 3g.40gb another order's plan
+    # counted on, which then never got one.
+    bounded = plan.sharing_mode is SharingMode.SHARED or (
+        plan.placement_mode is PlacementMode.PARTITION
+    )
+    bounds = _plan_memory(plan) if bounded else None
     if bounds is None:
         return least, None
     return max(least, bounds[0]), bounds[1]

@@ -536,8 +536,9 @@ def test_selector_admits_every_device_the_planner_judged_big_enough(
 
 def test_only_a_shared_claim_keeps_to_the_plans_memory() -> None:
     # A Shared claim consumes its share of a device of the plan's size, so it is kept to
-    # devices of that size (test_rendering_shares.py); a Dedicated claim asks only the
-    # planner's fit test, as it always did (the same template: its pods do not roll).
+    # devices of that size (test_rendering_shares.py); a Dedicated whole-device claim
+    # asks only the planner's fit test, as it always did (the same template: its pods do
+    # not roll), a partition's keeps to its profile's size (below).
     memory = "device.capacity['gpu.nvidia.com'].memory"
     dedicated = request_of(render())["selectors"][0]["cel"]["expression"]
     assert dedicated == f"{memory}.compareTo(quantity('8246Mi')) >= 0"
@@ -547,6 +548,15 @@ def test_only_a_shared_claim_keeps_to_the_plans_memory() -> None:
         f"{memory}.compareTo(quantity('25088Mi')) < 0"
     )
     assert shared["capacity"] == {"requests": {"memory": "12032Mi"}}  # half of 23.5Gi
+
+
+def test_a_partition_claim_keeps_to_the_profile_the_planner_counted() -> None:
+    """Every MIG profile of a GPU carries the GPU's product name: a claim planned on a
+    1g.10gb with a memory floor alone could be given a 3g.40gb partition, which another
+    order's plan counted on, and that order never got one."""
+    expression = request_of(render(plan=PARTITION))["selectors"][0]["cel"]["expression"]
+    assert cel.evaluate(expression, _device(Fraction(9856 * MIB)))  # a 1g.10gb
+    assert not cel.evaluate(expression, _device(Fraction(40192 * MIB)))  # a 3g.40gb
 
 
 def test_selector_refuses_a_device_too_small() -> None:
