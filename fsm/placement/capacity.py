@@ -14,7 +14,7 @@ whole device.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import ChainMap, Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -475,7 +475,7 @@ def _search(
 
 
 def _take_free(
-    usage: Usage, node_devices: Sequence[Device], count: int, share_percent: int
+    usage: Mapping[str, _Use], node_devices: Sequence[Device], count: int, share_percent: int
 ) -> tuple[dict[str, _Use], list[str], list[Allocation]] | None:
     """`_take` with nothing to reclaim: the first `count` devices with room, in the node's
     order (by id, as `_take` picks among free devices), or None. Every demand of a
@@ -517,7 +517,7 @@ class FullNodes:
         kept[1][share_percent] = first
 
 
-def _room(usage: Usage, device: Device, share_percent: int) -> bool:
+def _room(usage: Mapping[str, _Use], device: Device, share_percent: int) -> bool:
     return FULL_SHARE - usage[device.id].used >= _units(device, share_percent)
 
 
@@ -607,4 +607,54 @@ def _take(
         use = trial[device_id] if device_id in trial else usage[device_id]
         trial[device_id] = _Use(use.used + _units(device, share_percent), use.claims)
         chosen.append(device_id)
+    if len(freed) > 1:
+        return _reprieved(usage, node_devices, count, share_percent, freed) or (
+            trial,
+            chosen,
+            freed,
+        )
     return trial, chosen, freed
+
+
+def _reprieved(
+    usage: Usage,
+    node_devices: Sequence[Device],
+    count: int,
+    share_percent: int,
+    freed: list[Allocation],
+) -> tuple[dict[str, _Use], list[str], list[Allocation]] | None:
+    """The greedy's victims less those the place does not need once the others are
+    freed, highest priority first, as the scheduler's preemption gives victims back; None
+    when each is needed. Greedy device by device, a replica of two devices freed x for
+    one and then y, whose other device would have done: a running replica stopped for
+    nothing (two claims of 25 % and 50 % freed for a 75 % share, too)."""
+    keep = list(freed)
+    for victim in sorted(freed, key=lambda a: (-(a.priority or 0), a.key)):
+        others = [a for a in keep if a is not victim]
+        if _placed_after(usage, node_devices, count, share_percent, others) is not None:
+            keep = others
+    if len(keep) == len(freed):
+        return None
+    return _placed_after(usage, node_devices, count, share_percent, keep)
+
+
+def _placed_after(
+    usage: Usage,
+    node_devices: Sequence[Device],
+    count: int,
+    share_percent: int,
+    victims: list[Allocation],
+) -> tuple[dict[str, _Use], list[str], list[Allocation]] | None:
+    """A place of free room once `victims` are freed on the node, as `_take` returns it."""
+    on_node = {device.id for device in node_devices}
+    released: dict[str, _Use] = {}
+    for victim in victims:
+        for held_id in victim.devices:
+            if held_id in on_node and held_id not in released:
+                released[held_id] = usage[held_id]
+        _release(released, victim)
+    found = _take_free(ChainMap(released, usage), node_devices, count, share_percent)
+    if found is None:
+        return None
+    trial, chosen, _ = found
+    return {**released, **trial}, chosen, list(victims)

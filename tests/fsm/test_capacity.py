@@ -441,3 +441,30 @@ def test_a_shared_place_naming_one_device_twice_is_covered_claim_by_claim() -> N
     # two replicas wait (three named, one claim), and d1 is named for both.
     gone = "gpu.nvidia.com/node1/gone"
     assert capacity.uncovered_held(snap, "me", (gone, d1, d1)) == [d1, d1]
+
+
+def test_a_reclaim_frees_no_claim_the_place_does_not_need() -> None:
+    """Device by device, a replica of two freed x's d0 and then y's d1, and y's d2 made
+    x's stop needless: a running replica stopped for nothing. And on one shared device,
+    claims of 25 % and 50 % were both freed for a 75 % share the 50 % one makes room for."""
+    two = snapshot(
+        slices=[resource_slice("node1", *(gpu(f"d{i}", T4, "16Gi") for i in range(3)))],
+        claims=[
+            claim("x", "node1", "d0", holder="low-a"),
+            claim("y", "node1", "d1", "d2", holder="low-b"),
+        ],
+        priorities={"low-a": 100, "low-b": 100},
+    )
+    place = find_place(two, two.devices, count=2, priority=1000)
+    assert place is not None
+    assert (place.replicas, place.reclaims) == ((_ids("d1", "d2"),), ("team/y",))
+    shared = snapshot(
+        slices=[resource_slice("node1", gpu("d0", T4, "16Gi", shareable=True))],
+        claims=[
+            claim("a", "node1", "d0", holder="low", mps_percent=25),
+            claim("b", "node1", "d0", holder="mid", mps_percent=50),
+        ],
+        priorities={"low": 100, "mid": 100},
+    )
+    place = find_place(shared, shared.devices, count=1, share_percent=75, priority=1000)
+    assert place is not None and place.reclaims == ("team/b",)
