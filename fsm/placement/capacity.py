@@ -427,7 +427,21 @@ def find_place(
     return Place(replicas=tuple(placed), reclaims=tuple(a.key for a in order))
 
 
-_Found = tuple[tuple[int, int, int], str, dict[str, _Use], list[str], list[Allocation]]
+_Cost = tuple[int, int, int, int]
+_Found = tuple[_Cost, str, dict[str, _Use], list[str], list[Allocation]]
+
+
+def _cost(freed: Sequence[Allocation]) -> _Cost:
+    """What freeing `freed` costs, lower first: nothing; then the highest priority freed;
+    then how many running replicas stop (a waiting plan's place, `planned`, stops none:
+    at equal priority a serving replica was taken where a waiting order's room would
+    do, and that order then held the room the victim needed back); then how many."""
+    return (
+        int(bool(freed)),
+        max((a.priority or 0 for a in freed), default=0),
+        sum(1 for a in freed if not a.planned),
+        len(freed),
+    )
 
 
 def _search(
@@ -466,7 +480,7 @@ def _search(
                 full.passed(nodes, share_percent, start)
             continue
         after, chosen, freed = trial
-        cost = (int(bool(freed)), max((a.priority or 0 for a in freed), default=0), len(freed))
+        cost = _cost(freed)
         if best is None or (cost, node) < (best[0], best[1]):
             best = (cost, node, after, chosen, freed)
         if not freed:
@@ -563,7 +577,7 @@ def _take(
     chosen: list[str] = []
     freed: list[Allocation] = []
     for _ in range(count):
-        options: list[tuple[tuple[int, int, int], str, list[Allocation]]] = []
+        options: list[tuple[_Cost, str, list[Allocation]]] = []
         for device in node_devices:
             if device.id in chosen:
                 continue
@@ -571,7 +585,7 @@ def _take(
             use = trial[device.id] if device.id in trial else usage[device.id]
             free = FULL_SHARE - use.used
             if free >= need:
-                options.append(((0, 0, 0), device.id, []))
+                options.append((_cost([]), device.id, []))
                 continue
             if priority is None:
                 continue
@@ -583,7 +597,8 @@ def _take(
                     and alloc.priority < priority
                     and (own_uid is None or alloc.holder != own_uid)
                 ),
-                key=lambda entry: (entry[0].priority or 0, entry[0].key),
+                # A waiting plan's place before a running replica of the same priority.
+                key=lambda entry: (entry[0].priority or 0, not entry[0].planned, entry[0].key),
             )
             picked: list[Allocation] = []
             for alloc, units in victims:
@@ -592,8 +607,7 @@ def _take(
                 picked.append(alloc)
                 free += units
             if free >= need:
-                top = max(a.priority or 0 for a in picked)
-                options.append(((1, top, len(picked)), device.id, picked))
+                options.append((_cost(picked), device.id, picked))
         if not options:
             return None
         _, device_id, picked = min(options, key=lambda o: (o[0], o[1]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -468,3 +469,17 @@ def test_a_reclaim_frees_no_claim_the_place_does_not_need() -> None:
     )
     place = find_place(shared, shared.devices, count=1, share_percent=75, priority=1000)
     assert place is not None and place.reclaims == ("team/b",)
+
+
+def test_at_equal_priority_a_waiting_place_goes_before_a_running_replica() -> None:
+    """V serves on d0; W, of V's priority, waits with a plan naming d1. A higher plan
+    took V's replica (d0 sorts first) where W's room would have stopped nothing, and W
+    then held the room V needed to come back."""
+    running = capacity.Allocation("team", "serving-v-0", _ids("d0"), holder="v", priority=100)
+    waiting = capacity.Allocation(
+        "team", "waiting-w-planned-0", _ids("d1"), holder="w", priority=100, planned=True
+    )
+    base = snapshot(slices=[resource_slice("node1", gpu("d0", T4, "16Gi"), gpu("d1", T4, "16Gi"))])
+    snap = replace(base, allocations=(running, waiting))
+    place = find_place(snap, snap.devices, count=1, priority=1000)
+    assert place is not None and place.reclaims == ("team/waiting-w-planned-0",)
