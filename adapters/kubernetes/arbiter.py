@@ -14,15 +14,17 @@ from dataclasses import replace
 from datetime import datetime
 
 from adapters.kubernetes import kinds
+from adapters.kubernetes.rendering import UID_LABEL
 from adapters.kubernetes.watching import Obj
 from adapters.kubernetes.world import ClusterCache
 from adapters.kubernetes.writing import Writer
 from fsm.identity import OrderRef
-from fsm.placement import arbitration
+from fsm.placement import arbitration, planner
 from fsm.placement.arbitration import Holding, OrderView, Ruling, Take, Taking
 from fsm.placement.capacity import Snapshot
 from fsm.reasons import ConditionType, Reason
 from fsm.state import OrderState
+from fsm.values import Plan
 
 __all__ = ["TAKE_WRITE_SECONDS", "Arbiter"]
 
@@ -109,7 +111,7 @@ class Arbiter:
             own = snapshot.priority_value(bounds.priority_class_name) or 0
             view = replace(
                 view,
-                higher_priority_waiting=self._higher_priority_waits(own),
+                higher_priority_waiting=self._higher_priority_waits(own, snapshot, plan),
                 takers_satisfied=all(self._satisfied(t.order) for t in taking.takers),
                 gone_takers=frozenset(
                     t.order for t in taking.takers if self._order_named(t.order) is None
@@ -201,11 +203,25 @@ class Arbiter:
 
     # -- what the give-back waits for ----------------------------------------------------
 
-    def _higher_priority_waits(self, own: int) -> bool:
-        return any(
-            _unbound(p) and int((p.get("spec") or {}).get("priority") or 0) > own
-            for p in self._world.pods.objects()
-        )
+    def _higher_priority_waits(self, own: int, snapshot: Snapshot, plan: Plan) -> bool:
+        """Does a pod of a higher priority wait for devices the victim's replicas would
+        take back? Any waiting pod of a higher priority, as first written, held every
+        give-back for as long as a higher order's T4 pod waited (ScaleUpBlocked), with
+        the victim's A100s free. An order whose plan is not known counts, as does one
+        whose devices cannot be judged."""
+        mine = planner.plan_devices(snapshot, plan)
+        ours = None if mine is None else {device.id for device in mine}
+        states = self._states()
+        for pod in self._world.pods.objects(copy_=False):
+            if not _unbound(pod) or int((pod.get("spec") or {}).get("priority") or 0) <= own:
+                continue
+            uid = ((pod.get("metadata") or {}).get("labels") or {}).get(UID_LABEL)
+            other = states.get(uid) if uid else None
+            wanted = (other.plan or other.plan_in_force) if other is not None else None
+            theirs = planner.plan_devices(snapshot, wanted) if wanted is not None else None
+            if ours is None or theirs is None or ours & {device.id for device in theirs}:
+                return True
+        return False
 
     def _order_named(self, namespaced: str) -> Obj | None:
         namespace, _, name = namespaced.partition("/")

@@ -1,0 +1,74 @@
+"""What a victim's give-back waits for (adapters/kubernetes/arbiter.py), read from the cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adapters.kubernetes.arbiter import Arbiter
+from adapters.kubernetes.rendering import UID_LABEL
+from fsm.state import OrderState
+from tests.support import fakes, strategies
+from tests.support.planner_inputs import (
+    A100,
+    GPU_CLASS,
+    T4,
+    T4_ONLY,
+    claim,
+    device_class,
+    gpu,
+    resource_slice,
+    snapshot,
+)
+
+A100_ONLY = f"{GPU_CLASS} && device.attributes['gpu.nvidia.com'].productName == '{A100}'"
+SNAP = snapshot(
+    [device_class("a100s", A100_ONLY), device_class("t4s", T4_ONLY)],
+    [
+        resource_slice("node-a100", gpu("a0", A100, "80Gi"), gpu("a1", A100, "80Gi")),
+        resource_slice("node-t4", gpu("t0", T4, "16Gi")),
+    ],
+    [claim("v-0", "node-a100", "a0", holder="v"), claim("h-0", "node-t4", "t0", holder="h")],
+    priorities={"v": 100, "h": 1000},
+)
+V_PLAN = strategies.plan("a100s", devices=("gpu.nvidia.com/node-a100/a0",)).model_copy(
+    update={"accelerator_product_name": A100, "accelerator_memory_gib": 80}
+)
+
+
+def _waiting_pod(uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{uid}-7f9-x", "namespace": "team", "labels": {UID_LABEL: uid}},
+        "spec": {"priority": 1000},
+        "status": {"phase": "Pending"},
+    }
+
+
+def _arbiter(states: dict[str, OrderState]) -> Arbiter:
+    world = fakes.world()
+    fakes.put(world, _waiting_pod("h"))
+    return Arbiter(
+        None,  # type: ignore[arg-type]  # reads only the cache here
+        world,
+        snapshot=lambda _uid: SNAP,
+        allocated=lambda: SNAP,
+        could_reclaim=lambda: lambda _name: False,
+        states=lambda: states,
+    )
+
+
+def test_a_give_back_waits_only_for_higher_pods_that_want_the_victims_devices() -> None:
+    """H (priority 1000, T4s only) has a pod waiting for a T4. V's replica, taken on an
+    A100, waited for it to be placed: for ever, while H's growth was blocked, with an
+    A100 free. A pod whose plan could take V's devices, or whose plan is unknown,
+    still goes first."""
+    on_t4s = strategies.plan("t4s", devices=("gpu.nvidia.com/node-t4/t0",)).model_copy(
+        update={"accelerator_product_name": T4, "accelerator_memory_gib": 16}
+    )
+    h_on_t4s = OrderState().model_copy(update={"plan": on_t4s})
+    assert not _arbiter({"h": h_on_t4s})._higher_priority_waits(100, SNAP, V_PLAN)
+    h_on_a100s = OrderState().model_copy(update={"plan": V_PLAN})
+    assert _arbiter({"h": h_on_a100s})._higher_priority_waits(100, SNAP, V_PLAN)
+    assert _arbiter({})._higher_priority_waits(100, SNAP, V_PLAN)  # H's plan not known
+    assert not _arbiter({})._higher_priority_waits(1000, SNAP, V_PLAN)  # not higher
