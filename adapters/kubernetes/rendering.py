@@ -411,7 +411,31 @@ def _args(recipe: Recipe, plan: Plan, model_ref: ModelRef) -> list[str]:
         args += [
             flag.format_map(filled) for flag in _VLLM_FLAGS if flag.split("=")[0] not in present
         ]
+    if recipe.runtime.lower() == "llama.cpp" and model_ref.src is ModelSource.HUGGING_FACE:
+        args = _hub_repo_for_llama_cpp(args)
     return args
+
+
+def _hub_repo_for_llama_cpp(args: list[str]) -> list[str]:
+    """llama.cpp's `--model` (`-m`) is a file on disk; a repository on the hub is
+    `--hf-repo`, which it downloads (with HF_TOKEN from the env). Rendered as the recipe
+    spells it, a GGUF order from the hub asked llama.cpp to open a file named after its
+    repository and never loaded."""
+    out: list[str] = []
+    pending_value = False
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if pending_value:
+            out.append(arg)
+            pending_value = False
+        elif flag in ("--model", "-m") and eq:
+            out.append(f"--hf-repo={value}")
+        elif arg in ("--model", "-m"):
+            out.append("--hf-repo")
+            pending_value = True
+        else:
+            out.append(arg)
+    return out
 
 
 def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:

@@ -38,9 +38,10 @@ from adapters.simulator.capacity import MANAGED_LABEL
 from adapters.simulator.kube import JSON, Kube, KubeError, path
 from adapters.simulator.stub import Stub
 from adapters.simulator.world import DEPLOYMENTS, NODES, PODS, REPLICA_SETS, Store, key
+from fsm.placement.recipes import API_KEY_ENV
 
 __all__ = [
-    "API_KEY_ENV",
+    "API_KEY_ENVS",
     "ENDPOINT_ANNOTATION",
     "FAIL_ANNOTATION",
     "EnvError",
@@ -53,7 +54,9 @@ log = logging.getLogger(__name__)
 
 ENDPOINT_ANNOTATION = "simulator.ai-inference.deckhouse.io/endpoint"
 FAIL_ANNOTATION = "simulator.ai-inference.deckhouse.io/fail"
-API_KEY_ENV = "VLLM_API_KEY"
+# Where each runtime reads its API key (the controller's table): a llama.cpp stub that
+# looked for vLLM's answered everyone, so a wrong name could fail no test.
+API_KEY_ENVS = tuple(API_KEY_ENV.values())
 _TERMINAL = ("Succeeded", "Failed")
 _PROBE_PERIOD_CAP = 1.0  # seconds: probes run faster than declared, tests stay quick
 
@@ -176,11 +179,12 @@ def _flag(words: Sequence[str], flag: str) -> list[str]:
 
 
 def served_model_names(words: Sequence[str]) -> list[str]:
-    """What vLLM serves: `--served-model-name`, else `--model`, else `serve <model>`."""
-    names = _flag(words, "--served-model-name")
+    """What the runtime serves: vLLM's `--served-model-name` or llama.cpp's `--alias`, else
+    `--model` or llama.cpp's `--hf-repo`, else `serve <model>`."""
+    names = _flag(words, "--served-model-name") or _flag(words, "--alias")
     if names:
         return names
-    model = _flag(words, "--model")
+    model = _flag(words, "--model") or _flag(words, "--hf-repo")
     if model:
         return model[:1]
     if "serve" in words:
@@ -374,13 +378,17 @@ class Kubelet:
         except EnvError as err:
             self._requeue(f"pod/{uid}", self.retry_seconds)  # until the Secret exists
             return self._waiting(pod, containers, str(err))
-        index = next((i for i, env in enumerate(envs) if API_KEY_ENV in env), 0)
+        index = next(
+            (i for i, env in enumerate(envs) if any(name in env for name in API_KEY_ENVS)), 0
+        )
         container, env = (containers[index], envs[index]) if containers else ({}, {})
         words = [
             expand(w, env)
             for w in [*(container.get("command") or ()), *(container.get("args") or ())]
         ]
-        api_key = env.get(API_KEY_ENV) or next(iter(_flag(words, "--api-key")), None)
+        api_key = next((env[n] for n in API_KEY_ENVS if env.get(n)), None) or next(
+            iter(_flag(words, "--api-key")), None
+        )
         stub = Stub(
             served_names=served_model_names(words),
             api_key=api_key or None,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 from workload_samples import DOMAIN, FACTS, HF_REF, ORDER, PLAN, RECIPE, SETTINGS, policy
@@ -28,6 +29,7 @@ from adapters.kubernetes.rendering import (
 from adapters.kubernetes.settings import Settings, Source
 from fsm.placement import cel, sizing
 from fsm.placement.capacity import Device
+from fsm.placement.recipes import parse_recipe
 from fsm.policy import classless_policy
 from fsm.quantity import GIB, MIB, gib_rounded, parse_quantity
 from fsm.values import (
@@ -408,6 +410,32 @@ def test_hugging_face_model_args() -> None:
     assert flag(args, "--gpu-memory-utilization") == "0.9"
     assert flag(args, "--max-model-len") == "8192"
     assert "--enable-auto-tool-choice" in args and flag(args, "--tool-call-parser") == "hermes"
+
+
+LLAMA_CPP = parse_recipe(
+    yaml.safe_load((REPO / "deploy/recipes/llamacpp-nvidia-gguf.yaml").read_text())
+)
+
+
+@pytest.mark.parametrize(
+    "spelled",
+    [["--model={modelPath}"], ["-m={modelPath}"], ["--model", "{modelPath}"]],
+    ids=["long", "short", "two-words"],
+)
+def test_llama_cpp_is_given_a_hub_repository_as_one_and_its_own_key(spelled: list[str]) -> None:
+    """llama.cpp's --model is a file on disk: a GGUF order from the hub, rendered as the
+    recipe spells it, asked it to open a file named after the repository. It is given
+    --hf-repo (it downloads with HF_TOKEN from the env), and its key as LLAMA_API_KEY."""
+    recipe = LLAMA_CPP.model_copy(update={"args": (*spelled, "--alias={servedModelName}")})
+    plan = PLAN.model_copy(update={"recipe": recipe.name})
+    objects = rendering.render_workload(
+        ORDER, plan, recipe, policy(), HF_REF, settings=SETTINGS, facts=FACTS
+    )
+    by_kind = {o["kind"]: o for o in objects}
+    args = container(by_kind)["args"]
+    assert not any(a.split("=")[0] in ("--model", "-m") for a in args), args
+    assert "--hf-repo Qwen/Qwen2.5-7B-Instruct-AWQ" in " ".join(args).replace("=", " ")
+    assert "LLAMA_API_KEY" in env(by_kind) and "VLLM_API_KEY" not in env(by_kind)
 
 
 # --- devices, resources, scaling -----------------------------------------------------

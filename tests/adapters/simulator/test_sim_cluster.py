@@ -28,7 +28,7 @@ pytestmark = pytest.mark.cluster
 
 TOKEN_ENV = [
     {
-        "name": kubelet.API_KEY_ENV,
+        "name": "VLLM_API_KEY",
         "valueFrom": {"secretKeyRef": {"name": "order-auth", "key": "token"}},
     }
 ]
@@ -178,6 +178,19 @@ def test_a_pod_with_a_claim_template_is_allocated_bound_and_served(bed: Bed) -> 
     assert httpx.get(url + "/v1/models", timeout=5).status_code == 401
     wrong = httpx.get(url + "/v1/models", headers={"Authorization": "Bearer nope"}, timeout=5)
     assert wrong.status_code == 401
+
+
+def test_a_llama_cpp_pod_is_served_only_with_its_token(bed: Bed) -> None:
+    """llama.cpp reads its key from LLAMA_API_KEY: a stub that looked for vLLM's answered
+    every caller of a llama.cpp order, so a wrong variable name could fail no test."""
+    bed.secret("order-auth", {"token": "tok-llama"})
+    env = [{**TOKEN_ENV[0], "name": "LLAMA_API_KEY"}]
+    bed.pod("llama-0", env=env)
+    pod = bed.running("llama-0")
+    url = pod["metadata"]["annotations"][kubelet.ENDPOINT_ANNOTATION]
+    assert httpx.get(url + "/v1/models", timeout=5).status_code == 401
+    token = {"Authorization": "Bearer tok-llama"}
+    assert httpx.get(url + "/v1/models", headers=token, timeout=5).status_code == 200
 
 
 def test_a_pod_that_cannot_be_allocated_waits_and_nothing_is_preempted(

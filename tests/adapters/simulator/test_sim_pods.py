@@ -115,6 +115,12 @@ def test_missing_secret_is_a_config_error(item: dict[str, Any], message: str) ->
             id="serve-positional",
         ),
         pytest.param(["--port", "8000"], [], id="nothing-named"),
+        pytest.param(
+            ["--hf-repo=org/m-GGUF", "--alias=org/m-GGUF", "--port=8000"],
+            ["org/m-GGUF"],
+            id="llama-cpp-alias",
+        ),
+        pytest.param(["--hf-repo", "org/m-GGUF"], ["org/m-GGUF"], id="llama-cpp-hub-repo"),
     ],
 )
 def test_served_model_names(words: list[str], names: list[str]) -> None:
