@@ -131,7 +131,33 @@ def drifted(desired: Iterable[Obj], live: Mapping[Key, Obj]) -> list[Obj]:
 
 def _managed(doc: Obj) -> dict[str, Any]:
     # apiVersion may legitimately differ (an HPA read as v2beta2 and rendered as v2).
-    return {k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}
+    managed = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}
+    if doc.get("kind") == "ResourceClaimTemplate":
+        managed = _without_capacity_requests(managed)
+    return managed
+
+
+def _without_capacity_requests(template: dict[str, Any]) -> dict[str, Any]:
+    """A claim template's fields less its requests' `exactly.capacity`: a server without
+    the DRAConsumableCapacity gate (alpha, off by default in 1.34) drops that field from
+    what it stores, and the apply that puts it back is a no-op there, so every pass
+    found the template drifted and applied it again. A template's spec cannot be edited
+    in place, so nothing is lost: one made anew by someone else shows elsewhere."""
+    spec = (template.get("spec") or {}).get("spec") or {}
+    devices = spec.get("devices") or {}
+    requests = devices.get("requests")
+    if not requests:
+        return template
+    kept = [
+        {**r, "exactly": {k: v for k, v in r["exactly"].items() if k != "capacity"}}
+        if _is_mapping(r) and _is_mapping(r.get("exactly"))
+        else r
+        for r in requests
+    ]
+    return {
+        **template,
+        "spec": {**template["spec"], "spec": {**spec, "devices": {**devices, "requests": kept}}},
+    }
 
 
 def owned_by(obj: Obj, uid: str) -> bool:

@@ -146,6 +146,30 @@ def test_a_field_no_longer_rendered_is_drift_through_the_digest() -> None:
     assert RENDERED_ANNOTATION not in before["metadata"].get("annotations", {})  # a copy
 
 
+def test_a_claim_capacity_the_server_dropped_is_not_drift() -> None:
+    """A server without the DRAConsumableCapacity gate (alpha, off by default in 1.34)
+    stores a Shared claim's template without its requests' `capacity`; the apply putting
+    it back is a no-op there, so every pass found the template drifted and applied it
+    again. Any other field of the template still counts."""
+    exactly = {
+        "deviceClassName": "gpu.nvidia.com",
+        "count": 1,
+        "capacity": {"requests": {"memory": "12032Mi"}},
+    }
+    desired = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "llm"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+    }
+    live = copy.deepcopy(desired)
+    del live["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]
+    key = ("ResourceClaimTemplate", "llm")
+    assert drifted([desired], {key: live}) == []
+    live["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
+    assert drifted([desired], {key: live}) == [desired]
+
+
 def test_strays_are_ours_unrendered_and_not_being_deleted() -> None:
     def child(name: str, *, owner: str = UID, deleting: bool = False) -> dict[str, Any]:
         meta: dict[str, Any] = {
