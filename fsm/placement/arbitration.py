@@ -9,8 +9,9 @@ The rule: lowest priority first; an order's minimum replicas (its first placemen
 take any lower-priority replica, down to zero; its growth above the minimum takes only
 replicas its victims hold above their own minimum. A victim gets its replicas back, from
 free capacity only, once its takers have placed what they took and no higher-priority
-pod waits for devices it would take back. While a victim holds more allocated claims than its replicas (a
-scale-down under way) nothing more is taken from it, so no device is taken twice.
+pod waits for devices it would take back. While a victim holds more allocated claims
+than its replicas (a scale-down under way) nothing more is taken from it, so no device
+is taken twice.
 """
 
 from __future__ import annotations
