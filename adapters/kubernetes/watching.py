@@ -681,6 +681,9 @@ class Informer:
         old = self._objects.get(uid)
         if old is not None:
             self._unindex_locked(uid, old)
+        # Back after it left the selection (its label taken off, then put back): no longer
+        # gone, or a read of our own write to it passed at once on the older copy.
+        self._gone.pop(uid, None)
         self._objects[uid] = obj
         self._by_name.put(meta.get("namespace") or "", meta["name"], uid)
         for index in self._indexes.values():

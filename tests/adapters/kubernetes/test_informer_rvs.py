@@ -113,3 +113,18 @@ def test_a_deleted_object_is_known_gone_whatever_its_rvs() -> None:
     _event(informer, "DELETED", "a", "2")
     assert _knows(informer, "a", "99")
     assert not informer._seen
+
+
+def test_an_object_back_in_the_selection_is_no_longer_gone() -> None:
+    """A child whose label someone removed left the label-selected informer (DELETED)
+    and came back when our apply put the label on again (ADDED, the same UID). It stayed
+    "gone" for good: every later wait for one of our writes to it answered at once, with
+    a copy older than the write."""
+    informer = _informer()
+    _event(informer, "ADDED", "llm", "10")
+    _event(informer, "DELETED", "llm", "11")
+    assert _knows(informer, "llm", "20")  # gone: nothing more to wait for
+    _event(informer, "ADDED", "llm", "12")
+    assert not _knows(informer, "llm", "20")  # back: a write at 20 is not here yet
+    _event(informer, "MODIFIED", "llm", "20")
+    assert _knows(informer, "llm", "20")
