@@ -232,7 +232,7 @@ class Actor:
 
     def _live(self, order: OrderRef) -> dict[converging.Key, Obj]:
         # Read only (compared, never changed): no copy of every child on every pass.
-        children = self._world.children_of(order.uid, copy_=False)
+        children = self._world.children_of(order.uid, order.namespace, copy_=False)
         return {converging.key_of(obj): obj for obj in children}
 
     def _workload(
@@ -486,7 +486,7 @@ class Actor:
             token = secret_value(secret, AUTH_SECRET_KEY)
         if not self._service_is_ours(order):
             return None  # never follow a retyped Service elsewhere
-        url = self._targets.resolve(order, self._world.pods_of(order.uid))
+        url = self._targets.resolve(order, self._world.pods_of(order.uid, order.namespace))
         if url is None:
             return None  # no Ready pod yet: its change wakes us
         return url, token

@@ -85,7 +85,7 @@ class Arbiter:
             # The log says replicas were taken and the taker has not scaled this order
             # yet (it records first, then scales): judging now would flap the verdict.
             return None
-        pods = [p for p in self._world.pods_of(order.uid) if _live(p)]
+        pods = [p for p in self._world.pods_of(order.uid, order.namespace) if _live(p)]
         waiting = any(_unbound(p) for p in pods)
         if taking is None and not waiting:
             return Ruling(arbitration.Verdict(Reason.SCALING_WITHIN_BOUNDS))
@@ -242,5 +242,5 @@ class Arbiter:
         state = self._states().get(str(meta.get("uid")))
         if state is not None and state.policy is not None:
             desired = min(desired, state.policy.constraints.max_replicas)
-        pods = self._world.pods_of(str(meta.get("uid")))
+        pods = self._world.pods_of(str(meta.get("uid")), namespace)
         return sum(1 for p in pods if _live(p) and not _unbound(p)) >= desired

@@ -299,7 +299,7 @@ class Observer:
         if deployment is None or state.plan_in_force is None:
             return None
         status = deployment.get("status") or {}
-        pods = workload_pods(self._world.pods_of(order.uid))
+        pods = workload_pods(self._world.pods_of(order.uid, order.namespace))
         # Only when the grace may end: reading capacity costs a snapshot.
         free = (
             free_units(state.plan_in_force.device_class)

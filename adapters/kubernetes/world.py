@@ -326,9 +326,10 @@ class ClusterCache:
             return self.cluster_models.get_by_name(None, name)
         return self.models.get_by_name(namespace, name)
 
-    def pods_of(self, uid: str) -> list[Obj]:
-        """The order's pods: the cached objects themselves, to read only."""
-        return self.pods.by_index(BY_ORDER, uid, copy_=False)
+    def pods_of(self, uid: str, namespace: str) -> list[Obj]:
+        """The order's pods: the cached objects themselves, to read only. Only its own
+        namespace's: a pod elsewhere carrying its label (a copy) is not its pod."""
+        return _in(namespace, self.pods.by_index(BY_ORDER, uid, copy_=False))
 
     @property
     def owned_kinds(self) -> list[Informer]:
@@ -342,10 +343,17 @@ class ClusterCache:
             self.token_secrets,
         ]
 
-    def children_of(self, uid: str, *, copy_: bool = True) -> list[Obj]:
-        """Every object the order owns (by its UID label), of every kind it renders;
-        `copy_=False`: the cached objects themselves, to read only."""
-        return [obj for inf in self.owned_kinds for obj in inf.by_index(BY_ORDER, uid, copy_=copy_)]
+    def children_of(self, uid: str, namespace: str, *, copy_: bool = True) -> list[Obj]:
+        """Every object the order owns (by its UID label, in its namespace), of every kind
+        it renders; `copy_=False`: the cached objects themselves, to read only. A copy of
+        a child in another namespace keeps the label: counted, a same-named one there
+        hid the order's own, and a serving order went Pending, its own Service said to be
+        someone else's."""
+        return [
+            obj
+            for inf in self.owned_kinds
+            for obj in _in(namespace, inf.by_index(BY_ORDER, uid, copy_=copy_))
+        ]
 
     # -- what a change affects -----------------------------------------------------------
 
@@ -440,3 +448,7 @@ class ClusterCache:
             self.priority_classes,
         ):
             informer.add_handler(route(lambda _o: every_order()))
+
+
+def _in(namespace: str, objects: list[Obj]) -> list[Obj]:
+    return [o for o in objects if (o.get("metadata") or {}).get("namespace") == namespace]

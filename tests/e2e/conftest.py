@@ -172,6 +172,8 @@ def delete_and_wait(
             )
             == uid
         ]
-        return orders.get(namespace, name) is None and not cache.pods_of(uid) and not claims
+        return (
+            orders.get(namespace, name) is None and not cache.pods_of(uid, namespace) and not claims
+        )
 
     wait_for(gone, timeout=timeout, what=f"{namespace}/{name} and its pods and claims to go")

@@ -314,7 +314,7 @@ def _stub_url(platform: LocalPlatform, uid: str, secret_uid: str | None = None) 
     def url() -> str | None:
         pods = [
             pod
-            for pod in platform.controller.cache.pods_of(uid)
+            for pod in platform.controller.cache.pods_of(uid, NS)
             if secret_uid is None
             or (pod["metadata"].get("annotations") or {}).get(AUTH_SECRET_UID_ANNOTATION)
             == secret_uid

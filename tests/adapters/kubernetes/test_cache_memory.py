@@ -97,7 +97,7 @@ def test_the_cache_keeps_every_field_drift_detection_compares(variant: str) -> N
     cache = fakes.world()
     for doc in _rendered(**VARIANTS[variant]):
         stored = fakes.put(cache, doc)
-        cached = cache.children_of(ORDER.uid, copy_=False)
+        cached = cache.children_of(ORDER.uid, ORDER.namespace, copy_=False)
         live = {converging.key_of(obj): obj for obj in cached}
         kept = live[converging.key_of(doc)]
         assert kept["metadata"]["uid"] == stored["metadata"]["uid"]

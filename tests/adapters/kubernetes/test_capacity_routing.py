@@ -299,7 +299,7 @@ def test_a_cached_pod_keeps_only_what_the_controller_reads() -> None:
     assert cached["spec"] == {"nodeName": "node-a", "priority": 1000}
     assert cached["status"] == {"phase": "Running", "conditions": pod["status"]["conditions"]}
     assert cached["metadata"]["annotations"] == pod["metadata"]["annotations"]
-    assert world.pods_of("uid-1") == [cached]
+    assert world.pods_of("uid-1", "support") == [cached]
 
 
 def test_a_take_counts_only_the_replicas_that_hold_devices(tmp_path: Path) -> None:

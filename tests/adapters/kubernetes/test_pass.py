@@ -29,7 +29,7 @@ from adapters.kubernetes.acting import AUTH_SECRET_CONFLICT_RECHECK, NO_REPLICA_
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.kinds import SECRETS, SERVICES
 from adapters.kubernetes.reconciling import APPLY_RETRY, Reconciler
-from adapters.kubernetes.rendering import AUTH_SECRET_UID_ANNOTATION
+from adapters.kubernetes.rendering import AUTH_SECRET_UID_ANNOTATION, UID_LABEL
 from adapters.kubernetes.settings import ProbeSettings, Settings
 from adapters.kubernetes.world import ClusterCache
 from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION, AnnotatedPodTarget
@@ -1170,7 +1170,7 @@ def _served_then_lost(bed: Bed, *, restarted: bool) -> str:
             deployment["metadata"]["generation"] += 1
             deployment["status"]["observedGeneration"] = deployment["metadata"]["generation"]
         fakes.put(bed.world, deployment)
-        pod = bed.world.pods_of(uid)[0]
+        pod = bed.world.pods_of(uid, "support")[0]
         pod["status"] = {"conditions": [{"type": "Ready", "status": "False"}]}
         fakes.put(bed.world, pod)
         for _ in range(100):
@@ -1318,3 +1318,44 @@ def test_a_status_written_but_not_recorded_is_recorded_by_the_next_pass(bed: Bed
     writes = bed.writer.writes
     bed.settle(uid, passes=2)
     assert bed.writer.writes == writes
+
+
+def test_a_copy_of_a_child_in_another_namespace_is_not_the_orders(bed: Bed) -> None:
+    """A user copies the order's Service and a pod into another namespace (owner
+    references stripped, the order's label kept). Counted among the order's children, the
+    copy hid its own Service (the last by UID won), and a serving order went Pending with
+    WorkloadApplyFailed naming its own, untouched Service as someone else's; the copied
+    pod's scheduler message was the order's."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    before = bed.conditions(uid)["WorkloadReady"]
+    ours = bed.child("Service", "llm")
+    assert ours is not None
+    clone = copy.deepcopy(ours)
+    clone["metadata"].update(namespace="staging", uid="ffffffff-copy")  # sorts last
+    clone["metadata"].pop("ownerReferences")
+    fakes.put(bed.world, clone)
+    pending = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "clone-1", "namespace": "staging", "labels": {UID_LABEL: uid}},
+        "spec": {},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient memory.",
+                }
+            ],
+        },
+    }
+    fakes.put(bed.world, pending)
+    assert bed.world.pods_of(uid, "support") == []
+    assert {c["metadata"]["namespace"] for c in bed.world.children_of(uid, "support")} == {
+        "support"
+    }
+    bed.settle(uid, passes=2)
+    assert bed.conditions(uid)["WorkloadReady"]["reason"] == before["reason"]
