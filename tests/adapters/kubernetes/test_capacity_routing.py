@@ -141,6 +141,10 @@ def test_a_pod_not_on_a_node_is_woken_by_capacity_only_where_the_arbiter_may_act
     fakes.put(bed.world, claim("other", "node-a", "gpu-1", namespace="x"))
     assert woken == []  # one priority and nothing serving: no ruling can change
 
+    # The waiting one placed too (on the last device): a higher plan now finds no waiting
+    # place to take first (56f3f45), only running replicas.
+    _serving(bed, pending, "llm-1", "gpu-2")
+    bed.settle(pending)
     high = bed.order("llm-2", klass="urgent")
     bed.settle(high)
     policy = bed.reconciler.states()[high].policy
@@ -149,10 +153,11 @@ def test_a_pod_not_on_a_node_is_woken_by_capacity_only_where_the_arbiter_may_act
     bed.settle(high)
     woken.clear()
     fakes.put(bed.world, claim("other", "node-a", "gpu-2", namespace="x"))
-    # It may take from the two below it, and took the serving one's replica: that one is
-    # woken as an order whose replicas a higher priority took.
-    assert sorted(woken) == sorted([high, placed])
-    assert _routed(bed) == {high, placed}  # placed: a higher priority took its replica
+    # It may take from the two below it, and took the first serving one's replica: that
+    # one is woken as an order whose replicas a higher priority took; the other serves,
+    # and growth is judged while a replica serves.
+    assert sorted(woken) == sorted([high, placed, pending])
+    assert _routed(bed) == {high, placed, pending}  # placed: a higher priority took from it
     taken = bed.child("Deployment", "llm-0")
     assert (
         taken is not None and "ai.deckhouse.io/capacity-taken" in taken["metadata"]["annotations"]
