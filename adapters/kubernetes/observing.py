@@ -349,7 +349,7 @@ class Observer:
         plan = state.plan
         if plan is None:
             return None
-        why = planning.unusable_recipe(plan.recipe)
+        why = planning.unusable_recipe(plan.recipe) or planning.keyless_recipe(plan.recipe, state)
         if why is None:
             return None
         replacement = planning.replacement_recipe(plan, state)

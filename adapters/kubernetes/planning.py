@@ -95,6 +95,21 @@ class Planning:
             return f"launch recipe {name!r} is refused ({exc})"
         return None  # created since `recipes()` read the cache: usable at the next read
 
+    def keyless_recipe(self, name: str, state: OrderState) -> str | None:
+        """Why the usable recipe `name` cannot run the order's workload: its runtime cannot
+        be given the API key the workload's Token authentication needs (an admin edited
+        its runtime, or a release before the planner looked planned it). None: it can."""
+        recipe = self.recipe(name)
+        policy = serving_basis(state).policy
+        if recipe is None or recipe.api_key_env is not None or policy is None:
+            return None
+        if policy.exposure.authentication is not Authentication.TOKEN:
+            return None
+        return (
+            f"launch recipe {name!r} runs {recipe.runtime}, which cannot be given the API "
+            "key Token authentication needs"
+        )
+
     def replacement_recipe(self, plan: Plan, state: OrderState) -> Recipe | None:
         """The best usable recipe for the plan's hardware and the model and endpoint type
         its workload serves: what takes over from a recipe withdrawn under it."""

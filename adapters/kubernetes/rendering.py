@@ -461,10 +461,15 @@ def _env(
                 _secret_env("HF_TOKEN", model_ref.auth_secret_name, model_ref.auth_secret_key)
             )
     if policy.exposure.authentication is Authentication.TOKEN:
-        # The planner picks no runtime without a key under Token (recipes.choose_recipe);
-        # one rendered anyway (a plan of an older release) is given vLLM's name for it.
-        env_name = recipe.api_key_env or API_KEY_ENV["vllm"]
-        ours.append(_secret_env(env_name, token_secret, AUTH_SECRET_KEY))
+        # The planner picks no runtime without a key under Token (recipes.choose_recipe),
+        # and the pass replaces one under a plan (an admin's edit of its runtime): never
+        # rendered to answer anyone while the order says a token is needed.
+        if recipe.api_key_env is None:
+            raise RenderError(
+                f"launch recipe {recipe.name!r} runs {recipe.runtime}, which cannot be given "
+                "the API key Token authentication needs; the workload runs on as last applied"
+            )
+        ours.append(_secret_env(recipe.api_key_env, token_secret, AUTH_SECRET_KEY))
     taken = _RESERVED_ENV | {e["name"] for e in ours}
     theirs = [{"name": e.name, "value": e.value} for e in recipe.env if e.name not in taken]
     return theirs + ours

@@ -1359,3 +1359,49 @@ def test_a_copy_of_a_child_in_another_namespace_is_not_the_orders(bed: Bed) -> N
     }
     bed.settle(uid, passes=2)
     assert bed.conditions(uid)["WorkloadReady"]["reason"] == before["reason"]
+
+
+def test_a_recipe_edited_to_a_runtime_without_a_key_never_serves_a_token_order_open(
+    bed: Bed,
+) -> None:
+    """An admin edits the runtime of the recipe a Token order runs on to one the
+    controller cannot give the key to (TEI reads --api-key). Rendered anyway, it was
+    given VLLM_API_KEY, which it ignores, and answered anyone. With no other recipe the
+    apply is refused and says why (the pods run on as last applied); with one, the
+    order moves to it on the place it holds."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    (planned,) = bed.events(uid, ev.PlanComputed)
+    recipe = bed.world.recipes.get_by_name(None, planned.plan.recipe)
+    assert recipe is not None
+    others = [
+        r
+        for r in bed.world.recipes.objects()
+        if r["metadata"]["name"] != recipe["metadata"]["name"]
+    ]
+    for other in others:  # the only one first
+        fakes.drop(bed.world, other)
+    keyed = json.loads(json.dumps(recipe))
+    edited = json.loads(json.dumps(recipe))
+    edited["spec"]["runtime"] = "text-embeddings-inference"
+    fakes.put(bed.world, edited)
+    deployment = bed.child("Deployment", "llm")
+    bed.settle(uid)
+    assert bed.child("Deployment", "llm") == deployment  # not re-rendered open
+    failed = bed.conditions(uid)["WorkloadReady"]
+    assert failed["reason"] == "WorkloadApplyFailed"
+    assert "cannot be given the API key" in failed["message"]
+
+    keyed["metadata"] = {"name": "vllm-spare"}
+    fakes.put(bed.world, keyed)
+    bed.settle(uid)
+    (replaced,) = bed.events(uid, ev.RecipeReplaced)
+    assert replaced.plan.recipe == "vllm-spare" and "cannot be given the API key" in (
+        replaced.message
+    )
+    assert replaced.plan.devices == planned.plan.devices
+    env = {
+        e["name"]
+        for e in bed.child("Deployment", "llm")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }  # type: ignore[index]
+    assert "VLLM_API_KEY" in env

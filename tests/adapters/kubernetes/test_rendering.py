@@ -438,6 +438,14 @@ def test_llama_cpp_is_given_a_hub_repository_as_one_and_its_own_key(spelled: lis
     assert "LLAMA_API_KEY" in env(by_kind) and "VLLM_API_KEY" not in env(by_kind)
 
 
+def test_a_runtime_that_takes_no_key_is_never_rendered_under_token() -> None:
+    keyless = RECIPE.model_copy(update={"runtime": "text-embeddings-inference"})
+    with pytest.raises(RenderError, match="cannot be given the API key"):
+        rendering.render_workload(
+            ORDER, PLAN, keyless, policy(), HF_REF, settings=SETTINGS, facts=FACTS
+        )
+
+
 # --- devices, resources, scaling -----------------------------------------------------
 
 SHARED = PLAN.model_copy(
