@@ -1379,7 +1379,7 @@ def test_a_recipe_edited_to_a_runtime_without_a_key_never_serves_a_token_order_o
         for r in bed.world.recipes.objects()
         if r["metadata"]["name"] != recipe["metadata"]["name"]
     ]
-    for other in others:  # the only one first
+    for other in others:  # first, the edited recipe is the only one
         fakes.drop(bed.world, other)
     keyed = json.loads(json.dumps(recipe))
     edited = json.loads(json.dumps(recipe))
@@ -1400,8 +1400,7 @@ def test_a_recipe_edited_to_a_runtime_without_a_key_never_serves_a_token_order_o
         replaced.message
     )
     assert replaced.plan.devices == planned.plan.devices
-    env = {
-        e["name"]
-        for e in bed.child("Deployment", "llm")["spec"]["template"]["spec"]["containers"][0]["env"]
-    }  # type: ignore[index]
+    runtime = bed.child("Deployment", "llm")
+    assert runtime is not None
+    env = {e["name"] for e in runtime["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert "VLLM_API_KEY" in env
