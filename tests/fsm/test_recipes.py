@@ -165,17 +165,21 @@ def test_choose_recipe(
         assert choice.recipe is not None and choice.recipe.name == expected
 
 
+# A whole A100 serving an unquantized Safetensors model as Chat: what any test recipe fits.
+A100_CHAT: dict[str, Any] = {
+    "placement": WHOLE,
+    "product_name": A100,
+    "model_format": ST,
+    "quantization": Q.NONE,
+    "endpoint_type": CHAT,
+}
+
+
 def test_ties_go_to_the_higher_preference_then_the_name() -> None:
     low = parse_recipe(_recipe(preference=1) | {"metadata": {"name": "a-low"}})
     high = parse_recipe(_recipe(preference=9) | {"metadata": {"name": "z-high"}})
     twin = parse_recipe(_recipe(preference=9) | {"metadata": {"name": "b-twin"}})
-    kwargs: dict[str, Any] = {
-        "placement": WHOLE,
-        "product_name": A100,
-        "model_format": ST,
-        "quantization": Q.NONE,
-        "endpoint_type": CHAT,
-    }
+    kwargs = A100_CHAT
     assert choose_recipe([low, high], **kwargs).recipe == high
     assert choose_recipe([high, low, twin], **kwargs).recipe == twin
 
@@ -188,13 +192,7 @@ def test_under_token_authentication_only_a_runtime_that_takes_a_key_is_chosen() 
         _recipe(runtime="text-embeddings-inference", preference=9) | {"metadata": {"name": "tei"}}
     )
     vllm = parse_recipe(_recipe(preference=1) | {"metadata": {"name": "vllm"}})
-    kwargs: dict[str, Any] = {
-        "placement": WHOLE,
-        "product_name": A100,
-        "model_format": ST,
-        "quantization": Q.NONE,
-        "endpoint_type": CHAT,
-    }
+    kwargs = A100_CHAT
     assert choose_recipe([tei, vllm], **kwargs).recipe == tei  # no token: preference wins
     assert choose_recipe([tei, vllm], api_key=True, **kwargs).recipe == vllm
     alone = choose_recipe([tei], api_key=True, **kwargs)

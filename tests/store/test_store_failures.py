@@ -86,18 +86,22 @@ def test_a_permission_denied_is_unusable(postgres_url: str, reader_role: str) ->
         log.epoch()
 
 
+def _pooled_connection_read_only(log: store.EventLog) -> None:
+    """The log at epoch 1, its pool's one connection refusing writes, as one to a primary
+    that a fail-over turned into a standby does; a new connection reaches a writable node."""
+    log.claim_epoch(1)
+    log.engine.dispose()
+    with log.engine.connect() as conn:
+        conn.exec_driver_sql("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+        conn.commit()
+
+
 @pytest.mark.postgres
 def test_a_read_only_node_is_unavailable_and_the_next_attempt_connects_again(
     postgres_url: str,
 ) -> None:
     with store.open_log(postgres_url) as log:
-        log.claim_epoch(1)
-        log.engine.dispose()
-        # The pool's one connection now refuses writes, as one to a primary that a
-        # fail-over turned into a standby does; a new connection reaches a writable node.
-        with log.engine.connect() as conn:
-            conn.exec_driver_sql("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-            conn.commit()
+        _pooled_connection_read_only(log)
         with pytest.raises(store.StoreUnavailable, match=r"read-only .*\(SQLSTATE 25006\)"):
             log.claim_epoch(2)
         assert log.claim_epoch(2) == 2
@@ -110,11 +114,7 @@ def test_the_writable_probe_finds_a_read_only_node_a_plain_read_does_not(
     """The log gate's probe: a node that answers reads but takes no writes (a standby)
     opened the gate to every parked order twice a second while every append failed."""
     with store.open_log(postgres_url) as log:
-        log.claim_epoch(1)
-        log.engine.dispose()
-        with log.engine.connect() as conn:
-            conn.exec_driver_sql("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-            conn.commit()
+        _pooled_connection_read_only(log)
         assert log.epoch() == 1  # a plain read answers...
         with pytest.raises(store.StoreUnavailable, match=r"SQLSTATE 25006"):
             log.writable_epoch()  # ...the probe as an append would does not

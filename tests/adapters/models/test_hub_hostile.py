@@ -201,6 +201,17 @@ def unavailable(result: object) -> ModelUnavailable:
     return result
 
 
+def resolved_traced(resolver: HubResolver) -> tuple[ModelUnavailable, int]:
+    """The resolver's failure for MODEL, and the peak of Python memory while it ran."""
+    tracemalloc.start()
+    try:
+        failure = unavailable(resolver.resolve(MODEL))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return failure, peak
+
+
 @pytest.mark.parametrize("mode", ["garbage", "json-list", "wrong-types", "binary", "deep-json"])
 def test_garbage_is_metadata_invalid_and_the_body_is_not_quoted(
     hostile: HostileHub, mode: str
@@ -216,12 +227,7 @@ def test_garbage_is_metadata_invalid_and_the_body_is_not_quoted(
 def test_a_huge_answer_is_cut_at_the_cap_and_never_held_whole(hostile: HostileHub) -> None:
     hostile.mode = "huge"
     resolver = resolver_for(hostile.url, request=5.0, total=10.0)
-    tracemalloc.start()
-    try:
-        failure = unavailable(resolver.resolve(MODEL))
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    failure, peak = resolved_traced(resolver)
     assert failure.reason is Reason.MODEL_METADATA_INVALID
     cap = resolver.settings.max_file_bytes
     assert f"more than {cap} bytes" in failure.message
@@ -242,12 +248,7 @@ def test_an_error_or_a_redirect_with_a_huge_body_is_never_held_whole(
     hostile.mode = mode
     gzip_bomb()  # made before the count: the server's making of it is not the client's
     resolver = resolver_for(hostile.url, request=5.0, total=10.0)
-    tracemalloc.start()
-    try:
-        failure = unavailable(resolver.resolve(MODEL))
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    failure, peak = resolved_traced(resolver)
     assert failure.reason is Reason.MODEL_SOURCE_UNREACHABLE
     assert "HTTP 503" in failure.message and failure.transient
     assert MARKER not in failure.message
