@@ -101,14 +101,11 @@ class Planning:
         its runtime, or a release before the planner looked planned it). None: it can."""
         recipe = self.recipe(name)
         policy = serving_basis(state).policy
-        if recipe is None or recipe.api_key_env is not None or policy is None:
+        if recipe is None or policy is None:
             return None
         if policy.exposure.authentication is not Authentication.TOKEN:
             return None
-        return (
-            f"launch recipe {name!r} runs {recipe.runtime}, which cannot be given the API "
-            "key Token authentication needs"
-        )
+        return recipe.keyless
 
     def replacement_recipe(self, plan: Plan, state: OrderState) -> Recipe | None:
         """The best usable recipe for the plan's hardware and the model and endpoint type

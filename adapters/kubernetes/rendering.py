@@ -465,10 +465,7 @@ def _env(
         # and the pass replaces one under a plan (an admin's edit of its runtime): never
         # rendered to answer anyone while the order says a token is needed.
         if recipe.api_key_env is None:
-            raise RenderError(
-                f"launch recipe {recipe.name!r} runs {recipe.runtime}, which cannot be given "
-                "the API key Token authentication needs; the workload runs on as last applied"
-            )
+            raise RenderError(f"{recipe.keyless}; the workload runs on as last applied")
         ours.append(_secret_env(recipe.api_key_env, token_secret, AUTH_SECRET_KEY))
     taken = _RESERVED_ENV | {e["name"] for e in ours}
     theirs = [{"name": e.name, "value": e.value} for e in recipe.env if e.name not in taken]

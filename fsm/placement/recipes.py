@@ -129,6 +129,16 @@ class Recipe(Frozen):
         """Where the runtime reads its API key; None: it cannot be given one."""
         return API_KEY_ENV.get(self.runtime.lower())
 
+    @property
+    def keyless(self) -> str | None:
+        """Why the recipe cannot run under Token authentication; None when it can."""
+        if self.api_key_env is not None:
+            return None
+        return (
+            f"launch recipe {self.name!r} runs {self.runtime}, which cannot be given the API "
+            "key Token authentication needs"
+        )
+
     def fits_hardware(self, placement: PlacementMode, product_name: str) -> bool:
         if placement not in self.placement_modes:
             return False
