@@ -1,5 +1,9 @@
 """A real local control plane: etcd, kube-apiserver and kube-controller-manager on 127.0.0.1.
 
+Beside them, a small admission webhook (admission.py) refuses what a 1.34 API server
+refuses of the DRA kinds and their 1.20 stand-in CRDs cannot: an update of a claim's or
+a claim template's spec.
+
 What `ai-inference cluster up/down` and the test suite's `cluster` fixture run. The
 binaries are built once from Debian's Kubernetes source (scripts/build-kubernetes.sh)
 and cached; every cluster gets free ports, its own data folder, its own PKI and tokens.
@@ -13,6 +17,7 @@ The fault tests break a running control plane on purpose: `kill` one of its proc
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -20,13 +25,14 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from adapters.cluster import identities, pki
+from adapters.cluster import admission, identities, pki
 from adapters.resources import resource_dir
 
 __all__ = [
@@ -293,6 +299,7 @@ def up(folder: Path, *, timeout: float = 90, audit: bool = False) -> ClusterStat
         timeout=timeout,
     )
 
+    _start_admission(state, certs, logs, token=tokens["admin"], timeout=timeout)
     _start(
         state,
         "kube-controller-manager",
@@ -321,6 +328,49 @@ def up(folder: Path, *, timeout: float = 90, audit: bool = False) -> ClusterStat
     )
     _write_state(folder, state)
     return state
+
+
+def _start_admission(
+    state: ClusterState, certs: pki.Pki, logs: Path, *, token: str, timeout: float
+) -> None:
+    """Serve what 1.34 validates of the DRA kinds and a 1.20 CRD cannot (admission.py),
+    and register it with the API server once it answers."""
+    port = free_port()
+    _start(
+        state,
+        "admission",
+        [
+            sys.executable,
+            "-m",
+            "adapters.cluster.admission",
+            f"--port={port}",
+            f"--cert={certs.serving_cert}",
+            f"--key={certs.serving_key}",
+        ],
+        logs,
+    )
+    _write_state(Path(state.folder), state)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if not _alive(state.pids["admission"]) or time.monotonic() > deadline:
+                tail = (logs / "admission.log").read_text(errors="replace")[-2000:]
+                raise ClusterError(f"the admission server did not start:\n{tail}") from None
+            time.sleep(0.1)
+    ca_bundle = base64.b64encode(certs.ca_cert.read_bytes()).decode()
+    body = json.dumps(admission.webhook_configuration(port, ca_bundle)).encode()
+    request = urllib.request.Request(  # noqa: S310 (our own https://127.0.0.1 URL)
+        f"{state.server}/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        data=body,
+        method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    context = ssl.create_default_context(cafile=str(certs.ca_cert))
+    with urllib.request.urlopen(request, context=context, timeout=10):  # noqa: S310
+        pass
 
 
 def kill(state: ClusterState, name: str) -> None:
@@ -432,7 +482,7 @@ def down(folder: Path, *, keep_data: bool = False, timeout: float = 15) -> list[
         )
     stopped: list[str] = []
     if state is not None:
-        order = ["kube-controller-manager", "kube-apiserver", "etcd"]
+        order = ["kube-controller-manager", "admission", "kube-apiserver", "etcd"]
         for name in order:
             pid = state.pids.get(name)
             if pid is None or not _alive(pid) or not _is_ours(pid, folder):

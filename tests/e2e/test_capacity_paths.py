@@ -505,6 +505,54 @@ def test_editing_the_model_of_a_ready_order_replans_and_reapplies(
         assert len(events_of(platform, uid, ev.WorkloadApplied)) == 2
 
 
+def test_a_replan_onto_another_device_class_makes_the_claim_template_anew(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    """A claim template's spec is immutable (the bed refuses its change as 1.34 does:
+    adapters/cluster/admission.py): a plan that asks for other devices deletes the
+    template and makes it anew, while the Deployment rolls in place."""
+    nodes = [gpu_node("e2e-move-a", [(L4, "24Gi")]), gpu_node("e2e-move-b", [(L40S, "48Gi")])]
+    classes = [product_class("e2e-move-l4", L4), product_class("e2e-move-l40s", L40S)]
+    custom = admin.custom
+
+    def template() -> dict[str, Any]:
+        return dict(
+            custom.get_namespaced_custom_object(
+                "resource.k8s.io", "v1", "support", "resourceclaimtemplates", "cap-move"
+            )
+        )
+
+    with extra_capacity(platform, nodes, classes):
+        admin.create_class("e2e-move", class_spec(["e2e-move-l4"]))
+        class_ready(platform, "e2e-move")
+        orders("cap-move", {"inferenceServiceClassName": "e2e-move", "model": hf(QWEN_SMALL)})
+        alice.wait_phase("support", "cap-move", "Ready")
+        before = template()
+        deployment_uid = admin.deployment("support", "cap-move").metadata.uid
+
+        custom.patch_cluster_custom_object(
+            GROUP,
+            VERSION,
+            CLASSES,
+            "e2e-move",
+            {"spec": {"acceleratorPolicy": {"allowedDeviceClasses": ["e2e-move-l40s"]}}},
+        )
+
+        def moved(o: dict[str, Any] | None) -> bool:
+            status = (o or {}).get("status") or {}
+            return (
+                status.get("phase") == "Ready"
+                and (status.get("resolved") or {}).get("deviceClass") == "e2e-move-l40s"
+            )
+
+        wait_order(alice, "cap-move", moved, timeout=90)
+        after = template()
+        assert after["metadata"]["uid"] != before["metadata"]["uid"]
+        (request,) = after["spec"]["spec"]["devices"]["requests"]
+        assert request["exactly"]["deviceClassName"] == "e2e-move-l40s"
+        assert admin.deployment("support", "cap-move").metadata.uid == deployment_uid
+
+
 # --- 5. a failed replan keeps the plan in force --------------------------------------------
 
 

@@ -63,7 +63,7 @@ def test_down_stops_exactly_its_processes(tmp_path) -> None:
     pids = list(state.pids.values())
     assert all(local._alive(p) for p in pids)
     stopped = local.down(tmp_path / "other")
-    assert sorted(stopped) == ["etcd", "kube-apiserver", "kube-controller-manager"]
+    assert sorted(stopped) == ["admission", "etcd", "kube-apiserver", "kube-controller-manager"]
     assert not any(local._alive(p) for p in pids)
     assert not (tmp_path / "other").exists()
     assert local.status(tmp_path / "other") is None
