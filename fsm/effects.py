@@ -25,7 +25,7 @@ from fsm.state import (
     plan_basis,
 )
 from fsm.status import render_status
-from fsm.values import Authentication, EffectivePolicy, EndpointType, ModelFacts, ModelRef, Plan
+from fsm.values import EffectivePolicy, EndpointType, ModelFacts, ModelRef, Plan
 
 __all__ = [
     "ApplyWorkload",
@@ -148,7 +148,7 @@ def _keeps_token(state: OrderState) -> bool:
     a token Secret made for a spec no workload runs yet was pruned by the repair and made
     again in every pass."""
     policy = _next_basis(state).policy
-    return policy is not None and policy.exposure.authentication is Authentication.TOKEN
+    return policy is not None and policy.exposure.needs_token
 
 
 def _apply(state: OrderState) -> ApplyWorkload | None:
@@ -164,7 +164,7 @@ def _apply(state: OrderState) -> ApplyWorkload | None:
     basis = _next_basis(state)
     if basis.policy is None or basis.model_ref is None or basis.facts is None:
         return None
-    token = basis.policy.exposure.authentication is Authentication.TOKEN
+    token = basis.policy.exposure.needs_token
     if token and state.auth_secret_name is None:
         return None  # the runtime must not start without the token it checks
     a = state.attempt

@@ -26,7 +26,7 @@ from fsm.state import (
     serving_basis,
     unprobed_plan,
 )
-from fsm.values import Authentication, Plan
+from fsm.values import Plan
 
 __all__ = [
     "MESSAGE_LIMIT",
@@ -352,7 +352,7 @@ def render_status(state: OrderState) -> dict[str, Any]:
 
     if (
         serving.policy is not None
-        and serving.policy.exposure.authentication is Authentication.TOKEN
+        and serving.policy.exposure.needs_token
         and state.auth_secret_name is not None
     ):
         out["authSecretName"] = state.auth_secret_name

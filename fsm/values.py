@@ -207,6 +207,11 @@ class ExposurePolicy(Frozen):
     authentication: Authentication = Authentication.NONE
     https: HttpsPolicy | None = None
 
+    @property
+    def needs_token(self) -> bool:
+        """Callers present the order's token, and the runtime is given it as its key."""
+        return self.authentication is Authentication.TOKEN
+
 
 class ScalingPolicy(Frozen):
     allowed_priority_class_names: tuple[str, ...] | None = None

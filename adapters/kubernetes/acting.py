@@ -45,7 +45,6 @@ from fsm.placement.arbitration import TAKEN_ANNOTATION, Taking
 from fsm.placement.recipes import Recipe
 from fsm.reasons import ROLLOUT_STEPS, ConditionStatus, ConditionType, Reason, Who
 from fsm.state import OrderState, serving_basis
-from fsm.values import Authentication
 
 __all__ = ["AUTH_SECRET_CONFLICT_RECHECK", "Acted", "Actor"]
 
@@ -474,9 +473,7 @@ class Actor:
         """The URL and token to probe with, or None while there is nothing to probe."""
         token = None
         serving = serving_basis(state).policy  # the runtime's, not a newer spec's
-        needs_token = (
-            serving is not None and serving.exposure.authentication is Authentication.TOKEN
-        )
+        needs_token = serving is not None and serving.exposure.needs_token
         if needs_token and state.auth_secret_name:
             secret = self._world.token_secrets.get_by_name(
                 order.namespace, state.auth_secret_name, copy_=False

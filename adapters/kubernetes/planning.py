@@ -21,7 +21,6 @@ from fsm.placement import capacity, demand, inventory, planner, recipes
 from fsm.placement.recipes import Recipe
 from fsm.state import OrderState, serving_basis
 from fsm.values import (
-    Authentication,
     EffectivePolicy,
     EndpointType,
     ModelOutcome,
@@ -103,7 +102,7 @@ class Planning:
         policy = serving_basis(state).policy
         if recipe is None or policy is None:
             return None
-        if policy.exposure.authentication is not Authentication.TOKEN:
+        if not policy.exposure.needs_token:
             return None
         return recipe.keyless
 
@@ -121,8 +120,7 @@ class Planning:
             model_format=facts.format,
             quantization=facts.quantization,
             endpoint_type=basis.endpoint_type or EndpointType.CHAT,
-            api_key=basis.policy is not None
-            and basis.policy.exposure.authentication is Authentication.TOKEN,
+            api_key=basis.policy is not None and basis.policy.exposure.needs_token,
         )
         return choice.recipe
 

@@ -31,7 +31,6 @@ from fsm.placement import sizing
 from fsm.placement.recipes import API_KEY_ENV, Recipe, render_args
 from fsm.quantity import GIB, MIB
 from fsm.values import (
-    Authentication,
     CatalogKind,
     EffectivePolicy,
     ExposureType,
@@ -460,7 +459,7 @@ def _env(
             ours.append(
                 _secret_env("HF_TOKEN", model_ref.auth_secret_name, model_ref.auth_secret_key)
             )
-    if policy.exposure.authentication is Authentication.TOKEN:
+    if policy.exposure.needs_token:
         # The planner picks no runtime without a key under Token (recipes.choose_recipe),
         # and the pass replaces one under a plan (an admin's edit of its runtime): never
         # rendered to answer anyone while the order says a token is needed.

@@ -45,7 +45,6 @@ from fsm.quantity import GIB, gib_rounded
 from fsm.reasons import Reason
 from fsm.values import (
     AcceleratorPolicy,
-    Authentication,
     Candidate,
     EffectivePolicy,
     EndpointType,
@@ -106,7 +105,7 @@ class PlanRequest(Frozen):
             order_uid=order_uid,
             held=held,
             tried_device_classes=tuple(sorted(set(tried_device_classes))),
-            api_key=policy.exposure.authentication is Authentication.TOKEN,
+            api_key=policy.exposure.needs_token,
         )
 
 
