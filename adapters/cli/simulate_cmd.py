@@ -43,6 +43,13 @@ def register(subparsers: Any) -> None:
         default=1.0,
         help="seconds between looks at the capacity file and for a missing Secret",
     )
+    parser.add_argument(
+        "--node-seed",
+        type=int,
+        default=None,
+        help="place each pod on a node drawn with this seed among those where it fits, as a "
+        "real scheduler may (default: the first by name, where the planner placed it)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every action")
     parser.set_defaults(run=_run)
 
@@ -86,6 +93,7 @@ def _run(args: argparse.Namespace) -> int:
         args.capacity if args.capacity is not None else spec,
         catalog=None if args.no_catalog else CATALOG,
         interval=args.interval,
+        node_seed=args.node_seed,
     )
     try:
         simulator.start()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
@@ -81,10 +82,16 @@ class Scheduler:
         *,
         scheduler_name: str = SCHEDULER_NAME,
         namespaces: Collection[str] | None = None,
+        node_seed: int | None = None,
     ) -> None:
         """`namespaces`: act only on pods and claims there (None: everywhere); what
-        other claims hold still counts as taken."""
+        other claims hold still counts as taken. `node_seed`: None tries the nodes by
+        name, as the planner walks them, so each pod lands where its plan placed it; a
+        seed tries them in a seeded random order for each pod, as a real scheduler's
+        choice among equally scored nodes falls, so pods land where no plan said."""
         self.kube = kube
+        self._node_order: random.Random | None = None
+        self.choose_nodes(node_seed)
         self.store = store
         self.scheduler_name = scheduler_name
         self.namespaces = frozenset(namespaces) if namespaces is not None else None
@@ -95,6 +102,10 @@ class Scheduler:
         # their templates read) on every one of a rollout's claim events.
         self._unschedulable: dict[str, tuple[int, float]] = {}
         self.attempts = 0  # scheduling attempts made (tests and benchmarks count them)
+
+    def choose_nodes(self, seed: int | None) -> None:
+        """From now on, try the nodes by name (None) or in an order seeded by `seed`."""
+        self._node_order = random.Random(seed) if seed is not None else None  # noqa: S311
 
     def mine(self, obj: Mapping[str, Any]) -> bool:
         return self.namespaces is None or key(obj)[0] in self.namespaces
@@ -176,6 +187,8 @@ class Scheduler:
         nodes = [n for n in self.store.nodes() if is_ready_node(n)]
         if not nodes:
             raise _Unschedulable("no nodes available to schedule pods")
+        if self._node_order is not None:
+            self._node_order.shuffle(nodes)
         inventory = self.store.inventory()
         usage = self.store.usage.copy()
         failures: Counter[str] = Counter()

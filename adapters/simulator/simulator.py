@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -55,10 +56,13 @@ from adapters.simulator.scheduler import Scheduler
 from adapters.simulator.stub import Stub
 from adapters.simulator.world import Change, Store
 
-__all__ = ["Simulator", "SimulatorStats"]
+__all__ = ["NODE_SEED_ENV", "Simulator", "SimulatorStats"]
 
 log = logging.getLogger(__name__)
 
+# Run anything that starts a simulator (the suite, the demo) with a scheduler that does
+# not follow the planner's placement: AI_INFERENCE_SIM_NODE_SEED=7 make test.
+NODE_SEED_ENV = "AI_INFERENCE_SIM_NODE_SEED"
 _SCHEDULE = "schedule"
 _RELOAD = "reload-capacity"
 _RETRY_UNSCHEDULABLE = "retry-unschedulable"
@@ -85,11 +89,15 @@ class Simulator:
         stub_host: str = "127.0.0.1",
         hang_seconds: float = 30.0,
         namespaces: Collection[str] | None = None,
+        node_seed: int | None = None,
     ) -> None:
         """`capacity`: a spec, a file (re-read when it changes, checked every `interval`
         seconds; a missing Secret is looked for as often), or None for the default file;
         `catalog`: the ai-models objects to create (None: none); `namespaces`: run only
-        the pods there (None: all; tests use it to stay out of each other's way)."""
+        the pods there (None: all; tests use it to stay out of each other's way);
+        `node_seed`: how the scheduler picks among nodes where a pod fits (None: the
+        first by name, where the planner placed it; a seed: a seeded random one, as a
+        real scheduler may), by default $AI_INFERENCE_SIM_NODE_SEED (unset: None)."""
         self.kube = Kube(api_client)
         self.interval = interval
         self._path = capacity if isinstance(capacity, Path) else None
@@ -104,7 +112,11 @@ class Simulator:
         # The annotations our own writes set: a write's result showing them is no news.
         self.store = Store((ENDPOINT_ANNOTATION, podclaims.CLAIM_STATUSES_ANNOTATION))
         self.queue = queueing.WorkQueue()
-        self.scheduler = Scheduler(self.kube, self.store, namespaces=namespaces)
+        if node_seed is None and os.environ.get(NODE_SEED_ENV):
+            node_seed = int(os.environ[NODE_SEED_ENV])
+        self.scheduler = Scheduler(
+            self.kube, self.store, namespaces=namespaces, node_seed=node_seed
+        )
         self.kubelet = Kubelet(
             self.kube,
             self.store,
