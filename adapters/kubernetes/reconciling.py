@@ -193,14 +193,16 @@ class Reconciler:
         # Act: the core's commands until the state stops moving.
         before_acting = p.state.version
         self._act(p)
-        if p.state.version != before_acting:
+        if p.state.version != before_acting and not p.refused:
             # What acting recorded (a plan applied, a token issued) changes what this
             # pass observed and ruled before it (the workload and the endpoint are seen
             # again in `_act`; the arbiter rules on a plan now in force): look again at
             # once. The event that would wake the order may never come: an apply that
             # changed nothing live (the restart after a crash between the apply and its
             # record) makes none, and our status write's echo wakes nothing
-            # (Writer.is_status_echo).
+            # (Writer.is_status_echo). Not after a refusal: its retry is the backoff's,
+            # or a refusal whose message changes each time (a server that names a
+            # generated object in it) would be tried again at once, for ever.
             p.requeue.append(0.0)
         self._commit(p)
         return self._outcome(p)

@@ -230,22 +230,25 @@ class Writer:
 
     def refused(self, obj: Mapping[str, Any]) -> errors.APIInvalidError | None:
         """Why the API refuses `obj` on its own, None when it accepts it: a dry-run
-        create under a generated name (nothing is stored, so this is not a write), which
-        validates the manifest apart from any live object of its name."""
-        meta = {k: v for k, v in obj["metadata"].items() if k != "name"}
-        meta["generateName"] = f"{obj['metadata']['name'][:50]}-"
+        create (nothing is stored, so this is not a write), which validates the manifest
+        apart from the live object of its name. Under its own name: the server validates
+        a create before it looks for the name, so a valid manifest is a 409, and a
+        refusal names the object. Under a generated name each refusal named another
+        object, so no two were the same and each pass recorded a new one."""
         resource = self.resource_for(obj["apiVersion"], obj["kind"])
-        namespace = meta.get("namespace") if resource.namespaced else None
+        namespace = obj["metadata"].get("namespace") if resource.namespaced else None
         try:
             call(
                 self._api,
                 "POST",
                 resource.collection_path(namespace),
                 query=[("dryRun", "All"), ("fieldManager", self.field_manager)],
-                body={**obj, "metadata": meta},
+                body=obj,
             )
         except errors.APIInvalidError as exc:
             return exc
+        except errors.APIConflictError:
+            return None  # valid; its name is taken, as it is by the live object
         return None
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:

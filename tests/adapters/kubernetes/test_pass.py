@@ -300,15 +300,16 @@ def test_a_refused_apply_is_said_on_the_order_and_tried_again_on_a_backoff(
     is tried again on a growing backoff, as what refused it is not watched, and said once."""
     bed.writer.refusing[kind] = refusal
     uid = bed.order("llm")
-    # The pass that recorded the refusal looks again at once, as every pass that acted.
-    assert bed.settle(uid, passes=1) == queueing.RequeueAfter(0.0)
+    # The pass that recorded the refusal waits its backoff: a pass that acted looks again
+    # at once, but not after a refusal (the next try would be refused the same).
+    first = bed.settle(uid, passes=1)
     workload = bed.conditions(uid)["WorkloadReady"]
     assert (workload["status"], workload["reason"]) == ("False", "WorkloadApplyFailed")
     assert said in workload["message"]
     writes = bed.writer.writes
-    first, second = bed.settle(uid, passes=1), bed.settle(uid, passes=1)
+    second = bed.settle(uid, passes=1)
     assert isinstance(first, queueing.RequeueAfter) and isinstance(second, queueing.RequeueAfter)
-    assert APPLY_RETRY.initial <= first.seconds <= 2.5 * APPLY_RETRY.initial
+    assert APPLY_RETRY.initial <= first.seconds <= 1.5 * APPLY_RETRY.initial
     assert second.seconds >= 1.6 * first.seconds  # doubled, whatever the jitter
     assert bed.writer.writes == writes  # the same refusal: nothing new to say
     assert bed.writer.calls[("apply", "Deployment")] == 0
@@ -324,10 +325,9 @@ def test_a_refused_apply_is_said_on_the_order_and_tried_again_on_a_backoff(
     deployment = bed.child("Deployment", "llm")
     assert deployment is not None
     fakes.drop(bed.world, deployment)
-    assert bed.settle(uid, passes=1) == queueing.RequeueAfter(0.0)
     again = bed.settle(uid, passes=1)
     assert isinstance(again, queueing.RequeueAfter)
-    assert again.seconds <= 2.5 * APPLY_RETRY.initial
+    assert APPLY_RETRY.initial <= again.seconds <= 1.5 * APPLY_RETRY.initial
 
 
 def test_two_refusals_are_said_one_at_a_time_on_the_backoff(bed: Bed) -> None:
@@ -342,7 +342,8 @@ def test_two_refusals_are_said_one_at_a_time_on_the_backoff(bed: Bed) -> None:
         fakes.drop(bed.world, child)
     bed.writer.refusing["Secret"] = errors.APIForbiddenError("namespace terminating", status=403)
     bed.writer.refusing["Deployment"] = errors.APIServerError("webhook down", status=500)
-    assert bed.settle(uid, passes=1) == queueing.RequeueAfter(0.0)
+    first = bed.settle(uid, passes=1)
+    assert isinstance(first, queueing.RequeueAfter) and first.seconds >= APPLY_RETRY.initial
     version = bed.log.stream(uid).version
     for _ in range(3):
         again = bed.settle(uid, passes=1)
@@ -681,6 +682,28 @@ def test_a_manifest_the_api_refuses_on_its_own_leaves_what_runs(bed: Bed) -> Non
     assert bed.child("Deployment", "llm") is not None
     workload = bed.conditions(uid)["WorkloadReady"]
     assert workload["reason"] == "WorkloadApplyFailed" and "A=B" in workload["message"]
+
+
+def test_a_refusal_that_says_something_new_each_time_still_waits_its_backoff(bed: Bed) -> None:
+    """A webhook or a server that names a request, or a generated object, in each refusal:
+    each is a new event, which made the pass look again at once, and the apply was tried
+    again at once, for ever. The backoff is the retry, whatever the message."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    deployment = bed.child("Deployment", "llm")
+    assert deployment is not None
+    deployment["spec"]["replicas"] = 5  # drift: the next pass applies
+    fakes.put(bed.world, deployment)
+    delays = []
+    for attempt in range(4):
+        said = f'admission webhook "policy.example" denied the request {attempt}'
+        bed.writer.refusing["Deployment"] = errors.APIForbiddenError(said, status=403)
+        outcome = bed.reconciler.reconcile(uid)
+        assert isinstance(outcome, queueing.RequeueAfter)
+        delays.append(outcome.seconds)
+    floors = [APPLY_RETRY.delay(n, rand=lambda: 0.0) for n in (1, 2, 3, 4)]  # 5, 10, 20, 40
+    assert all(floor <= delay for floor, delay in zip(floors, delays, strict=True)), delays
+    assert len(bed.events(uid, ev.WorkloadApplyFailed)) == 4  # each said, once
 
 
 def test_a_deleted_token_secret_is_made_again_and_rolls_the_pods(bed: Bed) -> None:

@@ -152,6 +152,13 @@ def test_refused_tells_a_manifest_the_api_refuses_on_its_own_and_stores_nothing(
     bad = service(namespace, "bad", type="ClusterIP", sessionAffinity="Sometimes")
     refusal = writer.refused(bad)
     assert isinstance(refusal, errors.APIInvalidError) and "sessionAffinity" in str(refusal)
+    # The same refusal, word for word, each time, also under a taken name: the core says
+    # a refusal once and backs off, and a new message each time (a generated name in it)
+    # was a new event and a new pass at once, for ever.
+    taken = service(namespace, "kept", type="ClusterIP", sessionAffinity="Sometimes")
+    first, again = writer.refused(taken), writer.refused(taken)
+    assert isinstance(first, errors.APIInvalidError) and isinstance(again, errors.APIInvalidError)
+    assert str(first) == str(again) and '"kept"' in str(first)
     # Dry runs: nothing stored and no write counted.
     assert writer.writes == writes
     names = [s.metadata.name for s in core.list_namespaced_service(namespace).items]
