@@ -54,6 +54,9 @@ BOUNDARIES = (
     "apply-Deployment",
     "apply-Service",
     "apply-ResourceClaimTemplate",
+    # A replan onto other devices: the template's spec is immutable, so it is deleted
+    # and made anew (acting.py); a crash between the two must still end as a clean run.
+    "delete-ResourceClaimTemplate",
     "apply-Ingress",
     "apply-HorizontalPodAutoscaler",
     "create-Secret",
@@ -65,6 +68,7 @@ _REQUESTS = {
     "apply-Deployment": {("deployments", "", "patch")},
     "apply-Service": {("services", "", "patch")},
     "apply-ResourceClaimTemplate": {("resourceclaimtemplates", "", "patch")},
+    "delete-ResourceClaimTemplate": {("resourceclaimtemplates", "", "delete")},
     "apply-Ingress": {("ingresses", "", "patch")},
     "apply-HorizontalPodAutoscaler": {("horizontalpodautoscalers", "", "patch")},
     "create-Secret": {("secrets", "", "create")},
