@@ -332,7 +332,10 @@ class Actor:
             if refused is not None:
                 raise refused from None
             # An edit apply cannot undo (a Service retyped to ExternalName keeps the
-            # user's externalName): the object is ours, so it is made anew.
+            # user's externalName, a claim template's spec is immutable): the object is
+            # ours, so it is made anew; not for an order already gone (`_order_gone`).
+            if self._order_gone(order):
+                return
             meta = live["metadata"]
             self._writer.delete(self._resource(live), order.namespace, meta["name"], meta["uid"])
             self._read_own_write(self._writer.apply(doc))

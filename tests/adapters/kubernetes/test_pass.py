@@ -607,6 +607,24 @@ def test_a_service_retyped_to_external_name_is_made_anew(bed: Bed) -> None:
     assert bed.writer.calls[("delete", "Service")] == 1
 
 
+def test_an_object_is_not_made_anew_for_an_order_the_server_no_longer_has(bed: Bed) -> None:
+    """Making an object anew creates it, and a create for an order deleted a moment ago
+    (the cache behind) is left to a garbage collector that may not know the owner yet:
+    the order is read live first, as before any other create."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    service = bed.child("Service", "llm")
+    assert service is not None
+    service["spec"].update(type="ExternalName", externalName="evil.example")
+    fakes.put(bed.world, service)
+    with bed.order_gone_on_the_server() as asked:
+        bed.settle(uid, passes=1)
+    assert "llm" in asked
+    assert bed.writer.calls[("delete", "Service")] == 0
+    live = bed.child("Service", "llm")
+    assert live is not None and live["spec"]["type"] == "ExternalName"
+
+
 def test_a_service_of_the_orders_name_not_its_own_is_never_taken_over(bed: Bed) -> None:
     """A user's own Service named like the order: not in the cache (it has no order
     label), it is read before the apply, never adopted or rewritten;
