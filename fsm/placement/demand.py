@@ -68,9 +68,12 @@ def with_demand(
     only when they do not: placed from scratch in name order, an earlier-named order
     took room a later plan had been made around (replicas of other shapes, or classes
     selecting the same devices), its own search then failed, and the room it had been
-    planned onto was promised again. A demand that no free room can hold any more (the
-    cluster shrank, or the scheduler chose differently) keeps the devices its plan
-    named, so it still counts.
+    planned onto was promised again. A replica that no free room can hold any more (the
+    cluster shrank, or the scheduler put another order's pod on part of its place)
+    takes nothing: its pod cannot use what is left either (a free device beside a taken
+    one is no room for a replica of two, a quarter is no room for a half). Kept on its
+    named devices, it made that leftover look taken, so another order was told there is
+    no room, or reclaimed a running replica, beside an idle device.
 
     The units in use are counted once and each demand's place taken from them in turn:
     counted anew for each demand, a rollout of N orders with D plans not yet allocated
@@ -95,22 +98,17 @@ def with_demand(
             groups[shape] = plan_devices(snapshot, plan)
         group = groups[shape]
         # Replica by replica, as the scheduler will place the pods: on the devices the
-        # plan named while they have room, then as many as fit where there is room, the
-        # rest on the named devices all the same. All or nothing, a demand of two with
-        # room for one fell back to its named devices, and left the free one to another
+        # plan named while they have room, then as many as fit where there is room. All
+        # or nothing, a demand of two with room for one left the free device to another
         # order, which its waiting pod would then compete for.
-        named = _named(demand, all_of_them=True)
         replicas: list[tuple[str, ...]] = []
-        unused: list[tuple[str, ...]] = []
-        for devices in named:
+        for devices in _named(demand, all_of_them=True):
             fits = len(replicas) < demand.replicas and all(
                 d in by_id and has_room(usage, by_id[d], share) for d in devices
             )
             if fits:
                 take_units(usage, by_id, devices, share)
                 replicas.append(devices)
-            else:
-                unused.append(devices)
         while group is not None and len(replicas) < demand.replicas:
             # One replica's search changes the usage only when it finds a place.
             place = find_place(
@@ -126,10 +124,6 @@ def with_demand(
             if place is None:
                 break
             replicas.extend(place.replicas)
-        # As many named places as the plan names for the replicas not placed, no more.
-        rest = unused[: max(0, min(len(named), demand.replicas) - len(replicas))]
-        take_units(usage, by_id, (d for devices in rest for d in devices), share)
-        replicas.extend(rest)
         for index, devices in enumerate(replicas):
             planned = Allocation(
                 namespace=demand.namespace,

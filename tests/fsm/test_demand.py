@@ -137,10 +137,43 @@ def test_two_plans_for_the_last_device_are_not_both_given_it() -> None:
     )
     after = demand.with_demand(snap, [first, second])
     held = {a.holder: a.devices for a in after.allocations}
-    # The first takes the free device; the second, with no room left, keeps its plan's
-    # named device, so that device still counts once for each: nothing is left free.
-    assert held["first"] == named and held["second"] == named
+    # The first takes the free device; the second, with no room left, takes nothing.
+    assert held["first"] == named and "second" not in held
     assert demand.free_units(after, "gpus") == 0
+
+
+def test_a_replica_that_fits_nowhere_does_not_hold_room_its_pod_cannot_use() -> None:
+    """A replica of two devices planned on node-b, where the scheduler then put another
+    order's pod on gpu-1: it fits nowhere now, and its pod cannot use gpu-2 alone. Kept
+    on its named devices, it made gpu-2 look taken: a one-device order was told there
+    is no room, or reclaimed a running replica, beside an idle device (found with the
+    bed's scheduler placing pods where no plan said)."""
+    snap = snapshot(
+        [device_class("gpus", GPU_CLASS)],
+        [
+            slice_of("node-a", gpu("gpu-0", A100, "80Gi")),
+            slice_of("node-b", gpu("gpu-1", A100, "80Gi"), gpu("gpu-2", A100, "80Gi")),
+        ],
+        [
+            claim("c-0", "node-a", "gpu-0", holder="someone"),
+            claim("c-1", "node-b", "gpu-1", holder="moved"),
+        ],
+    )
+    big = demand.Demand(
+        holder="big",
+        namespace="team",
+        name="big",
+        plan=_plan(2, None, ("gpu.nvidia.com/node-b/gpu-1", "gpu.nvidia.com/node-b/gpu-2")),
+        replicas=1,
+        priority=100,
+    )
+    after = demand.with_demand(snap, [big])
+    assert after == reference_demand.with_demand(snap, [big])
+    assert all(a.holder != "big" for a in after.allocations)
+    assert demand.free_units(after, "gpus") == 100
+    # A one-device order is placed on gpu-2, the device the waiting replica cannot use.
+    place = capacity.find_place(after, after.devices, count=1, own_uid="new")
+    assert place is not None and place.replicas == (("gpu.nvidia.com/node-b/gpu-2",),)
 
 
 def test_no_demand_is_placed_on_the_place_the_replanning_order_holds() -> None:
@@ -169,10 +202,9 @@ def test_no_demand_is_placed_on_the_place_the_replanning_order_holds() -> None:
 
 def test_a_demand_with_room_for_some_replicas_takes_it_and_names_the_rest() -> None:
     """The first of two replicas fits on node-a's last free device, the second fits
-    nowhere: the first takes that device, as its waiting pod will, and the second keeps
-    what the plan named (here nothing more: the plan names one device). Left to the next
-    demand (all or nothing, as before), the free device was promised to an order whose
-    pod would compete with the first's."""
+    nowhere: the first takes that device, as its waiting pod will, and the second takes
+    nothing. Left to the next demand (all or nothing, as before), the free device was
+    promised to an order whose pod would compete with the first's."""
     snap = snapshot(
         [device_class("gpus", GPU_CLASS)],
         [

@@ -25,7 +25,6 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
         if demand.replicas <= 0:
             continue
         replicas: list[tuple[str, ...]] = []
-        unused: list[tuple[str, ...]] = []
         share = demand.plan.share_percent or FULL_SHARE
         for devices in _named(demand, all_of_them=True):  # the named places first
             current = replace(
@@ -36,7 +35,8 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
             fits = len(replicas) < demand.replicas and all(
                 d in by_id and FULL_SHARE - used[d] >= _units(by_id[d], share) for d in devices
             )
-            (replicas if fits else unused).append(devices)
+            if fits:
+                replicas.append(devices)
         while len(replicas) < demand.replicas:
             current = replace(
                 snapshot, allocations=(*allocations, *_placeholders(demand, replicas))
@@ -55,8 +55,6 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
             if place is None:
                 break
             replicas.extend(place.replicas)
-        named = _named(demand, all_of_them=True)
-        replicas.extend(unused[: max(0, min(len(named), demand.replicas) - len(replicas))])
         allocations.extend(_placeholders(demand, replicas))
     return replace(snapshot, allocations=tuple(sorted(allocations, key=lambda a: a.key)))
 
