@@ -376,6 +376,9 @@ class Controller:
             self.reconciler.waiting_for_capacity,
             status_echo=self.writer.is_status_echo,
         )
+        self.reconciler.demand_freed = lambda: self._enqueue(
+            self.cache.capacity_watchers(self.reconciler.waiting_for_capacity)
+        )
         # A class's own Ready condition depends on it and on the priority/device classes.
         self.cache.classes.add_handler(lambda _e, obj: self._enqueue_class(obj))
         for informer in (self.cache.priority_classes, self.cache.device_classes):

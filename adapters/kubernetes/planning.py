@@ -261,6 +261,14 @@ class Planning:
         return planner.plan(request, snapshot, self.recipes())
 
 
+def counts_as_demand(state: OrderState) -> bool:
+    """May the order's plan hold room for its waiting replicas in other orders' plans?
+    When this stops being so, room may come free with no claim or slice changing."""
+    if state.deleted or _running(state) is None:
+        return False
+    return state.workload is None or state.workload.desired_replicas != 0
+
+
 def _running(state: OrderState) -> tuple[Plan, EffectivePolicy] | None:
     """The plan an order's replicas are to run on, and the policy that counts them.
 

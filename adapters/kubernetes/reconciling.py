@@ -24,7 +24,7 @@ from adapters.kubernetes import arbiter, queueing, sharing
 from adapters.kubernetes.acting import Actor
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.observing import Observer, model_ref_of, order_of
-from adapters.kubernetes.planning import Planning
+from adapters.kubernetes.planning import Planning, counts_as_demand
 from adapters.kubernetes.settings import Settings
 from adapters.kubernetes.world import ClusterCache
 from adapters.kubernetes.writing import Writer
@@ -133,6 +133,9 @@ class Reconciler:
         # Orders the log holds a live stream of whose state is not in memory yet (None:
         # not listed since this reconciler began); see `states`.
         self._unloaded: set[str] | None = None
+        # Called when an order's plan stops holding room for its waiting replicas (the
+        # controller wakes the orders a capacity change can affect); None: nobody.
+        self.demand_freed: Callable[[], None] | None = None
         self._transient_failures: dict[str, int] = {}
         self._refusals: dict[str, int] = {}  # applies refused in a row, by order
         # The stream version whose status this process recorded as the live one, by order.
@@ -387,6 +390,7 @@ class Reconciler:
         with self._states_lock:
             kept = self._states.get(uid)
         state = sharing.shared_parts(state, kept=kept)
+        freed = kept is not None and counts_as_demand(kept) and not counts_as_demand(state)
         with self._states_lock:
             if self._unloaded is not None:
                 self._unloaded.discard(uid)
@@ -404,6 +408,11 @@ class Reconciler:
                     members.add(uid)
                 else:
                     members.discard(uid)
+        if freed and self.demand_freed is not None:
+            # A plan dropped (its class tried), an order deleted before its claims were
+            # made: what others were refused for it is free, and no claim or slice
+            # event says so. Without this, they waited for their resync (minutes).
+            self.demand_freed()
         return state
 
     def waiting_for_capacity(self, unbound: Iterable[str] = ()) -> set[str]:

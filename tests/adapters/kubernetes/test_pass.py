@@ -983,6 +983,29 @@ def test_an_order_deleted_while_no_one_led_promises_nothing(bed: Bed) -> None:
     assert bed.events(second, ev.PlanComputed)
 
 
+def test_a_plan_that_stops_holding_room_says_so_to_whom_it_refused(tmp_path: Path) -> None:
+    """An order planned onto the last device whose claim is never made (deleted before,
+    or its plan dropped once its class was tried) frees that room with no claim or slice
+    event: the orders it was refused to waited for their resync, minutes. The reconciler
+    says when a plan stops holding room, and the controller wakes the capacity waiters."""
+    bed = Bed(tmp_path, a100s=1)
+    freed: list[str] = []
+    bed.reconciler.demand_freed = lambda: freed.append("freed")
+    first = bed.order("first")
+    bed.settle(first)
+    second = bed.order("second")
+    bed.settle(second)
+    (refused,) = bed.events(second, ev.PlanFailed)
+    assert refused.reason.value == "NoCapacity"
+    bed.settle(first)
+    assert freed == []  # nothing changed: nobody is woken
+    fakes.drop(bed.world, bed.world.orders.get(first))
+    bed.settle(first, passes=1)
+    assert freed == ["freed"]
+    bed.settle(second, passes=1)
+    assert bed.events(second, ev.PlanComputed)
+
+
 def test_a_hub_blip_keeps_a_planned_order_and_a_pending_one_is_retried_soon(bed: Bed) -> None:
     uid = bed.order("llm")
     bed.settle(uid)
