@@ -21,7 +21,7 @@ from adapters.kubernetes.writing import Writer
 from fsm.identity import OrderRef
 from fsm.placement import arbitration, planner
 from fsm.placement.arbitration import Holding, OrderView, Ruling, Take, Taking
-from fsm.placement.capacity import Snapshot
+from fsm.placement.capacity import FULL_SHARE, Snapshot, find_place
 from fsm.reasons import ConditionType, Reason
 from fsm.state import OrderState
 from fsm.values import Plan
@@ -205,9 +205,13 @@ class Arbiter:
 
     def _higher_priority_waits(self, own: int, snapshot: Snapshot, plan: Plan) -> bool:
         """Does a pod of a higher priority wait for devices the victim's replicas would
-        take back? Any waiting pod of a higher priority, as first written, held every
-        give-back for as long as a higher order's T4 pod waited (ScaleUpBlocked), with
-        the victim's A100s free. An order whose plan is not known counts, as does one
+        take back, and could it be placed on them now? Any waiting pod of a higher
+        priority, as first written, held every give-back for as long as a higher order's
+        T4 pod waited (ScaleUpBlocked), with the victim's A100s free. One of the same
+        devices that fits nowhere held it too: a replica of two devices, its node half
+        held by the victim's own last replica, kept the victim down beside a free device
+        it could never use. So did an order whose plan was dropped (its class tried),
+        for good: it pursues no device. An order not folded yet counts, as does one
         whose devices cannot be judged."""
         mine = planner.plan_devices(snapshot, plan)
         ours = None if mine is None else {device.id for device in mine}
@@ -217,9 +221,24 @@ class Arbiter:
                 continue
             uid = ((pod.get("metadata") or {}).get("labels") or {}).get(UID_LABEL)
             other = states.get(uid) if uid else None
-            wanted = (other.plan or other.plan_in_force) if other is not None else None
-            theirs = planner.plan_devices(snapshot, wanted) if wanted is not None else None
-            if ours is None or theirs is None or ours & {device.id for device in theirs}:
+            if other is None:
+                return True
+            wanted = other.plan or other.plan_in_force
+            if wanted is None:
+                continue
+            theirs = planner.plan_devices(snapshot, wanted)
+            if ours is None or theirs is None:
+                return True
+            if not ours & {device.id for device in theirs}:
+                continue
+            place = find_place(
+                snapshot,
+                theirs,
+                count=wanted.accelerator_count,
+                share_percent=wanted.share_percent or FULL_SHARE,
+                own_uid=uid,
+            )
+            if place is not None and ours & set(place.devices):
                 return True
         return False
 

@@ -72,3 +72,21 @@ def test_a_give_back_waits_only_for_higher_pods_that_want_the_victims_devices() 
     assert _arbiter({"h": h_on_a100s})._higher_priority_waits(100, SNAP, V_PLAN)
     assert _arbiter({})._higher_priority_waits(100, SNAP, V_PLAN)  # H's plan not known
     assert not _arbiter({})._higher_priority_waits(1000, SNAP, V_PLAN)  # not higher
+
+
+def test_a_give_back_does_not_wait_for_a_higher_pod_that_cannot_use_the_room() -> None:
+    """H's replica needs both A100s of the node, one of them V's last replica holds:
+    H fits nowhere, so V taking back the free A100 costs H nothing. Waiting for H, V
+    stayed down beside it for good (found with the bed's scheduler placing pods where no
+    plan said). Nor does a give-back wait for an order whose plan was dropped (its class
+    tried): it pursues no device."""
+    two = V_PLAN.model_copy(
+        update={
+            "accelerator_count": 2,
+            "devices": ("gpu.nvidia.com/node-a100/a0", "gpu.nvidia.com/node-a100/a1"),
+        }
+    )
+    h_needs_both = OrderState().model_copy(update={"plan": two})
+    assert not _arbiter({"h": h_needs_both})._higher_priority_waits(100, SNAP, V_PLAN)
+    h_dropped = OrderState().model_copy(update={"plan": None, "plan_in_force": None})
+    assert not _arbiter({"h": h_dropped})._higher_priority_waits(100, SNAP, V_PLAN)
