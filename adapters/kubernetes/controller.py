@@ -205,7 +205,9 @@ class Controller:
                 identity=identity or f"{socket.gethostname()}-{os.getpid()}",
                 on_started=self._lead,
                 on_stopped=self._lose,
-                epoch_floor=log_store.epoch,
+                # Asked as an append asks: a database that takes reads but no writes
+                # let a standby take the Lease, fail its claim and exit, again and again.
+                epoch_floor=log_store.writable_epoch,
             )
             if leader_election
             else None

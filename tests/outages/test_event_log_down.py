@@ -177,3 +177,50 @@ def test_no_standby_leads_while_the_log_is_down(
     assert codes[1] == 0, second.stderr[-3000:]
     done = _verify(pg_url)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_no_standby_leads_while_the_log_takes_no_writes(
+    clean: Plane, pg: PrivatePostgres, pg_url: str
+) -> None:
+    """The database answers but refuses writes (a fail-over's old primary, a database
+    set read-only): the standby's look at the log before it takes the Lease read the
+    epoch as any reader may, took the Lease, failed to claim the epoch and exited 1, and
+    so again after each restart. It must ask as an append would, and wait."""
+    plane = clean
+    name = pg_url.rsplit("/", 1)[1]
+    first = controller_process(plane, pg_url)
+    procs = [first]
+    try:
+        wait_leading(first)
+        second = controller_process(plane, pg_url)
+        procs.append(second)
+        eventually(lambda: second.said_at("campaigning") is not None, timeout=60, what="a standby")
+        with psycopg.connect(
+            host="127.0.0.1", port=pg.port, user="postgres", dbname="postgres", autocommit=True
+        ) as admin:
+            admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
+        assert first.stop() == 0, first.stderr[-3000:]
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            assert second.leading_at() is None, second.stderr[-3000:]
+            assert second.proc.poll() is None, second.stderr[-3000:]
+            assert plane.holder() == ""
+            time.sleep(1.0)
+        with psycopg.connect(
+            host="127.0.0.1", port=pg.port, user="postgres", dbname="postgres", autocommit=True
+        ) as admin:
+            admin.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
+        wait_leading(second, timeout=60)
+    finally:
+        codes = [proc.stop() for proc in procs]
+    assert codes[1] == 0, second.stderr[-3000:]
