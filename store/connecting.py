@@ -113,9 +113,14 @@ def create_engine(url: str | URL, *, read_only: bool = False) -> Engine:
         _configure_sqlite(engine, read_only=read_only)
         return engine
     # pre_ping: a controller outlives database restarts; a dead pooled connection is
-    # replaced instead of failing the next append.
+    # replaced instead of failing the next append. READ COMMITTED whatever the server's
+    # default: the fence's locks are built for it, and under a SERIALIZABLE default most
+    # concurrent appends failed with a serialization failure, taken for an outage.
     engine = sa.create_engine(
-        parsed, pool_pre_ping=True, connect_args=_postgres_connect_args(parsed)
+        parsed,
+        pool_pre_ping=True,
+        isolation_level="READ COMMITTED",
+        connect_args=_postgres_connect_args(parsed),
     )
     if read_only:
 
