@@ -14,6 +14,11 @@ when it answers, the gate opens and every parked order is enqueued at once, so
 the backlog drains within the probe interval of the return, and N orders cost one probe
 per interval, not N retries.
 
+A gate that closes again soon after it opened (the probe passes, the next append fails:
+a full disk takes the probe's write lock but not an insert) probes on from the backoff
+it had reached, not from its start: it flapped twice a second, each time a warning, a
+gauge flip and a pass over every parked order.
+
 A probe that fails otherwise than with the log away (`StoreUnusable`: a table gone, a
 permission revoked, a corrupt file; or anything unforeseen) will fail so however long it
 waits. The gate then stays closed, since every pass would meet the same log, and gives up:
@@ -74,6 +79,10 @@ class LogGate:
         self._closed_at: float | None = None
         self._prober: threading.Thread | None = None
         self._stopping = threading.Event()
+        # When the gate last opened, and the probes it took to open: a closing soon after
+        # goes on from there (module docstring).
+        self._opened_at: float | None = None
+        self._attempts = 0
         self.stats = GateStats()
 
     @property
@@ -95,12 +104,16 @@ class LogGate:
             self._park_locked(uid)
             if self._closed_at is not None:
                 return
-            self._closed_at = time.monotonic()
+            self._closed_at = now = time.monotonic()
             self.stats.closings += 1
             metrics.log_unreachable(True)
             if self._stopping.is_set():
                 return
-            self._prober = threading.Thread(target=self._probe_until_open, name="log-gate")
+            soon = self._opened_at is not None and now - self._opened_at < self._backoff.cap
+            start = self._attempts if soon else 0
+            self._prober = threading.Thread(
+                target=self._probe_until_open, args=(start,), name="log-gate"
+            )
             self._prober.daemon = True
             self._prober.start()
         # The type and message only: a driver's repr may carry a connection URL.
@@ -121,8 +134,7 @@ class LogGate:
             self._parked.add(uid)
             self.stats.parked += 1
 
-    def _probe_until_open(self) -> None:
-        attempt = 0
+    def _probe_until_open(self, attempt: int = 0) -> None:
         while not self._stopping.wait(self._backoff.delay(attempt + 1)):
             attempt += 1
             with self._lock:
@@ -135,7 +147,7 @@ class LogGate:
                 # Not the log away: asking again cannot open the gate (module docstring).
                 self._broken(exc)
                 return
-            self._open()
+            self._open(attempt)
             return
 
     def _broken(self, error: Exception) -> None:
@@ -144,10 +156,12 @@ class LogGate:
         # The type and message only, as above; `give_up` logs it.
         self._give_up(f"probing the event log: {type(error).__name__}: {error}")
 
-    def _open(self) -> None:
+    def _open(self, attempts: int) -> None:
         with self._lock:
             parked, self._parked = sorted(self._parked), set()
-            down = time.monotonic() - (self._closed_at or time.monotonic())
+            self._opened_at = now = time.monotonic()
+            self._attempts = attempts
+            down = now - (self._closed_at or now)
             self._closed_at = None
             self._prober = None
             metrics.log_unreachable(False)

@@ -82,6 +82,43 @@ def test_one_prober_however_many_passes_fail() -> None:
         gate.stop()
 
 
+class _CountedBackoff(queueing.Backoff):
+    """The gate's backoff, counting which attempt each probe waited for."""
+
+    def __init__(self, cap: float) -> None:
+        super().__init__(initial=0.001, cap=cap, jitter=0.0)
+        object.__setattr__(self, "asked", [])
+
+    def delay(self, attempt: int, rand: Callable[[], float] | None = None) -> float:
+        self.asked.append(attempt)  # type: ignore[attr-defined]
+        return min(super().delay(attempt, rand), 0.01)
+
+
+def test_a_gate_that_closes_again_at_once_probes_on_from_its_backoff() -> None:
+    """The probe passes but the next append fails (a full disk: the probe takes the
+    write lock, an insert needs a page): each closing started probing from the first
+    delay, so the gate flapped twice a second. A closing soon after an opening goes on
+    from the backoff reached; one long after starts again."""
+    backoff = _CountedBackoff(cap=60.0)
+    gate = LogGate(lambda: 7, lambda _uid: None, give_up=_never, backoff=backoff)
+    try:
+        for _ in range(5):  # the append after each opening fails again at once
+            gate.failed("a", StoreUnavailable("No space left on device"))
+            eventually(lambda: not gate.closed, timeout=5)
+        assert backoff.asked == [1, 2, 3, 4, 5]  # type: ignore[attr-defined]
+    finally:
+        gate.stop()
+    backoff = _CountedBackoff(cap=0.0)  # open for longer than the cap: anew each time
+    gate = LogGate(lambda: 7, lambda _uid: None, give_up=_never, backoff=backoff)
+    try:
+        for _ in range(3):
+            gate.failed("a", StoreUnavailable("No space left on device"))
+            eventually(lambda: not gate.closed, timeout=5)
+        assert backoff.asked == [1, 1, 1]  # type: ignore[attr-defined]
+    finally:
+        gate.stop()
+
+
 def test_the_gauge_says_while_orders_wait_for_the_log() -> None:
     db = Database()
     gate = LogGate(db.epoch, lambda _uid: None, give_up=_never, backoff=FAST)
