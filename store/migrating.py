@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from store import schema
-from store.connecting import WRITE
+from store.connecting import WRITE, described
 from store.errors import SchemaError, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ _CANDIDATES = (Path("migrations"), Path("adapters", "_bundled", "migrations"))
 
 # pg_advisory_xact_lock key shared by every process migrating this database ("aiinfmig").
 _LOCK_KEY = 0x6169_696E_666D_6967
+_PG_INSUFFICIENT_PRIVILEGE = "42501"  # PostgreSQL 15 gives no one CREATE on public
 
 
 def migrations_folder() -> Path:
@@ -143,8 +144,14 @@ def upgrade(engine: Engine) -> None:
             ) from exc
         raise SchemaError(f"cannot migrate the event log: {exc}") from exc
     except sa.exc.OperationalError as exc:
-        raise StoreUnavailable(f"cannot migrate the event log: {exc}") from exc
+        raise StoreUnavailable(f"cannot migrate the event log: {described(exc)}") from exc
     except sa.exc.DatabaseError as exc:
         # Not a passing outage: a file that is no database, a table of another
-        # application where ours would go. Retrying cannot help.
-        raise SchemaError(f"cannot migrate the event log (is it one?): {exc}") from exc
+        # application where ours would go, a role that may not create tables. Retrying
+        # cannot help. What the database said, not the CREATE TABLE it refused.
+        if getattr(getattr(exc, "orig", None), "sqlstate", None) == _PG_INSUFFICIENT_PRIVILEGE:
+            raise SchemaError(
+                f"cannot migrate the event log: {described(exc)}: its role needs the right "
+                "to create tables in the log's schema"
+            ) from exc
+        raise SchemaError(f"cannot migrate the event log (is it one?): {described(exc)}") from exc

@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 import shutil
 import threading
+import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 from alembic import command
@@ -15,6 +17,7 @@ from alembic.runtime.migration import MigrationContext
 
 import store
 from store import connecting, migrating, schema
+from tests.store.conftest import PG_HOST, PG_PORT, PG_USER
 from tests.store.store_samples import at, things
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,3 +122,35 @@ def test_the_store_never_creates_tables_itself() -> None:
     sources = (REPO / "store").glob("*.py")
     offenders = [p.name for p in sources if CREATE_ALL.search(p.read_text(encoding="utf-8"))]
     assert offenders == []
+
+
+@pytest.mark.postgres
+def test_a_role_that_may_not_create_tables_is_told_so(postgres_database: str) -> None:
+    """PostgreSQL 15 gives no role CREATE on `public`: the controller's first start with
+    a role made for it failed with "is it one?" and the whole CREATE TABLE it tried."""
+    role = f"r_{uuid.uuid4().hex[:10]}"
+    namespace = f"s_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(
+        host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=postgres_database, autocommit=True
+    ) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        admin.execute(f'CREATE SCHEMA "{namespace}"')
+        admin.execute(f'GRANT USAGE ON SCHEMA "{namespace}" TO "{role}"')
+    try:
+        url = (
+            f"postgresql+psycopg://{role}@{PG_HOST}:{PG_PORT}/{postgres_database}"
+            f"?options=-csearch_path%3D{namespace}"
+        )
+        with pytest.raises(store.SchemaError) as refused:
+            store.open_log(url)
+        said = str(refused.value)
+        assert "permission denied" in said and "SQLSTATE 42501" in said
+        assert "right to create tables" in said
+        assert "CREATE TABLE" not in said and "is it one" not in said
+    finally:
+        with psycopg.connect(
+            host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=postgres_database, autocommit=True
+        ) as admin:
+            admin.execute(f'DROP SCHEMA "{namespace}" CASCADE')
+            admin.execute(f'DROP OWNED BY "{role}"')
+            admin.execute(f'DROP ROLE "{role}"')
