@@ -44,7 +44,7 @@ from fsm.identity import OrderRef, auth_secret_name, tls_secret_name
 from fsm.placement.arbitration import TAKEN_ANNOTATION, Taking
 from fsm.placement.recipes import Recipe
 from fsm.reasons import ROLLOUT_STEPS, ConditionStatus, ConditionType, Reason, Who
-from fsm.state import OrderState, serving_basis
+from fsm.state import Condition, OrderState, serving_basis
 
 __all__ = ["AUTH_SECRET_CONFLICT_RECHECK", "Acted", "Actor"]
 
@@ -552,8 +552,11 @@ class Actor:
                 before is not None
                 and before[:2] == (cond.status, cond.reason)
                 and not (_stale_note(cond.message) or _stale_note(before[2]))
+                and _same_actor(previous, state, cond)
             ):
-                continue  # same verdict, new wording: not news (except facts kept stale)
+                # Same verdict, new wording: not news (except facts kept stale, or a held
+                # plan whose failed recalculation now needs someone else).
+                continue
             # A True condition may still ask someone to act (RolledOut: the runtime is down).
             warn = cond.status is ConditionStatus.FALSE or who_can_act(state, cond) in _ACTORS
             kind: Literal["Normal", "Warning"] = (
@@ -571,6 +574,12 @@ class Actor:
 
 
 _ACTORS = frozenset({Who.USER, Who.ADMIN})
+
+
+def _same_actor(previous: OrderState, state: OrderState, cond: Condition) -> bool:
+    """Is the one who can act on `cond` the same as before it was reworded?"""
+    before = previous.condition(cond.type)
+    return before is not None and who_can_act(previous, before) == who_can_act(state, cond)
 
 
 def _stale_note(message: str) -> bool:

@@ -45,3 +45,27 @@ def test_a_held_plan_is_a_warning_when_its_recalculation_needs_someone(
     held = run(*edited, planned(23, failed, "recalculation failed"), state=serving)
     bed.reconciler.actor.tell(OrderRef("llm", "support", "uid-1"), serving, held)
     assert ("LaunchPlanInForce", kind) in bed.writer.event_types
+
+
+def test_a_held_plan_whose_failure_comes_to_need_the_admin_is_told_again(tmp_path: Path) -> None:
+    """Planned stays True with LaunchPlanInForce while its recalculation's failure moves
+    from no room (waited for) to a selection that cannot be judged (the admin's): the
+    same verdict in new words was no news, and the Normal Event of the wait stood."""
+    bed = Bed(tmp_path)
+    order = OrderRef("llm", "support", "uid-1")
+    serving = run(*SERVING)
+    edited = (spec(20, 2, name="meta-llama/Llama-3.1-8B"), klass(21), model(22))
+    waiting = run(*edited, planned(23, Reason.NO_CAPACITY, "no room"), state=serving)
+    needs_admin = run(
+        planned(24, Reason.PLACEMENT_UNDECIDABLE, "the selection cannot be judged"),
+        state=waiting,
+    )
+    bed.reconciler.actor.tell(order, serving, waiting)
+    assert ("LaunchPlanInForce", "Normal") in bed.writer.event_types
+    told = len(bed.writer.event_types)
+    bed.reconciler.actor.tell(order, waiting, needs_admin)
+    assert ("LaunchPlanInForce", "Warning") in bed.writer.event_types[told:]
+    told = len(bed.writer.event_types)
+    again = run(planned(25, Reason.PLACEMENT_UNDECIDABLE, "still not judged"), state=needs_admin)
+    bed.reconciler.actor.tell(order, needs_admin, again)
+    assert bed.writer.event_types[told:] == []  # the same one to act: no news
