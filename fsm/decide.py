@@ -289,7 +289,16 @@ def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:
         w.unallocated_since,
         w.unschedulable,
         w.rollout,
-    ) != (o.desired, o.ready, o.available, o.unallocated_since, o.unschedulable, o.rollout):
+        w.not_starting,
+    ) != (
+        o.desired,
+        o.ready,
+        o.available,
+        o.unallocated_since,
+        o.unschedulable,
+        o.rollout,
+        o.not_starting,
+    ):
         out.append(
             ev.WorkloadObserved(
                 observed_at=o.at,
@@ -299,6 +308,7 @@ def _workload(s: OrderState, o: ob.WorkloadSeen) -> list[ev.Event]:
                 unallocated_since=o.unallocated_since,
                 unschedulable=o.unschedulable,
                 rollout=o.rollout,
+                not_starting=o.not_starting,
             )
         )
     plan = s.plan_in_force

@@ -293,8 +293,10 @@ class WorkloadApplyFailed(Event):
     reason: _WorkloadFalse = Reason.WORKLOAD_APPLY_FAILED
 
 
-@event("WorkloadObserved")
+@event("WorkloadObserved", version=2)
 class WorkloadObserved(Event):
+    """The runtime Deployment's counts and what its pods say (v2: `not_starting`)."""
+
     desired_replicas: int = 0
     ready_replicas: int = 0
     available_replicas: int = 0
@@ -302,6 +304,16 @@ class WorkloadObserved(Event):
     # The scheduler's word on pods pending for anything but their devices (CPU, taints).
     unschedulable: str | None = None
     rollout: str = ""  # the Deployment's "uid/generation" (older streams: unknown)
+    # Kubernetes' word on a runtime container that does not start (ImagePullBackOff,
+    # CrashLoopBackOff and its last exit, CreateContainerConfigError).
+    not_starting: str | None = None
+
+
+@upcaster("WorkloadObserved", 1)
+def upcast_workload_observed_v1_v2(payload: Payload) -> Payload:
+    """v1 did not read the pods' containers: nothing was said of them."""
+    payload.setdefault("not_starting", None)
+    return payload
 
 
 @event("WorkloadRolledOut")

@@ -176,6 +176,7 @@ def _workload(s: OrderState, e: ev.WorkloadObserved) -> Updates:
         unallocated_since=e.unallocated_since,
         unschedulable=e.unschedulable,
         rollout=e.rollout,
+        not_starting=e.not_starting,
     )
     return {"workload": workload}
 

@@ -107,6 +107,7 @@ class WorkloadSeen:
     # (DeviceClassTried): replay folds that event and never judges the wait again.
     grace_seconds: float = DEVICE_ALLOCATION_GRACE_SECONDS
     unschedulable: str | None = None  # pods pending for CPU, memory, taints: not devices
+    not_starting: str | None = None  # a runtime container that does not start, and why
     free_units: int | None = None  # free share units of the plan's device class now
     # Which Deployment, at which of its generations, the counts are of ("uid/generation"):
     # any change of its spec (an apply, a repair, `kubectl rollout restart`, a scale) or a

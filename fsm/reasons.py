@@ -114,6 +114,7 @@ class Reason(StrEnum):
     ROLLOUT_IN_PROGRESS = "RolloutInProgress"
     DEVICES_NOT_ALLOCATED = "DevicesNotAllocated"
     PODS_UNSCHEDULABLE = "PodsUnschedulable"
+    RUNTIME_NOT_STARTING = "RuntimeNotStarting"
     WORKLOAD_APPLY_FAILED = "WorkloadApplyFailed"
     CERTIFICATE_SECRET_MISSING = "CertificateSecretMissing"
     AUTH_SECRET_CONFLICT = "AuthSecretConflict"
@@ -355,6 +356,16 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         "The workload's pods cannot be scheduled for a reason other than their devices (CPU, "
         "memory, taints, node selectors); the message quotes the scheduler. The device class "
         "is not marked tried for it.",
+    ),
+    Reason.RUNTIME_NOT_STARTING: ReasonInfo(
+        _C.WORKLOAD_READY,
+        _F,
+        Who.ADMIN,
+        "A runtime container does not start: its image cannot be pulled (ImagePullBackOff), "
+        "it exits as it starts (CrashLoopBackOff; the message gives the last exit, such as "
+        "OOMKilled for a model that does not fit the memory planned), or Kubernetes cannot "
+        "create it. The message quotes Kubernetes; the recipe, the registry or the plan is "
+        "the administrator's.",
     ),
     Reason.WORKLOAD_APPLY_FAILED: ReasonInfo(
         _C.WORKLOAD_READY,

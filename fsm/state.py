@@ -139,6 +139,7 @@ class Workload(_Value):
     unallocated_since: datetime | None
     unschedulable: str | None = None  # the scheduler's message for a non-device reason
     rollout: str = ""  # the Deployment's "uid/generation" these counts are of
+    not_starting: str | None = None  # Kubernetes' word on a container that does not start
 
 
 class Endpoint(_Value):

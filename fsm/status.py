@@ -143,6 +143,9 @@ def _workload(s: OrderState) -> Verdict:
         # runtime fails (SPEC §3 step 8). Pending would say it is not serving *yet*.
         lost = f"0/{w.desired_replicas} replicas available after the rollout completed."
         return _verdict(_C.WORKLOAD_READY, Reason.ROLLED_OUT, lost, gen)
+    if w is not None and w.not_starting:
+        # Not a rollout that takes its time: one that cannot end without someone acting.
+        return _verdict(_C.WORKLOAD_READY, Reason.RUNTIME_NOT_STARTING, w.not_starting, gen)
     if w is None and s.plan_in_force is None:
         return _verdict(_C.WORKLOAD_READY, Reason.EVALUATING, "", gen)
     progress = (

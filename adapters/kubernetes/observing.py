@@ -84,18 +84,66 @@ def _stamp(text: str) -> datetime:
 
 
 class WorkloadPods:
-    """What the order's pods say of scheduling: since when some wait for their device
-    claims, and the scheduler's message for those pending for anything else."""
+    """What the order's pods say: since when some wait for their device claims, the
+    scheduler's message for those pending for anything else, and why a runtime container
+    does not start."""
 
-    def __init__(self, unallocated_since: datetime | None, unschedulable: str | None) -> None:
+    def __init__(
+        self,
+        unallocated_since: datetime | None,
+        unschedulable: str | None,
+        not_starting: str | None = None,
+    ) -> None:
         self.unallocated_since = unallocated_since
         self.unschedulable = unschedulable
+        self.not_starting = not_starting
+
+
+# A container waiting for one of these does not start without someone acting; the others
+# (ContainerCreating, PodInitializing) are a start under way.
+_NOT_STARTING = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+# Their messages are kept where they stay the same from one try to the next; a crash
+# loop's ("back-off 40s restarting ...") and a pull's (the registry's answer) change with
+# each, and each change would be a new event and a status write.
+_STABLE_MESSAGE = frozenset(
+    {"InvalidImageName", "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+)
+
+
+def _not_starting(pod: Obj) -> str | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        reason = str(waiting.get("reason") or "")
+        if reason not in _NOT_STARTING:
+            continue
+        said = f'container "{status.get("name", "")}": '
+        if reason in ("ImagePullBackOff", "ErrImagePull"):  # the two take turns
+            return f'{said}ImagePullBackOff (image "{status.get("image", "")}")'
+        if reason == "CrashLoopBackOff":
+            last = ((status.get("lastState") or {}).get("terminated") or {}).get("reason")
+            return f"{said}CrashLoopBackOff" + (f" (last exit: {last})" if last else "")
+        message = str(waiting.get("message") or "") if reason in _STABLE_MESSAGE else ""
+        return f"{said}{reason}" + (f": {message}" if message else "")
+    return None
 
 
 def workload_pods(pods: Sequence[Obj]) -> WorkloadPods:
     waiting: list[datetime] = []
     other: list[str] = []
+    failing: list[str] = []
     for pod in pods:
+        if (said := _not_starting(pod)) is not None:
+            failing.append(said)
         for cond in (pod.get("status") or {}).get("conditions") or []:
             if cond.get("type") != "PodScheduled" or cond.get("status") != "False":
                 continue
@@ -107,7 +155,9 @@ def workload_pods(pods: Sequence[Obj]) -> WorkloadPods:
             else:
                 other.append(message)
     return WorkloadPods(
-        min(waiting) if waiting else None, sorted(other)[0][:500] if other else None
+        min(waiting) if waiting else None,
+        sorted(other)[0][:500] if other else None,
+        sorted(failing)[0][:500] if failing else None,
     )
 
 
@@ -314,6 +364,7 @@ class Observer:
             unallocated_since=pods.unallocated_since,
             grace_seconds=grace_seconds,
             unschedulable=pods.unschedulable,
+            not_starting=pods.not_starting,
             free_units=free,
             rollout=rollout_of(deployment),
             rolled_out=rollout_complete(deployment),

@@ -102,6 +102,13 @@ POD_SHAPE: Shape = {
     "status": {
         "conditions": dict.fromkeys(("type", "status", "reason", "message"), True),
         "phase": True,
+        # Why a container does not start (observing.py): a crash loop, an image not pulled.
+        "containerStatuses": {
+            "name": True,
+            "image": True,
+            "state": {"waiting": {"reason": True, "message": True}},
+            "lastState": {"terminated": {"reason": True}},
+        },
     },
 }
 # A Deployment: every field rendering.py sets, which drift detection compares with what it

@@ -18,9 +18,10 @@ The kubelet is event-driven: the `Simulator` calls `sync(uid)` when a pod (or th
 Deployment owning it, or its node) changes, and `probe(uid)` when a probe is due. The
 failure knob `simulator.ai-inference.deckhouse.io/fail` ("500", "timeout", "crash") is
 read from the pod, else from the Deployment that owns it, so tests flip it through the
-API. Pods being deleted are stopped and removed (a kubelet confirms deletion by deleting
-with grace 0); pods bound to nodes that no longer exist are removed, as the pod garbage
-collector does.
+API. A container whose image is of the registry `unpullable.invalid/` never starts: the
+pod waits in ImagePullBackOff (a recipe's registry out of reach). Pods being deleted are
+stopped and removed (a kubelet confirms deletion by deleting with grace 0); pods bound to
+nodes that no longer exist are removed, as the pod garbage collector does.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ __all__ = [
     "API_KEY_ENVS",
     "ENDPOINT_ANNOTATION",
     "FAIL_ANNOTATION",
+    "UNPULLABLE_REGISTRY",
     "EnvError",
     "Kubelet",
     "resolve_env",
@@ -54,6 +56,9 @@ log = logging.getLogger(__name__)
 
 ENDPOINT_ANNOTATION = "simulator.ai-inference.deckhouse.io/endpoint"
 FAIL_ANNOTATION = "simulator.ai-inference.deckhouse.io/fail"
+# Images of this registry cannot be pulled (`.invalid` never resolves): the pod waits in
+# ImagePullBackOff, as on a cluster that cannot reach a recipe's registry.
+UNPULLABLE_REGISTRY = "unpullable.invalid/"
 # Where each runtime reads its API key (the controller's table): a llama.cpp stub that
 # looked for vLLM's answered everyone, so a wrong name could fail no test.
 API_KEY_ENVS = tuple(API_KEY_ENV.values())
@@ -373,6 +378,16 @@ class Kubelet:
     def _start(self, pod: JSON, uid: str) -> bool:
         namespace, name = key(pod)
         containers = list((pod.get("spec") or {}).get("containers") or ())
+        unpullable = next(
+            (c for c in containers if str(c.get("image", "")).startswith(UNPULLABLE_REGISTRY)),
+            None,
+        )
+        if unpullable is not None:
+            # A registry that cannot be reached, as from an air-gapped cluster: the pull
+            # is retried on the kubelet's backoff, and the pod never starts.
+            said = f'Back-off pulling image "{unpullable.get("image", "")}"'
+            self._requeue(f"pod/{uid}", self.retry_seconds)
+            return self._waiting(pod, containers, said, reason="ImagePullBackOff")
         try:
             envs = [resolve_env(pod, c, self._secret, self._config_map) for c in containers]
         except EnvError as err:
@@ -471,7 +486,14 @@ class Kubelet:
         self.store.wrote(PODS, written)
         run.reported_ready = ready
 
-    def _waiting(self, pod: JSON, containers: Sequence[Mapping[str, Any]], message: str) -> bool:
+    def _waiting(
+        self,
+        pod: JSON,
+        containers: Sequence[Mapping[str, Any]],
+        message: str,
+        *,
+        reason: str = "CreateContainerConfigError",
+    ) -> bool:
         for status in (pod.get("status") or {}).get("containerStatuses") or ():
             waiting = (status.get("state") or {}).get("waiting") or {}
             if waiting.get("message") == message:
@@ -493,9 +515,7 @@ class Kubelet:
                     "restartCount": 0,
                     "image": c.get("image", ""),
                     "imageID": "",
-                    "state": {
-                        "waiting": {"reason": "CreateContainerConfigError", "message": message}
-                    },
+                    "state": {"waiting": {"reason": reason, "message": message}},
                 }
                 for c in containers
             ],

@@ -109,6 +109,20 @@ def test_a_version_newer_than_the_code_is_refused() -> None:
         )
 
 
+def test_workload_observed_v1_is_lifted_to_v2_saying_nothing_of_containers() -> None:
+    v1 = {
+        "observed_at": "2026-12-01T10:00:00Z",
+        "desired_replicas": 1,
+        "ready_replicas": 0,
+        "available_replicas": 0,
+        "rollout": "d/1",
+    }
+    lifted = ev.from_payload("WorkloadObserved", 1, v1)
+    assert isinstance(lifted, ev.WorkloadObserved)
+    assert lifted.not_starting is None and lifted.rollout == "d/1"
+    assert ev.cannot_read("WorkloadObserved", 1) is None
+
+
 def test_the_frozen_v1_stream_replays_to_the_status_it_had() -> None:
     recorded = json.loads((FIXTURES / "order_stream_v1.json").read_text(encoding="utf-8"))
     events = [ev.from_payload(r["type"], r["version"], r["payload"]) for r in recorded["events"]]

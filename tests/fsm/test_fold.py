@@ -84,6 +84,20 @@ SCENARIOS: list[tuple[Reason, ConditionType, tuple[ob.Observation, ...]]] = [
         ),
     ),
     (
+        R.RUNTIME_NOT_STARTING,
+        C.WORKLOAD_READY,
+        (
+            *ROLLING,
+            ob.WorkloadSeen(
+                at=at(6),
+                desired=1,
+                ready=0,
+                available=0,
+                not_starting='container "runtime": CrashLoopBackOff (last exit: OOMKilled)',
+            ),
+        ),
+    ),
+    (
         R.PREEMPTED_BY_PRIORITY,
         C.WORKLOAD_READY,
         (

@@ -35,6 +35,7 @@ from tests.support.strategies import (
     raw_event_streams,
     run,
     spec,
+    workload,
 )
 
 R = Reason
@@ -290,3 +291,19 @@ def test_a_failed_replan_to_classless_keeps_the_contract_of_the_class_workload_i
     planned_cond = next(c for c in after["conditions"] if c["type"] == "Planned")
     assert planned_cond["reason"] == "LaunchPlanInForce"
     assert after["model"] == {"endpointType": "Chat"}
+
+
+def test_a_runtime_lost_after_serving_is_not_said_to_be_not_starting() -> None:
+    """A container that does not start is the rollout's stall while it rolls out; once
+    the order served, a crash loop is the runtime failing (SPEC §5: Failed when its API
+    keeps failing), which the probes and the rollout already say."""
+    crash = 'container "runtime": CrashLoopBackOff (last exit: OOMKilled)'
+    served = run(
+        *SERVING,
+        workload(9, rolled_out=True),
+        ob.WorkloadSeen(
+            at=at(10), desired=1, ready=0, available=0, rollout="d/1", not_starting=crash
+        ),
+    )
+    cond = served.condition(ORDER_CONDITIONS[3])
+    assert cond is not None and cond.reason is Reason.ROLLED_OUT

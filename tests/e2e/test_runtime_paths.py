@@ -1,0 +1,109 @@
+"""A runtime that cannot start says so, and who can act on it; fixed, the order goes on.
+
+Its recipe's image comes from a registry the cluster cannot reach (the simulator's
+kubelet refuses to pull any image of `unpullable.invalid/`): the pod waits in
+ImagePullBackOff for ever. Before, the order read `WorkloadReady=False RolloutInProgress`
+("waiting is the right answer") with no Event, however long it waited.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from adapters.platform import LocalPlatform
+from adapters.simulator.kubelet import UNPULLABLE_REGISTRY
+from tests.e2e.conftest import Orders, forced_passes
+from tests.e2e.test_capacity_paths import (
+    QWEN_SMALL,
+    Admin,
+    admin_fixture,  # noqa: F401 - a fixture
+    class_ready,
+    class_spec,
+    extra_capacity,
+    gpu_node,
+    hf,
+    orders_fixture,  # noqa: F401 - a fixture
+    product_class,
+    wait_order,
+    waiting,
+)
+
+pytestmark = pytest.mark.cluster
+
+GROUP, VERSION = "ai.deckhouse.io", "v1alpha1"
+A30 = "NVIDIA A30"  # no other test's device class selects it
+IMAGE = f"{UNPULLABLE_REGISTRY}vllm:e2e"
+
+
+def _recipe(name: str) -> dict[str, Any]:
+    """The shipped vLLM recipe for the A30 only, preferred, from an unreachable registry."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "LaunchRecipe",
+        "metadata": {"name": name},
+        "spec": {
+            "runtime": "vLLM",
+            "image": IMAGE,
+            "placementModes": ["WholeDevice"],
+            "productNames": [A30],
+            "formats": ["Safetensors"],
+            "quantizations": ["None"],
+            "endpointTypes": ["Chat"],
+            "toolCalling": {"enabled": True, "parser": "hermes"},
+            "args": [
+                "--model={modelPath}",
+                "--served-model-name={servedModelName}",
+                "--port={port}",
+                "--tensor-parallel-size={tensorParallelSize}",
+                "--gpu-memory-utilization={gpuMemoryUtilization}",
+            ],
+            "port": 8000,
+            "preference": 100,
+        },
+    }
+
+
+@pytest.mark.timeout(240)
+def test_a_runtime_whose_image_cannot_be_pulled_says_so_to_the_admin(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    custom = admin.custom
+    recipe = "e2e-unpullable"
+    node, device_class = gpu_node("e2e-pull", [(A30, "24Gi")]), product_class("e2e-pull-a30", A30)
+    with extra_capacity(platform, [node], [device_class]):
+        custom.create_cluster_custom_object(GROUP, VERSION, "launchrecipes", _recipe(recipe))
+        try:
+            admin.create_class("e2e-pull", class_spec(["e2e-pull-a30"]))
+            class_ready(platform, "e2e-pull")
+            uid = orders(
+                "rt-unpullable", {"inferenceServiceClassName": "e2e-pull", "model": hf(QWEN_SMALL)}
+            )
+            obj = wait_order(
+                alice,
+                "rt-unpullable",
+                waiting("Pending", condition="WorkloadReady", reason="RuntimeNotStarting"),
+                timeout=90,
+            )
+            (cond,) = [c for c in obj["status"]["conditions"] if c["type"] == "WorkloadReady"]
+            assert cond["message"] == f'container "runtime": ImagePullBackOff (image "{IMAGE}")'
+            told = client.CoreV1Api(platform.api("admin")).list_namespaced_event(
+                "support", field_selector=f"involvedObject.uid={uid}"
+            )
+            warned = [e for e in told.items if e.reason == "RuntimeNotStarting"]
+            assert [e.type for e in warned] == ["Warning"]  # someone must act: the admin
+            # The pull is retried on the kubelet's back-off; the order says it once.
+            assert forced_passes(platform, uid) == 0
+        finally:
+            try:
+                custom.delete_cluster_custom_object(GROUP, VERSION, "launchrecipes", recipe)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        # The administrator removes the recipe: the order moves to the shipped one.
+        alice.wait_phase("support", "rt-unpullable", "Ready", timeout=120)
+        image = admin.deployment("support", "rt-unpullable").spec.template.spec.containers[0].image
+        assert image != IMAGE
