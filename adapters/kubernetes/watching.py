@@ -271,6 +271,7 @@ class Informer:
         self._synced_list = 0  # the sequence number of the last LIST applied
         self._list_began: float | None = None  # see `list_began`
         self._stream: _Stream | None = None
+        self._stopped_by_watchdog = False  # the last stream's end: its watchdog's doing
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -401,13 +402,14 @@ class Informer:
                 if need_list:
                     self._relist()
                     need_list = False
-                if self._watch_once():
-                    failures = 0
+                healthy = self._watch_once()
+                if not self._stopped_by_watchdog:  # the watchdog counted its own stop
                     self._restarted("ended")
+                if healthy:
+                    failures = 0
                     continue
                 failures += 1
                 delay = self._backoff.delay(failures)
-                self._restarted("ended")
             except errors.APIGoneError as exc:
                 self._restarted("gone")
                 self.stats.gone += 1
@@ -596,6 +598,7 @@ class Informer:
         finally:
             with self._cond:
                 self._stream = None
+            self._stopped_by_watchdog = stream.stopped_by_watchdog
             self.stats.watches += 1
         return received > 0 or time.monotonic() - started >= 1.0
 

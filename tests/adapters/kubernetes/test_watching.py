@@ -17,6 +17,7 @@ import httpx
 import pytest
 from kubernetes import client, config
 
+from adapters import metrics
 from adapters.kubernetes import rest, watching
 from tests.support.polling import eventually
 from tests.support.relay import Relay
@@ -255,6 +256,7 @@ def test_a_silent_watch_is_restarted(
     informer = watching.Informer(relayed, rest.CONFIG_MAPS, namespace=namespace, timeouts=timeouts)
     start(informers, informer)
     eventually(lambda: informer.stats.opened >= 1)
+    restarts = {reason: _restarts(reason) for reason in ("watchdog", "ended", "error")}
     relay.black_hole()
     created = core.create_namespaced_config_map(namespace, config_map("unheard"))
     eventually(lambda: getattr(informer.stats, counter) >= 1)
@@ -263,6 +265,16 @@ def test_a_silent_watch_is_restarted(
     # Seen long before the server's 60 s timeout would have ended the stream.
     assert informer.fresh(created, timeout=10) is not None
     assert informer.stats.lists == 1  # resumed from its RV, no re-LIST needed
+    if counter == "watchdog_stops":
+        # One restart, counted once: the watchdog's stop was also counted as the end of
+        # the stream it stopped, and the dashboard showed two.
+        assert _restarts("watchdog") - restarts["watchdog"] == informer.stats.watchdog_stops
+        assert _restarts("ended") == restarts["ended"]
+
+
+def _restarts(reason: str) -> float:
+    labels = {"resource": "configmaps", "reason": reason}
+    return metrics.REGISTRY.get_sample_value("ai_inference_watch_restarts_total", labels) or 0.0
 
 
 def test_resync_replays_the_cache(admin, namespace, informers) -> None:
