@@ -14,6 +14,7 @@ import contextlib
 import faulthandler
 import importlib
 import io
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -83,6 +84,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`| head`, a pager quit): not a divergence (exit 1) but
+        # what a shell says of a pipe's writer, and no traceback. Python's own advice:
+        # point stdout at /dev/null, or flushing it at exit raises again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -433,3 +433,25 @@ def test_a_select_only_role_reads_everything(postgres_url: str, capsys) -> None:
         ) as admin:
             admin.execute(f'DROP OWNED BY "{role}"')
             admin.execute(f'DROP ROLE "{role}"')
+
+
+def test_a_reader_gone_before_the_output_is_no_divergence_and_no_traceback(two) -> None:
+    """`ai-inference verify | ...` in a `set -o pipefail` script, the reader gone first
+    (a pager quit): a BrokenPipeError traceback and exit 1, which the README gives to a
+    divergence. A pipe's writer exits as a shell's would, 141, and says nothing."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for command in ("list", "verify"):
+        reader, writer = os.pipe()
+        os.close(reader)  # gone before anything is written
+        with os.fdopen(writer, "wb") as stdout:
+            done = subprocess.run(
+                [sys.executable, "-m", "adapters.cli.main", command, "--store", two],
+                stdout=stdout,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                timeout=60,
+                check=False,
+            )
+        assert done.returncode == 141, done.stderr
+        assert "Traceback" not in done.stderr
