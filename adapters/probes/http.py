@@ -440,11 +440,18 @@ def _send(
 
 
 def _status_error(code: int) -> str:
+    """What an error status means, without the code: the status and the log put
+    "HTTP <code>: " before it (fsm.state.probe_error_text), and with it the message read
+    "HTTP 500: HTTP 500"."""
     if code == 401:
-        return "HTTP 401: the endpoint wants a valid token"
+        return "the endpoint wants a valid token"
     if code == 403:
-        return "HTTP 403: the token is not allowed"
-    return f"HTTP {code}"
+        return "the token is not allowed"
+    if code == 404:
+        return "no such path: the runtime serves no OpenAI models API there"
+    if code >= 500:
+        return "the runtime failed the request"
+    return "an unexpected status"
 
 
 def _discard(response: http.client.HTTPResponse, deadline: float, timeout: float) -> bool:

@@ -16,6 +16,7 @@ import pytest
 from adapters.cluster.pki import make_pki
 from adapters.probes import http as probe_http
 from adapters.probes.http import DEFAULT_MAX_BODY, Prober, probe
+from fsm.state import probe_error_text
 
 TOKEN = "s3cr3t-token-value-0123456789abcdef"
 MODELS = json.dumps({"object": "list", "data": [{"id": "qwen", "object": "model"}]}).encode()
@@ -187,10 +188,10 @@ def server(servers: tuple[Loopback, Loopback]) -> Loopback:
         ("ok", None, True, 200, ""),
         ("ok", TOKEN, True, 200, ""),
         ("auth", TOKEN, True, 200, ""),
-        ("auth", None, False, 401, "HTTP 401"),
-        ("auth", "wrong-token", False, 401, "HTTP 401"),
-        ("broken", TOKEN, False, 500, "HTTP 500"),
-        ("broken-bad-chunks", TOKEN, False, 500, "HTTP 500"),
+        ("auth", None, False, 401, "wants a valid token"),
+        ("auth", "wrong-token", False, 401, "wants a valid token"),
+        ("broken", TOKEN, False, 500, "failed the request"),
+        ("broken-bad-chunks", TOKEN, False, 500, "failed the request"),
         ("html", None, False, 200, "not JSON"),
         ("no-data", None, False, 200, "without a `data` list"),
         ("deep-json", None, False, 200, "not JSON"),
@@ -203,7 +204,7 @@ def server(servers: tuple[Loopback, Loopback]) -> Loopback:
         ("bad-location-control", TOKEN, False, 302, "redirect to an invalid URL not followed"),
         ("bad-location-ipv6", TOKEN, False, 302, "redirect to an invalid URL not followed"),
         ("odd-length", None, True, 200, ""),
-        ("missing", None, False, 404, "HTTP 404"),
+        ("missing", None, False, 404, "no such path"),
     ],
     ids=[
         "ok",
@@ -406,3 +407,19 @@ def test_probes_share_one_tls_context(
 )
 def test_shown_url_drops_the_userinfo(url: str, shown: str) -> None:
     assert probe_http.shown_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("broken", "HTTP 500: the runtime failed the request"),
+        ("auth", "HTTP 401: the endpoint wants a valid token"),
+    ],
+)
+def test_a_status_is_said_once_in_the_orders_message(
+    server: Loopback, case: str, said: str
+) -> None:
+    """The status and the log put the code before the probe's error: an error that began
+    with it too read "HTTP 500: HTTP 500" in every failing order's message."""
+    answer = probe(f"{server.base}/{case}", None, timeout=2.0)
+    assert probe_error_text(answer.status_code, answer.error) == said
