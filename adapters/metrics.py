@@ -353,9 +353,9 @@ class _OrdersCollector(Collector):
         )
         waiting = GaugeMetricFamily(
             ORDER_NOT_READY,
-            "Seconds since each order that is not Ready last changed its Ready condition (or "
-            "was created), with its phase and the reason of its first condition that is not "
-            "True.",
+            "Seconds since each order that is not Ready last changed its Ready condition (a "
+            "Degraded one: the condition that degrades it; or since it was created), with its "
+            "phase and the reason of its first condition that is not True.",
             labels=["namespace", "name", "phase", "reason"],
         )
         phases: Tally[str] = Tally({"Pending": 0, "Ready": 0, "Degraded": 0, "Failed": 0})
@@ -375,7 +375,10 @@ class _OrdersCollector(Collector):
                 continue
             blocking = next((c for c in conditions if c.get("status") != "True"), None)
             ready = next((c for c in conditions if c.get("type") == "Ready"), None)
-            since = _instant((ready or {}).get("lastTransitionTime")) or _instant(
+            # A Degraded order is Ready (it serves): since what degrades it began, not
+            # since it became Ready (days, read as days of not being Ready).
+            anchor = blocking if phase == "Degraded" else ready
+            since = _instant((anchor or {}).get("lastTransitionTime")) or _instant(
                 meta.get("creationTimestamp")
             )
             if since is None:

@@ -140,8 +140,25 @@ def test_orders_are_counted_at_scrape_time_by_phase_and_reason() -> None:
             "lastTransitionTime": ten_min_ago,
         },
     ]
+    six_days_ago = (now - timedelta(days=6)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    minute_ago = (now - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    degraded = [
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "EndpointServing",
+            "lastTransitionTime": six_days_ago,
+        },
+        {
+            "type": "ScalingHealthy",
+            "status": "False",
+            "reason": "ScaleUpBlocked",
+            "lastTransitionTime": minute_ago,
+        },
+    ]
     orders = [
         _order("a", "Ready", ready),
+        _order("d", "Degraded", degraded),
         _order("b", "Pending", waiting),
         _order("c", "Pending", waiting),
         _order("fresh", None, []),
@@ -176,6 +193,16 @@ def test_orders_are_counted_at_scrape_time_by_phase_and_reason() -> None:
             )
             is None
         )
+        # Degraded: since growth stopped working a minute ago, not since it became
+        # Ready six days ago.
+        degraded = sample(
+            "ai_inference_order_not_ready_seconds",
+            namespace="support",
+            name="d",
+            phase="Degraded",
+            reason="ScaleUpBlocked",
+        )
+        assert 55 <= degraded <= 150
     finally:
         stop()
     assert sample("ai_inference_orders", phase="Pending") == 0
