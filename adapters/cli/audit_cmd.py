@@ -555,7 +555,9 @@ def _verify(args: argparse.Namespace) -> int:
                         f"  {key}: recorded {pair['recorded']!r}\n"
                         f"  {key}: replayed {pair['replayed']!r}\n"
                     )
-            sys.stdout.write(f"{checked} streams verified, {len(divergent)} divergent\n")
+            # An unreadable stream is one of the divergent: said so, not passed for read.
+            cannot = f" ({len(unreadable)} of them unreadable)" if unreadable else ""
+            sys.stdout.write(f"{checked} streams verified, {len(divergent)} divergent{cannot}\n")
         if unreadable:  # the others were verified, but the log is not all readable
             return options.EXIT_UNREADABLE
         return options.EXIT_DIVERGED if divergent else options.EXIT_OK

@@ -355,7 +355,7 @@ def test_verify_reports_an_unreadable_stream_and_verifies_the_others(two, capsys
     assert code == 3
     assert f"DIVERGES support/support-llm (uid {UID}): unreadable: stream {UID} v2" in out
     assert f"DIVERGES analytics/embedder (uid {OTHER_UID}) at version" in out
-    assert out.endswith("2 streams verified, 2 divergent\n")
+    assert out.endswith("2 streams verified, 2 divergent (1 of them unreadable)\n")
     code, out, _ = _run(capsys, "verify", "--store", two, "-o", "json")
     doc = json.loads(out)
     assert code == 3 and [d["uid"] for d in doc["divergent"]] == [UID, OTHER_UID]
