@@ -64,7 +64,7 @@ def test_sigterm_stops_the_control_plane_and_the_demo(tmp_path: Path) -> None:
                 break
         assert said and said[-1].strip() == "ready", "".join(said)
         pids = json.loads((folder / local.STATE_FILE).read_text())["pids"]
-        assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager"}
+        assert set(pids) == {"admission", "etcd", "kube-apiserver", "kube-controller-manager"}
         assert all(_running(pid) for pid in pids.values())
 
         # Read on while it stops: a demo blocked writing to a full pipe would not stop.
