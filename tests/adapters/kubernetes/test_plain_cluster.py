@@ -277,21 +277,35 @@ def test_a_leader_whose_caches_do_not_sync_releases_the_lease(
 
 
 def test_a_leader_whose_log_fails_at_take_over_releases_the_lease(
-    plain: Plain, no_lease: None, tmp_path: Path
+    plain: Plain, no_lease: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "log.sqlite"
     log = store.open_log(f"sqlite:///{path}")
-    # Another writer holds the log: reads work, the take-over's epoch claim times out.
+    # Another writer holds the log: reads work, writes wait. The Lease is not taken: the
+    # newest epoch is read as an append reads it, and that read fails (before, a plain
+    # read passed, and the Lease was taken only to be released at the epoch's claim).
     blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     blocker.execute("BEGIN IMMEDIATE")
     controller = Controller(plain.api("controller"), log, identity="blocked")
     try:
-        with pytest.raises(LeadershipLost, match="take-over failed"):
-            controller.start(wait=40)
+        with pytest.raises(TimeoutError):
+            controller.start(wait=15)
+        assert plain.holder() in (None, "") and not controller.lost.is_set()  # never taken
+
+        # Writable when the floor is read, failing at the claim itself (a fail-over in
+        # between): the Lease is taken, then released, and the process is to exit.
+        def claim_fails(epoch: int) -> int:
+            raise store.StoreUnavailable("the log went away at the claim")
+
+        monkeypatch.setattr(log, "claim_epoch", claim_fails)
+        blocker.execute("ROLLBACK")
+        eventually(controller.lost.is_set, timeout=40, what="leadership given up")
+        assert "take-over failed" in (controller.failure or "")
         assert not controller.alive()
         eventually(lambda: plain.holder() == "", timeout=10, what="the Lease released")
     finally:
-        blocker.execute("ROLLBACK")
+        with contextlib.suppress(sqlite3.OperationalError):
+            blocker.execute("ROLLBACK")
         blocker.close()
         controller.stop()
         log.close()
