@@ -290,19 +290,40 @@ def test_a_claim_event_parses_that_claim_again_not_the_slices(
 
 def test_a_cached_pod_keeps_only_what_the_controller_reads() -> None:
     """Memory per order: a pod's containers, volumes and container statuses were most of
-    its size in the cache, and nothing of the controller reads them."""
+    its size in the cache, and the controller reads only why a container does not start
+    (observing.py): its name, image, waiting reason and message, and last exit."""
     world = fakes.world()
     pod = _pod("uid-1", "llm", node="node-a")
     pod["metadata"]["annotations"] = {"example/endpoint": "http://127.0.0.1:1"}
     pod["spec"].update(
         priority=1000, containers=[{"name": "runtime", "image": "vllm", "env": []}], volumes=[]
     )
-    pod["status"].update(phase="Running", containerStatuses=[{"name": "runtime"}], podIP="1")
+    running = {
+        "name": "runtime",
+        "image": "vllm",
+        "imageID": "sha256:0123",
+        "containerID": "containerd://0123",
+        "ready": True,
+        "restartCount": 2,
+        "state": {"running": {"startedAt": "2026-12-07T10:00:00Z"}},
+        "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}},
+    }
+    pod["status"].update(phase="Running", containerStatuses=[running], podIP="1")
     stored = fakes.put(world, pod)
     cached = world.pods.get(stored["metadata"]["uid"], copy_=False)
     assert cached is not None
     assert cached["spec"] == {"nodeName": "node-a", "priority": 1000}
-    assert cached["status"] == {"phase": "Running", "conditions": pod["status"]["conditions"]}
+    kept = {
+        "name": "runtime",
+        "image": "vllm",
+        "state": {},
+        "lastState": {"terminated": {"reason": "OOMKilled"}},
+    }
+    assert cached["status"] == {
+        "phase": "Running",
+        "conditions": pod["status"]["conditions"],
+        "containerStatuses": [kept],
+    }
     assert cached["metadata"]["annotations"] == pod["metadata"]["annotations"]
     assert world.pods_of("uid-1", "support") == [cached]
 
