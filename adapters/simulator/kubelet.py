@@ -19,9 +19,10 @@ Deployment owning it, or its node) changes, and `probe(uid)` when a probe is due
 failure knob `simulator.ai-inference.deckhouse.io/fail` ("500", "timeout", "crash") is
 read from the pod, else from the Deployment that owns it, so tests flip it through the
 API. A container whose image is of the registry `unpullable.invalid/` never starts: the
-pod waits in ImagePullBackOff (a recipe's registry out of reach). Pods being deleted are
-stopped and removed (a kubelet confirms deletion by deleting with grace 0); pods bound to
-nodes that no longer exist are removed, as the pod garbage collector does.
+pod waits in ImagePullBackOff (a recipe's registry out of reach); one whose env sets
+`SIMULATOR_EXIT_REASON` exits as it starts, and waits in CrashLoopBackOff. Pods being
+deleted are stopped and removed (a kubelet confirms deletion by deleting with grace 0);
+pods bound to nodes that no longer exist are removed, as the pod garbage collector does.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from fsm.placement.recipes import API_KEY_ENV
 __all__ = [
     "API_KEY_ENVS",
     "ENDPOINT_ANNOTATION",
+    "EXIT_ENV",
     "FAIL_ANNOTATION",
     "UNPULLABLE_REGISTRY",
     "EnvError",
@@ -59,6 +61,9 @@ FAIL_ANNOTATION = "simulator.ai-inference.deckhouse.io/fail"
 # Images of this registry cannot be pulled (`.invalid` never resolves): the pod waits in
 # ImagePullBackOff, as on a cluster that cannot reach a recipe's registry.
 UNPULLABLE_REGISTRY = "unpullable.invalid/"
+# A container with this env var set never stays up: it exits as it starts with the value
+# as its reason (OOMKilled, Error), and waits in CrashLoopBackOff between restarts.
+EXIT_ENV = "SIMULATOR_EXIT_REASON"
 # Where each runtime reads its API key (the controller's table): a llama.cpp stub that
 # looked for vLLM's answered everyone, so a wrong name could fail no test.
 API_KEY_ENVS = tuple(API_KEY_ENV.values())
@@ -388,6 +393,33 @@ class Kubelet:
             said = f'Back-off pulling image "{unpullable.get("image", "")}"'
             self._requeue(f"pod/{uid}", self.retry_seconds)
             return self._waiting(pod, containers, said, reason="ImagePullBackOff")
+        exiting = next(
+            (
+                (c, str(e.get("value") or "Error"))
+                for c in containers
+                for e in c.get("env") or ()
+                if e.get("name") == EXIT_ENV
+            ),
+            None,
+        )
+        if exiting is not None:
+            # A runtime that exits as it starts (a model that does not fit its memory):
+            # restarted on a growing back-off, each restart a new status, as a kubelet's.
+            container, exit_reason = exiting
+            restarts = 1 + max((int(s.get("restartCount") or 0) for s in _statuses(pod)), default=0)
+            said = (
+                f"back-off {min(10 * 2 ** (restarts - 1), 300)}s restarting failed "
+                f"container={container.get('name', '')} pod={name}"
+            )
+            self._requeue(f"pod/{uid}", self.retry_seconds)
+            return self._waiting(
+                pod,
+                containers,
+                said,
+                reason="CrashLoopBackOff",
+                restarts=restarts,
+                last_exit=exit_reason,
+            )
         try:
             envs = [resolve_env(pod, c, self._secret, self._config_map) for c in containers]
         except EnvError as err:
@@ -493,15 +525,18 @@ class Kubelet:
         message: str,
         *,
         reason: str = "CreateContainerConfigError",
+        restarts: int = 0,
+        last_exit: str | None = None,
     ) -> bool:
-        for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        for status in _statuses(pod):
             waiting = (status.get("state") or {}).get("waiting") or {}
             if waiting.get("message") == message:
                 return False
         namespace, name = key(pod)
         now = _now()
+        last = {"terminated": {"exitCode": 137, "reason": last_exit}} if last_exit else {}
         status = {
-            "phase": "Pending",
+            "phase": "Running" if restarts else "Pending",
             "conditions": _conditions(False, now),
             "hostIP": "127.0.0.1",
             "podIP": "127.0.0.1",
@@ -512,10 +547,11 @@ class Kubelet:
                     "name": c["name"],
                     "ready": False,
                     "started": False,
-                    "restartCount": 0,
+                    "restartCount": restarts,
                     "image": c.get("image", ""),
                     "imageID": "",
                     "state": {"waiting": {"reason": reason, "message": message}},
+                    "lastState": last,
                 }
                 for c in containers
             ],
@@ -561,6 +597,10 @@ def _conditions(ready: bool, now: str) -> list[dict[str, Any]]:
             "lastTransitionTime": now,
         },
     ]
+
+
+def _statuses(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list((pod.get("status") or {}).get("containerStatuses") or ())
 
 
 def _failure(pod: Mapping[str, Any], store: Store) -> str | None:

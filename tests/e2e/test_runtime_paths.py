@@ -15,14 +15,16 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from adapters.platform import LocalPlatform
-from adapters.simulator.kubelet import UNPULLABLE_REGISTRY
-from tests.e2e.conftest import Orders, forced_passes
+from adapters.simulator.kubelet import EXIT_ENV, UNPULLABLE_REGISTRY
+from fsm import events as ev
+from tests.e2e.conftest import Orders, forced_passes, wait_for
 from tests.e2e.test_capacity_paths import (
     QWEN_SMALL,
     Admin,
     admin_fixture,  # noqa: F401 - a fixture
     class_ready,
     class_spec,
+    events_of,
     extra_capacity,
     gpu_node,
     hf,
@@ -107,3 +109,52 @@ def test_a_runtime_whose_image_cannot_be_pulled_says_so_to_the_admin(
         alice.wait_phase("support", "rt-unpullable", "Ready", timeout=120)
         image = admin.deployment("support", "rt-unpullable").spec.template.spec.containers[0].image
         assert image != IMAGE
+
+
+@pytest.mark.timeout(240)
+def test_a_runtime_that_exits_as_it_starts_says_its_last_exit_once(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    """A runtime killed for memory as it loads the model restarts on a growing back-off,
+    each restart a new pod status with a new back-off in its message. The order says
+    CrashLoopBackOff and the last exit once, not once per restart."""
+    recipe = "e2e-exits"
+    spec = _recipe(recipe)
+    spec["spec"]["image"] = "vllm/vllm-openai:v0.9.2"
+    spec["spec"]["env"] = [{"name": EXIT_ENV, "value": "OOMKilled"}]
+    node, device_class = gpu_node("e2e-exits", [(A30, "24Gi")]), product_class("e2e-exits-a30", A30)
+    with extra_capacity(platform, [node], [device_class]):
+        admin.custom.create_cluster_custom_object(GROUP, VERSION, "launchrecipes", spec)
+        try:
+            admin.create_class("e2e-exits", class_spec(["e2e-exits-a30"]))
+            class_ready(platform, "e2e-exits")
+            uid = orders(
+                "rt-exits", {"inferenceServiceClassName": "e2e-exits", "model": hf(QWEN_SMALL)}
+            )
+            obj = wait_order(
+                alice,
+                "rt-exits",
+                waiting("Pending", condition="WorkloadReady", reason="RuntimeNotStarting"),
+                timeout=90,
+            )
+            (cond,) = [c for c in obj["status"]["conditions"] if c["type"] == "WorkloadReady"]
+            assert cond["message"] == 'container "runtime": CrashLoopBackOff (last exit: OOMKilled)'
+            observed = len(events_of(platform, uid, ev.WorkloadObserved))
+
+            def restarts() -> int:
+                return max(
+                    (
+                        s.restart_count
+                        for p in admin.pods("support", uid)
+                        for s in p.status.container_statuses or ()
+                    ),
+                    default=0,
+                )
+
+            seen = restarts()
+            wait_for(lambda: restarts() >= seen + 2 or None, timeout=30, what="two more restarts")
+            assert forced_passes(platform, uid) == 0
+            assert len(events_of(platform, uid, ev.WorkloadObserved)) == observed
+        finally:
+            admin.custom.delete_cluster_custom_object(GROUP, VERSION, "launchrecipes", recipe)
+        alice.wait_phase("support", "rt-exits", "Ready", timeout=120)
