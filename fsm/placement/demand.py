@@ -102,7 +102,7 @@ def with_demand(
         # or nothing, a demand of two with room for one left the free device to another
         # order, which its waiting pod would then compete for.
         replicas: list[tuple[str, ...]] = []
-        for devices in _named(demand, all_of_them=True):
+        for devices in _named(demand):
             fits = len(replicas) < demand.replicas and all(
                 d in by_id and has_room(usage, by_id[d], share) for d in devices
             )
@@ -142,13 +142,12 @@ def with_demand(
     return with_counted(placed, usage)
 
 
-def _named(demand: Demand, *, all_of_them: bool = False) -> tuple[tuple[str, ...], ...]:
-    """The devices the demand's plan named, replica by replica: as many as the demand
-    waits for, or `all_of_them` (some are its allocated replicas' places)."""
+def _named(demand: Demand) -> tuple[tuple[str, ...], ...]:
+    """The devices the demand's plan named, replica by replica: all of them, the places
+    of its allocated replicas too (those have no room, and are passed over)."""
     count = max(demand.plan.accelerator_count, 1)
     devices = demand.plan.devices
-    replicas = [tuple(devices[i : i + count]) for i in range(0, len(devices), count)]
-    return tuple(replicas if all_of_them else replicas[: demand.replicas])
+    return tuple(tuple(devices[i : i + count]) for i in range(0, len(devices), count))
 
 
 def free_units(snapshot: Snapshot, device_class: str) -> int:

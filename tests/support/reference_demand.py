@@ -26,7 +26,7 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
             continue
         replicas: list[tuple[str, ...]] = []
         share = demand.plan.share_percent or FULL_SHARE
-        for devices in _named(demand, all_of_them=True):  # the named places first
+        for devices in _named(demand):  # the named places first
             current = replace(
                 snapshot, allocations=(*allocations, *_placeholders(demand, replicas))
             )
