@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from adapters.simulator.capacity import MANAGED_LABEL
 from adapters.simulator.kube import JSON, Kube, KubeError, path
@@ -383,42 +383,16 @@ class Kubelet:
     def _start(self, pod: JSON, uid: str) -> bool:
         namespace, name = key(pod)
         containers = list((pod.get("spec") or {}).get("containers") or ())
-        unpullable = next(
-            (c for c in containers if str(c.get("image", "")).startswith(UNPULLABLE_REGISTRY)),
-            None,
-        )
-        if unpullable is not None:
-            # A registry that cannot be reached, as from an air-gapped cluster: the pull
-            # is retried on the kubelet's backoff, and the pod never starts.
-            said = f'Back-off pulling image "{unpullable.get("image", "")}"'
-            self._requeue(f"pod/{uid}", self.retry_seconds)
-            return self._waiting(pod, containers, said, reason="ImagePullBackOff")
-        exiting = next(
-            (
-                (c, str(e.get("value") or "Error"))
-                for c in containers
-                for e in c.get("env") or ()
-                if e.get("name") == EXIT_ENV
-            ),
-            None,
-        )
-        if exiting is not None:
-            # A runtime that exits as it starts (a model that does not fit its memory):
-            # restarted on a growing back-off, each restart a new status, as a kubelet's.
-            container, exit_reason = exiting
-            restarts = 1 + max((int(s.get("restartCount") or 0) for s in _statuses(pod)), default=0)
-            said = (
-                f"back-off {min(10 * 2 ** (restarts - 1), 300)}s restarting failed "
-                f"container={container.get('name', '')} pod={name}"
-            )
+        stuck = _never_starts(pod, containers)
+        if stuck is not None:  # retried on the kubelet's back-off, as a real one does
             self._requeue(f"pod/{uid}", self.retry_seconds)
             return self._waiting(
                 pod,
                 containers,
-                said,
-                reason="CrashLoopBackOff",
-                restarts=restarts,
-                last_exit=exit_reason,
+                stuck.message,
+                reason=stuck.reason,
+                restarts=stuck.restarts,
+                last_exit=stuck.last_exit,
             )
         try:
             envs = [resolve_env(pod, c, self._secret, self._config_map) for c in containers]
@@ -597,6 +571,37 @@ def _conditions(ready: bool, now: str) -> list[dict[str, Any]]:
             "lastTransitionTime": now,
         },
     ]
+
+
+class _Stuck(NamedTuple):
+    """Why a pod's container does not start, as its status will say it."""
+
+    reason: str
+    message: str
+    restarts: int = 0
+    last_exit: str | None = None
+
+
+def _never_starts(pod: Mapping[str, Any], containers: Sequence[Mapping[str, Any]]) -> _Stuck | None:
+    """A container whose image cannot be pulled (a registry out of reach, as from an
+    air-gapped cluster), or one that exits as it starts (a model that does not fit its
+    memory), restarted on a growing back-off, each restart a new status."""
+    for container in containers:
+        image = str(container.get("image", ""))
+        if image.startswith(UNPULLABLE_REGISTRY):
+            return _Stuck("ImagePullBackOff", f'Back-off pulling image "{image}"')
+    for container in containers:
+        for entry in container.get("env") or ():
+            if entry.get("name") != EXIT_ENV:
+                continue
+            restarts = 1 + max((int(s.get("restartCount") or 0) for s in _statuses(pod)), default=0)
+            back_off = min(10 * 2 ** (restarts - 1), 300)
+            said = (
+                f"back-off {back_off}s restarting failed container={container.get('name', '')} "
+                f"pod={pod['metadata']['name']}"
+            )
+            return _Stuck("CrashLoopBackOff", said, restarts, str(entry.get("value") or "Error"))
+    return None
 
 
 def _statuses(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
