@@ -8,6 +8,8 @@ ImagePullBackOff for ever. Before, the order read `WorkloadReady=False RolloutIn
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -69,46 +71,67 @@ def _recipe(name: str) -> dict[str, Any]:
     }
 
 
-@pytest.mark.timeout(240)
-def test_a_runtime_whose_image_cannot_be_pulled_says_so_to_the_admin(
-    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
-) -> None:
-    custom = admin.custom
-    recipe = "e2e-unpullable"
-    node, device_class = gpu_node("e2e-pull", [(A30, "24Gi")]), product_class("e2e-pull-a30", A30)
-    with extra_capacity(platform, [node], [device_class]):
-        custom.create_cluster_custom_object(GROUP, VERSION, "launchrecipes", _recipe(recipe))
+@contextmanager
+def _runtime_that_cannot_start(
+    platform: LocalPlatform,
+    alice: Orders,
+    admin: Admin,
+    orders: Any,
+    name: str,
+    recipe: dict[str, Any],
+) -> Iterator[tuple[str, str]]:
+    """Order `rt-{name}` under a class of its own whose A30 node only `recipe` can run
+    on: yields the order's UID and its WorkloadReady message once that says
+    RuntimeNotStarting. Then the administrator deletes the recipe, and the order moves
+    to the shipped one and is Ready."""
+    order = f"rt-{name}"
+    node = gpu_node(f"e2e-{name}", [(A30, "24Gi")])
+    with extra_capacity(platform, [node], [product_class(f"e2e-{name}-a30", A30)]):
+        admin.custom.create_cluster_custom_object(GROUP, VERSION, "launchrecipes", recipe)
         try:
-            admin.create_class("e2e-pull", class_spec(["e2e-pull-a30"]))
-            class_ready(platform, "e2e-pull")
+            admin.create_class(f"e2e-{name}", class_spec([f"e2e-{name}-a30"]))
+            class_ready(platform, f"e2e-{name}")
             uid = orders(
-                "rt-unpullable", {"inferenceServiceClassName": "e2e-pull", "model": hf(QWEN_SMALL)}
+                order, {"inferenceServiceClassName": f"e2e-{name}", "model": hf(QWEN_SMALL)}
             )
             obj = wait_order(
                 alice,
-                "rt-unpullable",
+                order,
                 waiting("Pending", condition="WorkloadReady", reason="RuntimeNotStarting"),
                 timeout=90,
             )
             (cond,) = [c for c in obj["status"]["conditions"] if c["type"] == "WorkloadReady"]
-            assert cond["message"] == f'container "runtime": ImagePullBackOff (image "{IMAGE}")'
-            told = client.CoreV1Api(platform.api("admin")).list_namespaced_event(
-                "support", field_selector=f"involvedObject.uid={uid}"
-            )
-            warned = [e for e in told.items if e.reason == "RuntimeNotStarting"]
-            assert [e.type for e in warned] == ["Warning"]  # someone must act: the admin
-            # The pull is retried on the kubelet's back-off; the order says it once.
-            assert forced_passes(platform, uid) == 0
+            yield uid, cond["message"]
         finally:
             try:
-                custom.delete_cluster_custom_object(GROUP, VERSION, "launchrecipes", recipe)
+                admin.custom.delete_cluster_custom_object(
+                    GROUP, VERSION, "launchrecipes", recipe["metadata"]["name"]
+                )
             except ApiException as exc:
                 if exc.status != 404:
                     raise
-        # The administrator removes the recipe: the order moves to the shipped one.
-        alice.wait_phase("support", "rt-unpullable", "Ready", timeout=120)
-        image = admin.deployment("support", "rt-unpullable").spec.template.spec.containers[0].image
-        assert image != IMAGE
+        alice.wait_phase("support", order, "Ready", timeout=120)
+
+
+@pytest.mark.timeout(240)
+def test_a_runtime_whose_image_cannot_be_pulled_says_so_to_the_admin(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    recipe = _recipe("e2e-unpullable")
+    with _runtime_that_cannot_start(platform, alice, admin, orders, "pull", recipe) as (
+        uid,
+        message,
+    ):
+        assert message == f'container "runtime": ImagePullBackOff (image "{IMAGE}")'
+        told = client.CoreV1Api(platform.api("admin")).list_namespaced_event(
+            "support", field_selector=f"involvedObject.uid={uid}"
+        )
+        warned = [e for e in told.items if e.reason == "RuntimeNotStarting"]
+        assert [e.type for e in warned] == ["Warning"]  # someone must act: the admin
+        # The pull is retried on the kubelet's back-off; the order says it once.
+        assert forced_passes(platform, uid) == 0
+    image = admin.deployment("support", "rt-pull").spec.template.spec.containers[0].image
+    assert image != IMAGE
 
 
 @pytest.mark.timeout(240)
@@ -118,43 +141,27 @@ def test_a_runtime_that_exits_as_it_starts_says_its_last_exit_once(
     """A runtime killed for memory as it loads the model restarts on a growing back-off,
     each restart a new pod status with a new back-off in its message. The order says
     CrashLoopBackOff and the last exit once, not once per restart."""
-    recipe = "e2e-exits"
-    spec = _recipe(recipe)
-    spec["spec"]["image"] = "vllm/vllm-openai:v0.9.2"
-    spec["spec"]["env"] = [{"name": EXIT_ENV, "value": "OOMKilled"}]
-    node, device_class = gpu_node("e2e-exits", [(A30, "24Gi")]), product_class("e2e-exits-a30", A30)
-    with extra_capacity(platform, [node], [device_class]):
-        admin.custom.create_cluster_custom_object(GROUP, VERSION, "launchrecipes", spec)
-        try:
-            admin.create_class("e2e-exits", class_spec(["e2e-exits-a30"]))
-            class_ready(platform, "e2e-exits")
-            uid = orders(
-                "rt-exits", {"inferenceServiceClassName": "e2e-exits", "model": hf(QWEN_SMALL)}
-            )
-            obj = wait_order(
-                alice,
-                "rt-exits",
-                waiting("Pending", condition="WorkloadReady", reason="RuntimeNotStarting"),
-                timeout=90,
-            )
-            (cond,) = [c for c in obj["status"]["conditions"] if c["type"] == "WorkloadReady"]
-            assert cond["message"] == 'container "runtime": CrashLoopBackOff (last exit: OOMKilled)'
-            observed = len(events_of(platform, uid, ev.WorkloadObserved))
+    recipe = _recipe("e2e-exits")
+    recipe["spec"]["image"] = "vllm/vllm-openai:v0.9.2"
+    recipe["spec"]["env"] = [{"name": EXIT_ENV, "value": "OOMKilled"}]
+    with _runtime_that_cannot_start(platform, alice, admin, orders, "exits", recipe) as (
+        uid,
+        message,
+    ):
+        assert message == 'container "runtime": CrashLoopBackOff (last exit: OOMKilled)'
+        observed = len(events_of(platform, uid, ev.WorkloadObserved))
 
-            def restarts() -> int:
-                return max(
-                    (
-                        s.restart_count
-                        for p in admin.pods("support", uid)
-                        for s in p.status.container_statuses or ()
-                    ),
-                    default=0,
-                )
+        def restarts() -> int:
+            return max(
+                (
+                    s.restart_count
+                    for p in admin.pods("support", uid)
+                    for s in p.status.container_statuses or ()
+                ),
+                default=0,
+            )
 
-            seen = restarts()
-            wait_for(lambda: restarts() >= seen + 2 or None, timeout=30, what="two more restarts")
-            assert forced_passes(platform, uid) == 0
-            assert len(events_of(platform, uid, ev.WorkloadObserved)) == observed
-        finally:
-            admin.custom.delete_cluster_custom_object(GROUP, VERSION, "launchrecipes", recipe)
-        alice.wait_phase("support", "rt-exits", "Ready", timeout=120)
+        seen = restarts()
+        wait_for(lambda: restarts() >= seen + 2 or None, timeout=30, what="two more restarts")
+        assert forced_passes(platform, uid) == 0
+        assert len(events_of(platform, uid, ev.WorkloadObserved)) == observed
