@@ -594,13 +594,20 @@ def test_replicas_outside_the_bounds_are_put_back(bed: Bed) -> None:
     assert bed.writer.calls[("apply", "Deployment")] == 2
 
 
-def test_a_service_retyped_to_external_name_is_made_anew(bed: Bed) -> None:
+def _service_retyped(bed: Bed) -> str:
+    """Order `llm` settled, then its Service retyped to ExternalName by someone: an edit
+    apply cannot undo (the externalName stays), so the Service is to be made anew."""
     uid = bed.order("llm")
     bed.settle(uid)
     service = bed.child("Service", "llm")
     assert service is not None
     service["spec"].update(type="ExternalName", externalName="evil.example")
     fakes.put(bed.world, service)
+    return uid
+
+
+def test_a_service_retyped_to_external_name_is_made_anew(bed: Bed) -> None:
+    uid = _service_retyped(bed)
     bed.settle(uid)
     live = bed.child("Service", "llm")
     assert live is not None and live["spec"]["type"] == "ClusterIP"
@@ -611,12 +618,7 @@ def test_an_object_is_not_made_anew_for_an_order_the_server_no_longer_has(bed: B
     """Making an object anew creates it, and a create for an order deleted a moment ago
     (the cache behind) is left to a garbage collector that may not know the owner yet:
     the order is read live first, as before any other create."""
-    uid = bed.order("llm")
-    bed.settle(uid)
-    service = bed.child("Service", "llm")
-    assert service is not None
-    service["spec"].update(type="ExternalName", externalName="evil.example")
-    fakes.put(bed.world, service)
+    uid = _service_retyped(bed)
     with bed.order_gone_on_the_server() as asked:
         bed.settle(uid, passes=1)
     assert "llm" in asked
