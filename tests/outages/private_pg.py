@@ -15,6 +15,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import psycopg
+
 __all__ = ["PrivatePostgres"]
 
 BIN = Path(os.environ.get("AI_INFERENCE_PG_BIN", "/usr/local/bin"))
@@ -65,6 +67,24 @@ class PrivatePostgres:
     def stop(self) -> None:
         """Stop now: sessions are terminated (fast mode), new connections refused."""
         self._as_postgres(str(BIN / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def set_read_only(self, database: str, read_only: bool) -> None:
+        """`database` refuses writes (or takes them again) from its next sessions, as a
+        fail-over's old primary does; its sessions now are cut, so none keeps the old."""
+        setting = (
+            "SET default_transaction_read_only = on"
+            if read_only
+            else "RESET default_transaction_read_only"
+        )
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user=USER, dbname="postgres", autocommit=True
+        ) as admin:
+            admin.execute(f'ALTER DATABASE "{database}" {setting}')
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (database,),
+            )
 
     def running(self) -> bool:
         return (self.data / "postmaster.pid").exists()

@@ -195,15 +195,7 @@ def test_no_standby_leads_while_the_log_takes_no_writes(
         second = controller_process(plane, pg_url)
         procs.append(second)
         eventually(lambda: second.said_at("campaigning") is not None, timeout=60, what="a standby")
-        with psycopg.connect(
-            host="127.0.0.1", port=pg.port, user="postgres", dbname="postgres", autocommit=True
-        ) as admin:
-            admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()",
-                (name,),
-            )
+        pg.set_read_only(name, True)
         assert first.stop() == 0, first.stderr[-3000:]
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
@@ -211,15 +203,7 @@ def test_no_standby_leads_while_the_log_takes_no_writes(
             assert second.proc.poll() is None, second.stderr[-3000:]
             assert plane.holder() == ""
             time.sleep(1.0)
-        with psycopg.connect(
-            host="127.0.0.1", port=pg.port, user="postgres", dbname="postgres", autocommit=True
-        ) as admin:
-            admin.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()",
-                (name,),
-            )
+        pg.set_read_only(name, False)
         wait_leading(second, timeout=60)
     finally:
         codes = [proc.stop() for proc in procs]
