@@ -29,12 +29,14 @@ PG_USER = "postgres"
 _pg_checked: list[str] = []  # "" once the server answered, else the reason it did not
 
 
-def _admin() -> psycopg.Connection[tuple[object, ...]]:
+def admin_connection(dbname: str = "postgres") -> psycopg.Connection[tuple[object, ...]]:
+    """The server's superuser on `dbname`, autocommitting: what tests make and drop
+    databases, schemas and roles with."""
     return psycopg.connect(
         host=PG_HOST,
         port=PG_PORT,
         user=PG_USER,
-        dbname="postgres",
+        dbname=dbname,
         autocommit=True,
         connect_timeout=3,
     )
@@ -42,7 +44,7 @@ def _admin() -> psycopg.Connection[tuple[object, ...]]:
 
 def _reachable() -> str:
     try:
-        with _admin():
+        with admin_connection():
             return ""
     except psycopg.OperationalError as exc:
         return str(exc).strip()
@@ -89,12 +91,12 @@ def postgres_database() -> Iterator[str]:
     """A fresh database with a random name on the PostgreSQL server, dropped at the end."""
     _ensure_server()
     name = f"ai_inference_test_{uuid.uuid4().hex[:12]}"
-    with _admin() as admin:
+    with admin_connection() as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
         yield name
     finally:
-        with _admin() as admin:
+        with admin_connection() as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
@@ -106,9 +108,7 @@ def postgres_url(postgres_database: str) -> str:
     at a fraction of CREATE DATABASE's cost; the session's database is dropped at the end.
     """
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(
-        host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=postgres_database, autocommit=True
-    ) as conn:
+    with admin_connection(postgres_database) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
     return (
         f"postgresql+psycopg://{PG_USER}@{PG_HOST}:{PG_PORT}/{postgres_database}"

@@ -8,7 +8,6 @@ import threading
 import uuid
 from pathlib import Path
 
-import psycopg
 import pytest
 import sqlalchemy as sa
 from alembic import command
@@ -17,7 +16,7 @@ from alembic.runtime.migration import MigrationContext
 
 import store
 from store import connecting, migrating, schema
-from tests.store.conftest import PG_HOST, PG_PORT, PG_USER
+from tests.store.conftest import PG_HOST, PG_PORT, admin_connection
 from tests.store.store_samples import at, things
 
 REPO = Path(__file__).resolve().parents[2]
@@ -130,9 +129,7 @@ def test_a_role_that_may_not_create_tables_is_told_so(postgres_database: str) ->
     a role made for it failed with "is it one?" and the whole CREATE TABLE it tried."""
     role = f"r_{uuid.uuid4().hex[:10]}"
     namespace = f"s_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(
-        host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=postgres_database, autocommit=True
-    ) as admin:
+    with admin_connection(postgres_database) as admin:
         admin.execute(f'CREATE ROLE "{role}" LOGIN')
         admin.execute(f'CREATE SCHEMA "{namespace}"')
         admin.execute(f'GRANT USAGE ON SCHEMA "{namespace}" TO "{role}"')
@@ -148,9 +145,7 @@ def test_a_role_that_may_not_create_tables_is_told_so(postgres_database: str) ->
         assert "right to create tables" in said
         assert "CREATE TABLE" not in said and "is it one" not in said
     finally:
-        with psycopg.connect(
-            host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=postgres_database, autocommit=True
-        ) as admin:
+        with admin_connection(postgres_database) as admin:
             admin.execute(f'DROP SCHEMA "{namespace}" CASCADE')
             admin.execute(f'DROP OWNED BY "{role}"')
             admin.execute(f'DROP ROLE "{role}"')

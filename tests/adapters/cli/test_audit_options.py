@@ -16,7 +16,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psycopg
 import pytest
 import sqlalchemy as sa
 import yaml
@@ -34,7 +33,7 @@ from fsm.reasons import Reason
 from fsm.state import OrderState
 from store import schema
 from tests.adapters.cli.test_audit_cli import UID, _write_life
-from tests.store.conftest import PG_HOST, PG_PORT
+from tests.store.conftest import admin_connection
 from tests.support import strategies as s
 
 OTHER_UID = "0b7c2a8e-2222-4c1e-9a55-000000000002"
@@ -400,9 +399,7 @@ def test_a_select_only_role_reads_everything(postgres_url: str, capsys) -> None:
     schema_name = postgres_url.rsplit("search_path%3D", 1)[1]
     database = postgres_url.rsplit("/", maxsplit=1)[-1].split("?", maxsplit=1)[0]
     role = f"reader_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(
-        host=PG_HOST, port=PG_PORT, user="postgres", dbname=database, autocommit=True
-    ) as admin:
+    with admin_connection(database) as admin:
         admin.execute(f'CREATE ROLE "{role}" LOGIN')
         admin.execute(f'GRANT USAGE ON SCHEMA "{schema_name}" TO "{role}"')
         admin.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema_name}" TO "{role}"')
@@ -419,18 +416,14 @@ def test_a_select_only_role_reads_everything(postgres_url: str, capsys) -> None:
             assert code == 0, (argv, err)
             assert out
         # The same role cannot write: migrate (a writer) is refused, with exit code 3.
-        with psycopg.connect(
-            host=PG_HOST, port=PG_PORT, user="postgres", dbname=database, autocommit=True
-        ) as admin:
+        with admin_connection(database) as admin:
             admin.execute(f'DELETE FROM "{schema_name}".alembic_version')
         code, _, err = _run(capsys, "migrate", "--store", url)
         assert code == 3 and "permission denied" in err
         code, _, err = _run(capsys, "list", "--store", url)
         assert code == 3 and "no schema" in err
     finally:
-        with psycopg.connect(
-            host=PG_HOST, port=PG_PORT, user="postgres", dbname=database, autocommit=True
-        ) as admin:
+        with admin_connection(database) as admin:
             admin.execute(f'DROP OWNED BY "{role}"')
             admin.execute(f'DROP ROLE "{role}"')
 
