@@ -19,6 +19,7 @@ from tests.support import polling
 
 T = TypeVar("T")
 GROUP, VERSION, PLURAL = "ai.deckhouse.io", "v1alpha1", "inferenceservices"
+CLASSES = "inferenceserviceclasses"
 
 
 def wait_for(fn: Callable[[], T | None], *, timeout: float = 60, what: str = "") -> T:
@@ -177,3 +178,88 @@ def delete_and_wait(
         )
 
     wait_for(gone, timeout=timeout, what=f"{namespace}/{name} and its pods and claims to go")
+
+
+class Admin:
+    """The administrator's side of a test: classes and DeviceClasses, deleted on close."""
+
+    def __init__(self, platform: LocalPlatform) -> None:
+        self.api = platform.api("admin")
+        self.custom = client.CustomObjectsApi(self.api)
+        self.apps = client.AppsV1Api(self.api)
+        self.core = client.CoreV1Api(self.api)
+        self._made: list[tuple[str, str, str, str]] = []
+
+    def create_class(self, name: str, spec: dict[str, Any]) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "InferenceServiceClass",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        self.custom.create_cluster_custom_object(GROUP, VERSION, CLASSES, body)
+        self._made.append((GROUP, VERSION, CLASSES, name))
+
+    def create_device_class(self, name: str, selectors: list[str]) -> None:
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": e}} for e in selectors]},
+        }
+        self.custom.create_cluster_custom_object("resource.k8s.io", "v1", "deviceclasses", body)
+        self._made.append(("resource.k8s.io", "v1", "deviceclasses", name))
+
+    def close(self) -> None:
+        for group, version, plural, name in reversed(self._made):
+            try:
+                self.custom.delete_cluster_custom_object(group, version, plural, name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+    def deployment(self, namespace: str, name: str) -> Any:
+        try:
+            return self.apps.read_namespaced_deployment(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def runtime_args(self, namespace: str, name: str) -> list[str]:
+        deployment = self.deployment(namespace, name)
+        container = next(c for c in deployment.spec.template.spec.containers if c.name == "runtime")
+        return list(container.args or [])
+
+    def pods(self, namespace: str, uid: str) -> list[Any]:
+        selector = f"ai.deckhouse.io/inference-service-uid={uid}"
+        return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+
+@pytest.fixture(name="admin")
+def admin_fixture(platform: LocalPlatform) -> Iterator[Admin]:
+    handle = Admin(platform)
+    yield handle
+    handle.close()
+
+
+@pytest.fixture(name="orders")
+def orders_fixture(
+    alice: Orders, admin_orders: Orders
+) -> Iterator[Callable[[str, dict[str, Any]], str]]:
+    """alice's orders in `support`; each is deleted (and gone) after the test."""
+    made: list[str] = []
+
+    def create(name: str, spec: dict[str, Any]) -> str:
+        made.append(name)
+        obj = alice.create("support", name, spec)
+        return str(obj["metadata"]["uid"])
+
+    yield create
+    for name in made:
+        alice.delete("support", name)
+
+    def gone() -> bool:
+        return all(admin_orders.get("support", name) is None for name in made)
+
+    wait_for(gone, timeout=30, what="deletion of the test's orders")

@@ -10,280 +10,39 @@ a workload still being garbage-collected cannot reach the next test's devices.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from adapters.kubernetes.manifests import Applier
 from adapters.platform import LocalPlatform
-from adapters.simulator.capacity import CapacitySpec, DeviceClassSpec, GpuSpec, NodeSpec
 from fsm import events as ev
-from tests.e2e.conftest import Orders, conditions, wait_for
+from tests.e2e.capacity import (
+    CLASS,
+    GROWTH,
+    L4,
+    L40S,
+    MODEL,
+    PLANNED,
+    QWEN_7B,
+    QWEN_SMALL,
+    READY,
+    SERVING,
+    WORKLOAD,
+    class_ready,
+    class_spec,
+    events_of,
+    extra_capacity,
+    gpu_node,
+    hf,
+    module_settings,
+    product_class,
+    wait_order,
+    waiting,
+)
+from tests.e2e.conftest import CLASSES, GROUP, VERSION, Admin, Orders, conditions, wait_for
 
 pytestmark = pytest.mark.cluster
-
-GROUP, VERSION, CLASSES = "ai.deckhouse.io", "v1alpha1", "inferenceserviceclasses"
-QWEN_SMALL = "Qwen/Qwen2.5-0.5B-Instruct"  # ~1 GB of weights: fits any accelerator here
-QWEN_7B = "Qwen/Qwen2.5-7B-Instruct"  # ~15 GB in bf16: needs a 24 GiB device to itself
-L4 = "NVIDIA L4"
-L40S = "NVIDIA L40S"
-GPU_SELECTOR = (
-    "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
-)
-
-CLASS = ("ClassResolved", "True", "ClassAdmitted")
-MODEL = ("ModelResolved", "True", "ModelResolved")
-PLANNED = ("Planned", "True", "PlanComputed")
-WORKLOAD = ("WorkloadReady", "True", "WorkloadAvailable")
-SERVING = ("Ready", "True", "EndpointServing")
-GROWTH = ("ScalingHealthy", "True", "ScalingWithinBounds")
-READY = [CLASS, MODEL, PLANNED, WORKLOAD, SERVING, GROWTH]
-
-
-def hf(name: str) -> dict[str, Any]:
-    return {"src": "HuggingFace", "ref": {"name": name}}
-
-
-def gpu_node(name: str, products: list[tuple[str, str]], *, cordoned: bool = False) -> NodeSpec:
-    """A node with one whole GPU per (product, memory); `cordoned`: its devices are
-    published but the scheduler places nothing there."""
-    return NodeSpec(
-        name=name,
-        cpu="64",
-        memory="512Gi",
-        unschedulable=cordoned,
-        gpus=tuple(
-            GpuSpec(product=product, memory=memory, architecture="Ada Lovelace")
-            for product, memory in products
-        ),
-    )
-
-
-def product_class(name: str, product: str) -> DeviceClassSpec:
-    """A platform DeviceClass: whole devices of one product, held exclusively."""
-    return DeviceClassSpec(
-        name=name,
-        labels={"ai.deckhouse.io/placement": "WholeDevice", "ai.deckhouse.io/sharing": "Dedicated"},
-        selectors=(GPU_SELECTOR, f"device.attributes['gpu.nvidia.com'].productName == '{product}'"),
-    )
-
-
-Publish = Callable[[list[NodeSpec], list[DeviceClassSpec]], None]
-
-
-@contextmanager
-def extra_capacity(
-    platform: LocalPlatform, nodes: list[NodeSpec], classes: list[DeviceClassSpec]
-) -> Iterator[Publish]:
-    """The capacity in force plus `nodes` and `classes`; yields a function that replaces
-    the extras (the base stays), and restores the capacity in force on exit."""
-    original: CapacitySpec = platform.simulator.capacity
-
-    def publish(more_nodes: list[NodeSpec], more_classes: list[DeviceClassSpec]) -> None:
-        platform.simulator.set_capacity(
-            original.model_copy(
-                update={
-                    "nodes": (*original.nodes, *more_nodes),
-                    "device_classes": (*original.device_classes, *more_classes),
-                }
-            )
-        )
-
-    publish(nodes, classes)
-    try:
-        yield publish
-    finally:
-        platform.simulator.set_capacity(original)
-
-
-def class_spec(
-    device_classes: list[str], *, scaling: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """A cluster-local class without a token, one whole dedicated device per replica."""
-    spec: dict[str, Any] = {
-        "modelPolicy": {"allowedEndpointTypes": ["Chat"]},
-        "acceleratorPolicy": {
-            "allowedDeviceClasses": device_classes,
-            "allowedPlacementTypes": ["WholeDevice"],
-            "allowedSharingModes": ["Dedicated"],
-            "maxAcceleratorCount": 1,
-        },
-        "exposurePolicy": {"type": "ClusterLocal", "authentication": "None"},
-    }
-    if scaling is not None:
-        spec["scalingPolicy"] = scaling
-    return spec
-
-
-class Admin:
-    """The administrator's side of a test: classes and DeviceClasses, deleted on close."""
-
-    def __init__(self, platform: LocalPlatform) -> None:
-        self.api = platform.api("admin")
-        self.custom = client.CustomObjectsApi(self.api)
-        self.apps = client.AppsV1Api(self.api)
-        self.core = client.CoreV1Api(self.api)
-        self._made: list[tuple[str, str, str, str]] = []
-
-    def create_class(self, name: str, spec: dict[str, Any]) -> None:
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "InferenceServiceClass",
-            "metadata": {"name": name},
-            "spec": spec,
-        }
-        self.custom.create_cluster_custom_object(GROUP, VERSION, CLASSES, body)
-        self._made.append((GROUP, VERSION, CLASSES, name))
-
-    def create_device_class(self, name: str, selectors: list[str]) -> None:
-        body = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": name},
-            "spec": {"selectors": [{"cel": {"expression": e}} for e in selectors]},
-        }
-        self.custom.create_cluster_custom_object("resource.k8s.io", "v1", "deviceclasses", body)
-        self._made.append(("resource.k8s.io", "v1", "deviceclasses", name))
-
-    def close(self) -> None:
-        for group, version, plural, name in reversed(self._made):
-            try:
-                self.custom.delete_cluster_custom_object(group, version, plural, name)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-
-    def deployment(self, namespace: str, name: str) -> Any:
-        try:
-            return self.apps.read_namespaced_deployment(name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def runtime_args(self, namespace: str, name: str) -> list[str]:
-        deployment = self.deployment(namespace, name)
-        container = next(c for c in deployment.spec.template.spec.containers if c.name == "runtime")
-        return list(container.args or [])
-
-    def pods(self, namespace: str, uid: str) -> list[Any]:
-        selector = f"ai.deckhouse.io/inference-service-uid={uid}"
-        return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
-
-
-@pytest.fixture(name="admin")
-def admin_fixture(platform: LocalPlatform) -> Iterator[Admin]:
-    handle = Admin(platform)
-    yield handle
-    handle.close()
-
-
-@pytest.fixture(name="orders")
-def orders_fixture(
-    alice: Orders, admin_orders: Orders
-) -> Iterator[Callable[[str, dict[str, Any]], str]]:
-    """alice's orders in `support`; each is deleted (and gone) after the test."""
-    made: list[str] = []
-
-    def create(name: str, spec: dict[str, Any]) -> str:
-        made.append(name)
-        obj = alice.create("support", name, spec)
-        return str(obj["metadata"]["uid"])
-
-    yield create
-    for name in made:
-        alice.delete("support", name)
-
-    def gone() -> bool:
-        return all(admin_orders.get("support", name) is None for name in made)
-
-    wait_for(gone, timeout=30, what="deletion of the test's orders")
-
-
-def class_ready(platform: LocalPlatform, name: str) -> None:
-    """Wait for the controller to judge a new class Ready, so orders see it admitted."""
-    custom = client.CustomObjectsApi(platform.api("admin"))
-
-    def ready() -> bool:
-        obj = custom.get_cluster_custom_object(GROUP, VERSION, CLASSES, name)
-        return any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in (obj.get("status") or {}).get("conditions") or []
-        )
-
-    wait_for(ready, timeout=30, what=f"class {name} Ready")
-
-
-def events_of(platform: LocalPlatform, uid: str, kind: type[ev.Event]) -> list[Any]:
-    return [r.event for r in platform.log.read(uid) if isinstance(r.event, kind)]
-
-
-def waiting(phase: str, *, condition: str, reason: str) -> Callable[[dict[str, Any] | None], bool]:
-    """A predicate: the order is in `phase` with `condition` carrying `reason`."""
-
-    def check(obj: dict[str, Any] | None) -> bool:
-        status = (obj or {}).get("status") or {}
-        return status.get("phase") == phase and any(
-            c["type"] == condition and c["reason"] == reason for c in status.get("conditions", [])
-        )
-
-    return check
-
-
-def wait_order(
-    who: Orders, name: str, check: Callable[[dict[str, Any] | None], bool], *, timeout: float = 60
-) -> dict[str, Any]:
-    def reached() -> dict[str, Any] | None:
-        obj = who.get("support", name)
-        return obj if check(obj) else None
-
-    return wait_for(reached, timeout=timeout, what=f"support/{name}")
-
-
-MODULE_CONFIG = ("deckhouse.io", "v1alpha1", "moduleconfigs")
-
-
-@contextmanager
-def module_settings(platform: LocalPlatform, settings: dict[str, Any]) -> Iterator[None]:
-    """ModuleConfig ai-inference with `settings`; the previous one (or none) restored."""
-    api = platform.api("admin")
-    custom = client.CustomObjectsApi(api)
-    try:
-        previous = custom.get_cluster_custom_object(*MODULE_CONFIG, "ai-inference")
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        previous = None
-    body = {
-        "apiVersion": "deckhouse.io/v1alpha1",
-        "kind": "ModuleConfig",
-        "metadata": {"name": "ai-inference"},
-        "spec": {"enabled": True, "version": 1, "settings": settings},
-    }
-    Applier(api).apply_all([body])
-    wait_for(
-        lambda: (
-            platform.controller.settings().probe.interval_seconds
-            == settings["probe"]["intervalSeconds"]
-        ),
-        timeout=15,
-        what="the controller to reload its settings",
-    )
-    try:
-        yield
-    finally:
-        if previous is None:
-            custom.delete_cluster_custom_object(*MODULE_CONFIG, "ai-inference")
-        else:
-            custom.patch_cluster_custom_object(
-                *MODULE_CONFIG, "ai-inference", {"spec": previous["spec"]}
-            )
-
 
 # --- 1. NoCapacity, then Ready when capacity appears -------------------------------------
 

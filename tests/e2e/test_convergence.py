@@ -29,21 +29,18 @@ from adapters.simulator.hub import StandInHub
 from fsm import events as ev
 from fsm.fold import fold
 from fsm.identity import OrderRef
-from tests.e2e.conftest import Orders, forced_passes, pass_errors, wait_for
-from tests.e2e.test_capacity_paths import (
+from tests.e2e.capacity import (
     L4,
     QWEN_SMALL,
-    Admin,
-    admin_fixture,  # noqa: F401 - a fixture
     class_ready,
     class_spec,
     events_of,
     extra_capacity,
     gpu_node,
     hf,
-    orders_fixture,  # noqa: F401 - a fixture
     product_class,
 )
+from tests.e2e.conftest import Admin, Orders, forced_passes, pass_errors, wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -22,10 +22,9 @@ from adapters.simulator.stub import CRASH
 from fsm import events as ev
 from fsm.explain import history_rows
 from fsm.reasons import CATALOGUE, Phase, Reason
-from tests.e2e.conftest import Orders, conditions, wait_for
 
 # admin_fixture and orders_fixture are the `admin` and `orders` fixtures, imported for pytest.
-from tests.e2e.test_capacity_paths import (  # noqa: F401
+from tests.e2e.capacity import (
     CLASS,
     L4,
     MODEL,
@@ -33,8 +32,6 @@ from tests.e2e.test_capacity_paths import (  # noqa: F401
     QWEN_SMALL,
     READY,
     WORKLOAD,
-    Admin,
-    admin_fixture,
     class_ready,
     class_spec,
     events_of,
@@ -42,9 +39,9 @@ from tests.e2e.test_capacity_paths import (  # noqa: F401
     gpu_node,
     hf,
     module_settings,
-    orders_fixture,
     product_class,
 )
+from tests.e2e.conftest import Admin, Orders, conditions, wait_for
 
 pytestmark = pytest.mark.cluster
 

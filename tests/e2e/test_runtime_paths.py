@@ -19,22 +19,19 @@ from kubernetes.client.exceptions import ApiException
 from adapters.platform import LocalPlatform
 from adapters.simulator.kubelet import EXIT_ENV, UNPULLABLE_REGISTRY
 from fsm import events as ev
-from tests.e2e.conftest import Orders, forced_passes, wait_for
-from tests.e2e.test_capacity_paths import (
+from tests.e2e.capacity import (
     QWEN_SMALL,
-    Admin,
-    admin_fixture,  # noqa: F401 - a fixture
     class_ready,
     class_spec,
     events_of,
     extra_capacity,
     gpu_node,
     hf,
-    orders_fixture,  # noqa: F401 - a fixture
     product_class,
     wait_order,
     waiting,
 )
+from tests.e2e.conftest import Admin, Orders, forced_passes, wait_for
 
 pytestmark = pytest.mark.cluster
 

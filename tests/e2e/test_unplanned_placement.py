@@ -25,21 +25,18 @@ import pytest
 from adapters.kubernetes.rendering import UID_LABEL
 from adapters.platform import LocalPlatform
 from fsm import events as ev
-from tests.e2e.conftest import Orders, forced_passes, wait_for
-from tests.e2e.test_capacity_paths import (
+from tests.e2e.capacity import (
     QWEN_7B,
     QWEN_SMALL,
-    Admin,
-    admin_fixture,  # noqa: F401 - a fixture
     class_ready,
     class_spec,
     events_of,
     extra_capacity,
     gpu_node,
     hf,
-    orders_fixture,  # noqa: F401 - a fixture
     product_class,
 )
+from tests.e2e.conftest import Admin, Orders, forced_passes, wait_for
 
 pytestmark = pytest.mark.cluster
 
