@@ -58,7 +58,7 @@ def needs_plan(state: OrderState) -> bool:
     if state.deleted or not _resolved(state):
         return False
     a = state.attempt
-    if a is None or not a.ok or a.basis != plan_basis(state):
+    if a is None or not a.ok or not a.basis.asks_as(plan_basis(state)):
         return True
     return any(dc not in a.excluded_device_classes for dc in state.tried_device_classes)
 
@@ -156,6 +156,9 @@ def _class(s: OrderState, o: ob.ClassJudged) -> list[ev.Event]:
 # A source that cannot be reached says nothing about the model: an order that resolved
 # keeps the facts it resolved (SPEC §3.1 — a Ready order is not demoted by a blip).
 TRANSIENT_MODEL_REASONS = frozenset({Reason.MODEL_SOURCE_UNREACHABLE})
+PLAN_IN_FORCE_ANSWERS = (
+    "the plan in force was computed for this model and class: the order stays where it runs"
+)
 STALE_FACTS_NOTE = "the model source is unreachable, keeping the facts read earlier"
 
 
@@ -228,9 +231,23 @@ def _plan(s: OrderState, o: ob.PlanJudged) -> list[ev.Event]:
         return []  # a plan in good standing is not recalculated because the world moved
     out: PlanOutcome = o.outcome
     excluded = excluded_device_classes(s)
+    basis = plan_basis(s)
+    held, applied_with = s.plan_in_force, s.applied_basis
+    if held is not None and applied_with is not None and applied_with.asks_as(basis):
+        # The spec came back to what the plan in force was computed for (an edit undone
+        # after its replan failed or waited): that plan answers it. A replan would have
+        # to move the order, since no replan is offered the place it holds.
+        return [
+            ev.PlanComputed(
+                observed_at=o.at,
+                plan=held,
+                excluded_device_classes=excluded,
+                message=PLAN_IN_FORCE_ANSWERS,
+            )
+        ]
     a = s.attempt
     same_question = (
-        a is not None and a.basis == plan_basis(s) and a.excluded_device_classes == excluded
+        a is not None and a.basis.asks_as(basis) and a.excluded_device_classes == excluded
     )
     if (
         same_question

@@ -119,17 +119,27 @@ def _attempt(
 
 
 def _plan_computed(s: OrderState, e: ev.PlanComputed) -> Updates:
+    # The plan in force chosen again for what it was applied with (the spec came back to
+    # it): nothing new to apply. The same place for an edited model is a new workload.
+    again = (
+        s.plan_in_force is not None
+        and e.plan == s.plan_in_force
+        and s.applied_basis is not None
+        and s.applied_basis.asks_as(plan_basis(s))
+    )
     return {
         "plan_attempts": s.plan_attempts + 1,
+        "replans": s.replans + (s.plan_revision > 0),
         "attempt": _attempt(s, e, True, Reason.PLAN_COMPUTED),
         "plan": e.plan,
-        "plan_revision": s.plan_revision + 1,
+        "plan_revision": s.applied_revision if again else s.plan_revision + 1,
     }
 
 
 def _plan_failed(s: OrderState, e: ev.PlanFailed) -> Updates:
     updates: Updates = {
         "plan_attempts": s.plan_attempts + 1,
+        "replans": s.replans + (s.plan_revision > 0),
         "attempt": _attempt(s, e, False, e.reason),
         # The order keeps the plan it holds (SPEC §3.1); without one it has no plan.
         "plan": s.plan_in_force,

@@ -53,8 +53,10 @@ __all__ = [
 ]
 
 # Raise when the fold computes a field differently while the state's shape stays.
-# 2: a new plan applied starts its own probe failure streak; 3: but for a Failed order's
-FOLD_REVISION = 3
+# 2: a new plan applied starts its own probe failure streak; 3: but for a Failed order's;
+# 4: Planned answers an edit that asks the planner nothing new (its observedGeneration),
+# and replanCount leaves out the verdicts before the first plan.
+FOLD_REVISION = 4
 
 # After the first Ready, this many consecutive failed probes make the order Failed
 # (ServiceUnhealthy). One or two failures are a blip — a restarting pod, a slow answer —
@@ -108,7 +110,8 @@ class ModelJudgement(_Value):
 
 
 class PlanBasis(_Value):
-    """What a plan was computed from: when any of it changes, the order replans."""
+    """What a plan was computed from: when any of it but the generation changes, the
+    order replans."""
 
     generation: int
     class_name: str | None
@@ -116,6 +119,15 @@ class PlanBasis(_Value):
     model_ref: ModelRef | None
     facts: ModelFacts | None
     endpoint_type: EndpointType | None
+
+    def asks_as(self, other: PlanBasis) -> bool:
+        """Is a plan for this basis a plan for `other`? The spec's generation apart: an
+        edit that changes nothing the planner reads, or that comes back to what a plan
+        was computed for (a typo undone), asks the planner nothing new. Replanning then
+        would move a serving order off the place it holds, which no replan is offered."""
+        if self.generation == other.generation:
+            return self == other
+        return self.model_copy(update={"generation": other.generation}) == other
 
 
 class PlanAttempt(_Value):
@@ -171,7 +183,10 @@ class OrderState(_Value):
     klass: ClassJudgement | None = None
     model: ModelJudgement | None = None
 
-    plan_attempts: int = 0  # every planner verdict recorded; replanCount = attempts - 1
+    plan_attempts: int = 0  # every planner verdict recorded
+    # replanCount: the verdicts recorded once a plan had been computed (SPEC: how many
+    # times the plan was recalculated); a wait for the first plan recalculates nothing.
+    replans: int = 0
     attempt: PlanAttempt | None = None
     plan: Plan | None = (
         None  # the plan the order should run (after a failed replan: the one in force)
@@ -228,7 +243,7 @@ class OrderState(_Value):
 
     @property
     def replan_count(self) -> int:
-        return max(self.plan_attempts - 1, 0)
+        return self.replans
 
     def condition(self, type_: ConditionType) -> Condition | None:
         for cond in self.conditions:

@@ -23,6 +23,7 @@ from fsm.state import (
     PROBE_FAILURE_THRESHOLD,
     Condition,
     OrderState,
+    plan_basis,
     serving_basis,
     unprobed_plan,
 )
@@ -107,13 +108,15 @@ def _planned(s: OrderState) -> Verdict:
     a = s.attempt
     if a is None:
         return _verdict(_C.PLANNED, Reason.EVALUATING, "", s.generation)
+    # An edit that asks the planner nothing new is answered by the verdict already given.
+    gen = s.generation if a.basis.asks_as(plan_basis(s)) else a.generation
     if a.ok:
-        return _verdict(_C.PLANNED, Reason.PLAN_COMPUTED, a.message, a.generation)
+        return _verdict(_C.PLANNED, Reason.PLAN_COMPUTED, a.message, gen)
     if s.plan_in_force is not None:
         # SPEC §3.1: a failed recalculation leaves the order on the plan it holds.
         message = f"Recalculation failed ({a.reason}): {a.message or CATALOGUE[a.reason].meaning}"
-        return _verdict(_C.PLANNED, Reason.LAUNCH_PLAN_IN_FORCE, message, a.generation)
-    return _verdict(_C.PLANNED, a.reason, a.message, a.generation)
+        return _verdict(_C.PLANNED, Reason.LAUNCH_PLAN_IN_FORCE, message, gen)
+    return _verdict(_C.PLANNED, a.reason, a.message, gen)
 
 
 def _workload(s: OrderState) -> Verdict:
@@ -205,7 +208,11 @@ _JUDGES = (
 READS: dict[ConditionType, frozenset[str]] = {
     _C.CLASS_RESOLVED: frozenset({"klass", "generation"}),
     _C.MODEL_RESOLVED: frozenset({"model", "generation"}),
-    _C.PLANNED: frozenset({"attempt", "plan_in_force", "generation"}),
+    _C.PLANNED: frozenset(
+        # plan_basis: the policy is the class judgement's
+        {"attempt", "plan_in_force", "generation", "class_name", "klass", "policy"}
+        | {"model_ref", "model"}
+    ),
     _C.WORKLOAD_READY: frozenset(
         {
             "apply_error",

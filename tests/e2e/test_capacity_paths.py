@@ -86,9 +86,9 @@ def test_order_waits_with_no_capacity_and_is_ready_once_capacity_appears(
         assert resolved["acceleratorProductName"] == L4
         assert resolved["acceleratorMemoryGiB"] == 24
         assert (resolved["placementMode"], resolved["sharingMode"]) == ("WholeDevice", "Dedicated")
-        # replanCount counts planner verdicts after the first, failed or not
-        # (docs/state-machine.md): the NoCapacity verdict was the first.
-        assert resolved["replanCount"] == 1
+        # replanCount counts the verdicts once a plan had been computed
+        # (docs/state-machine.md): waiting for the first plan recalculated nothing.
+        assert resolved["replanCount"] == 0
         assert obj["status"]["endpoint"]["type"] == "ClusterLocal"
         assert "authSecretName" not in obj["status"]
 
@@ -352,6 +352,24 @@ def test_failed_replan_of_a_ready_order_keeps_serving_on_the_plan_in_force(
         assert f"--served-model-name={QWEN_SMALL}" in admin.runtime_args("support", "cap-inforce")
         assert len(events_of(platform, uid, ev.WorkloadApplied)) == 1
         assert len(events_of(platform, uid, ev.PlanFailed)) == 1
+
+        # The edit undone: the plan in force was computed for that spec, so it answers it
+        # again; nothing rolls, where a replan (never offered the order's own place, the
+        # only L4 here) would have failed again.
+        pods_before = {p.metadata.uid for p in admin.pods("support", uid)}
+        alice.patch_spec("support", "cap-inforce", {"model": hf(QWEN_SMALL)})
+
+        def answered(o: dict[str, Any] | None) -> bool:
+            status = (o or {}).get("status") or {}
+            return status.get("observedGeneration") == 3 and conditions(o or {}) == READY
+
+        obj = wait_order(alice, "cap-inforce", answered)
+        planned_now = obj["status"]["conditions"][2]
+        assert planned_now["observedGeneration"] == 3
+        assert "plan in force" in planned_now["message"]
+        assert obj["status"]["resolved"] == {**held, "replanCount": 2}
+        assert {p.metadata.uid for p in admin.pods("support", uid)} == pods_before
+        assert len(events_of(platform, uid, ev.WorkloadApplied)) == 1
 
 
 # --- 7. priority: preemption, ScaleUpBlocked, capacity given back ------------------------

@@ -194,7 +194,13 @@ NEEDS_PLAN = [
     ("planned", PLANNED, False),
     ("last-attempt-failed", (*RESOLVED, planned(3, R.NO_CAPACITY)), True),
     ("spec-edited-not-rejudged", (*SERVING, spec(10, 2)), False),
-    ("spec-edited-and-rejudged", (*SERVING, spec(10, 2), klass(11), model(12)), True),
+    # An edit that changes nothing the planner reads asks it nothing new.
+    ("spec-edited-to-the-same-and-rejudged", (*SERVING, spec(10, 2), klass(11), model(12)), False),
+    (
+        "model-edited-and-rejudged",
+        (*SERVING, spec(10, 2, name="meta-llama/Llama-3.1-8B"), klass(11), model(12)),
+        True,
+    ),
     ("plan-in-force-after-failure", REPLANNED_AND_FAILED, True),
     ("device-class-tried", (*ROLLING, workload(300, 0, unallocated_since=5)), True),
     (
@@ -337,6 +343,64 @@ def test_an_edited_model_is_applied_even_when_the_plan_is_the_same() -> None:
     applied = run(ob.ApplySucceeded(at=at(14), plan=plan()), state=edited)
     assert ApplyWorkload not in kinds(applied)
     assert Repair in kinds(applied)
+
+
+def _planned_condition(state: OrderState) -> dict[str, object]:
+    status = render_status(state)
+    return next(c for c in status["conditions"] if c["type"] == "Planned")
+
+
+def test_an_edit_that_changes_nothing_the_planner_reads_keeps_the_plan() -> None:
+    """A spec written again as it was (a new generation, the same model and class): no
+    replan, which would move the order off the place it holds, and the verdict given
+    answers the new generation."""
+    edited = run(*SERVING, spec(10, 2), klass(11), model(12))
+    assert not needs_plan(edited)
+    assert RequestPlan not in kinds(edited)
+    assert ApplyWorkload not in kinds(edited)
+    assert edited.replan_count == 0
+    planned_now = _planned_condition(edited)
+    assert (planned_now["reason"], planned_now["observedGeneration"]) == ("PlanComputed", 2)
+
+
+def test_an_edit_undone_after_its_replan_failed_is_answered_by_the_plan_in_force() -> None:
+    """The model edited (its replan found no room: LaunchPlanInForce), then edited back:
+    the plan in force was computed for that spec, so it is chosen again, whatever a
+    replan (never offered the order's own place) would have said."""
+    undone = (spec(30, 3), klass(31), model(32))
+    state = run(*REPLANNED_AND_FAILED, *undone)
+    assert needs_plan(state)  # the failed verdict was for another question
+    chosen = decide(state, planned(33, R.NO_CAPACITY, "no A100 free"))
+    assert [e.TYPE for e in chosen] == ["PlanComputed"]
+    back = run(planned(33, R.NO_CAPACITY, "no A100 free"), state=state)
+    assert back.plan == back.plan_in_force == plan()
+    assert not needs_plan(back)
+    assert ApplyWorkload not in kinds(back)  # nothing new to roll out
+    assert Repair in kinds(back)
+    assert back.phase is Phase.READY
+    planned_now = _planned_condition(back)
+    assert (planned_now["status"], planned_now["reason"]) == ("True", "PlanComputed")
+    assert planned_now["observedGeneration"] == 3
+
+
+def test_a_new_plan_not_yet_applied_gives_way_when_its_edit_is_undone() -> None:
+    """The edited model got a plan on another device class, not applied yet (its apply
+    failed); the edit undone, the plan in force is the plan again, and the other one is
+    never rolled out: what is applied (a retry, since the last apply failed) is the plan
+    in force, as it was applied."""
+    edited = run(
+        *SERVING,
+        spec(20, 2, name="meta-llama/Llama-3.1-8B"),
+        klass(21),
+        model(22),
+        planned(23, device_class="nvidia-l4"),
+        ob.ApplyFailed(at=at(24), message="quota"),
+    )
+    assert edited.plan == plan("nvidia-l4")
+    back = run(spec(30, 3), klass(31), model(32), planned(33), state=edited)
+    assert back.plan == back.plan_in_force == plan()
+    (apply,) = [c for c in effects(back) if isinstance(c, ApplyWorkload)]
+    assert (apply.plan, apply.model_ref, apply.generation) == (plan(), model_ref(), 1)
 
 
 def test_probes_come_faster_while_a_failure_is_being_confirmed() -> None:

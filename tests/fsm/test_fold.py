@@ -415,6 +415,21 @@ def test_replan_count_is_a_fold_of_recalculations() -> None:
     assert [s.replan_count for s in (first, failed, retried_same, succeeded)] == [0, 1, 1, 2]
 
 
+def test_verdicts_before_the_first_plan_are_no_recalculation() -> None:
+    """Waiting for room, the order's verdict changed twice before its first plan: the
+    plan was calculated once, not recalculated (the seed: replanCount counts how many
+    times the plan was recalculated)."""
+    waited = run(
+        *RESOLVED,
+        planned(3, R.NO_CAPACITY, "no A100 free"),
+        planned(4, R.NO_CAPACITY, "no A100 free on 2 nodes"),
+        planned(5),
+    )
+    assert (waited.plan_attempts, waited.replan_count) == (3, 0)
+    edited = run(spec(20, 2, name="meta-llama/Llama-3.1-8B"), klass(21), model(22), state=waited)
+    assert run(planned(23), state=edited).replan_count == 1
+
+
 def test_a_failed_recalculation_keeps_the_plan_in_force_and_the_phase() -> None:
     state = run(*REPLANNED_AND_FAILED)
     cond = state.condition(C.PLANNED)
