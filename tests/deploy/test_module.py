@@ -271,8 +271,10 @@ def test_postgres_replicas_follow_high_availability(ha: bool) -> None:
     assert env["PGPASSWORD"]["valueFrom"] == {
         "secretKeyRef": {"name": "ai-inference-store", "key": "password"}
     }
-    assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     if ha:
+        # Required anti-affinity: a surge pod may have no node (two schedulable nodes),
+        # so one old pod goes first while the other leads, as deckhouse's lib-helm does.
+        assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
         assert spec["replicas"] == 2
         (term,) = pod["affinity"]["podAntiAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"
@@ -280,6 +282,8 @@ def test_postgres_replicas_follow_high_availability(ha: bool) -> None:
         assert term["topologyKey"] == "kubernetes.io/hostname"
         assert term["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
     else:
+        # A new pod is ready as a standby, then the old one goes.
+        assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
         assert spec["replicas"] == 1
         assert "affinity" not in pod
 
