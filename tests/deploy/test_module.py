@@ -336,6 +336,12 @@ def test_the_module_setting_is_one_deckhouse_accepts() -> None:
         ("sqlite:////tmp/events.sqlite", False),  # a read-only root file system
         ("sqlite:///events.sqlite", False),
         ("sqlite://", False),
+        # A password would be the pod's argument, read by whoever reads the Deployment.
+        ("postgresql+psycopg://ai:S3cretPw@db/ai", False),
+        ("postgresql://ai:@db/ai", False),
+        ("postgresql://ai@db/ai?sslmode=require&password=S3cretPw", False),
+        ("postgresql://ai@db/ai?password=S3cretPw", False),
+        ("postgresql://ai@db.example:5432/ai?sslmode=require", True),
     ],
 )
 def test_the_store_url_the_schema_admits_is_one_the_controller_opens(
