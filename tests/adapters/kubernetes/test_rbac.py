@@ -179,6 +179,14 @@ CONTROLLER_MAY_NOT = [
     ("patch", "coordination.k8s.io", "leases", "d8-ai-inference"),
     ("watch", "coordination.k8s.io", "leases", "d8-ai-inference"),
     ("create", "rbac.authorization.k8s.io", "rolebindings", "support"),
+    # Every write but the Lease's is an apply, a patch, a create or a delete: no PUT.
+    ("update", AI, "inferenceservices/status", "support"),
+    ("update", AI, "inferenceserviceclasses/status", None),
+    ("update", "apps", "deployments", "support"),
+    ("update", "", "services", "support"),
+    ("update", "networking.k8s.io", "ingresses", "support"),
+    ("update", "autoscaling", "horizontalpodautoscalers", "support"),
+    ("update", DRA, "resourceclaimtemplates", "support"),
 ]  # fmt: skip
 
 
