@@ -159,6 +159,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     try:
         source, fault, api = _inputs(args)
+        _check_lease_access(api)
     except _Refused as exc:
         sys.stderr.write(f"ai-inference controller: {exc}\n")
         return 2
@@ -240,6 +241,27 @@ def _inputs(args: argparse.Namespace) -> tuple[Source, CrashAfter | None, client
         return source, fault, api_client_for(args.kubeconfig)
     except (settings.SettingsError, faults.FaultSpecError, credentials.CredentialsError) as exc:
         raise _Refused(str(exc)) from None
+
+
+def _check_lease_access(api: client.ApiClient) -> None:
+    """Refuse credentials the API server turns away from the Lease, the first thing a
+    controller reads: else it stood by for ever, ready and alive, one 403 every two
+    seconds in its log, and no order was ever served. An API server that does not answer
+    is not refused: the Lease is tried again until it does."""
+    from adapters.kubernetes import errors, rest
+    from adapters.kubernetes.controller import LEASE_NAME, LEASE_NAMESPACE
+
+    namespace = os.environ.get("POD_NAMESPACE") or LEASE_NAMESPACE
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE_NAME}"
+    try:
+        rest.call(api, "GET", path, timeout=(5.0, 10.0))
+    except (errors.APIForbiddenError, errors.APIUnauthorizedError) as exc:
+        raise _Refused(
+            f"the API server refuses these credentials the Lease {namespace}/{LEASE_NAME} "
+            f"({exc}); the controller's ServiceAccount needs deploy/rbac/controller.yaml"
+        ) from None
+    except errors.APIError:
+        pass  # absent (made when first led), or the server unreachable: the elector retries
 
 
 def _exit_if_stuck(code: int) -> None:

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -183,6 +184,23 @@ def test_a_kubeconfig_that_cannot_be_used_is_refused_before_the_log_is_made(
         assert not log.exists()
         assert main(["simulate", f"--kubeconfig={absent}", "--no-hub"]) == 2
     assert f"simulate: cannot load the kubeconfig {absent}" in capsys.readouterr().err
+
+
+@pytest.mark.cluster
+def test_credentials_the_api_server_turns_away_are_refused_before_the_log_is_made(
+    cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A namespace user's credentials, not the controller's ServiceAccount: exit 2 with
+    the reason. It stood by instead, ready and alive, with a 403 every two seconds."""
+    log = tmp_path / "log.sqlite"
+    ports = ["--health-port", "0", "--metrics-port", "0"]
+    argv = ["controller", f"--kubeconfig={cluster.kubeconfig('alice')}"]
+    with kept_root_logging():
+        assert main([*argv, f"--store=sqlite:///{log}", *ports]) == 2
+    err = capsys.readouterr().err
+    assert "refuses these credentials the Lease d8-ai-inference/ai-inference-controller" in err
+    assert "deploy/rbac/controller.yaml" in err
+    assert not log.exists()
 
 
 def test_a_log_a_newer_release_wrote_stops_the_controller_with_what_it_cannot_read(
