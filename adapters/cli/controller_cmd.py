@@ -52,7 +52,13 @@ HPA_API_VERSION_CHOICES = ("auto", "autoscaling/v2", "autoscaling/v2beta2")
 
 
 def register(subparsers: Any) -> None:
-    sub = subparsers.add_parser("controller", help="run the controller (the main job)")
+    sub = subparsers.add_parser(
+        "controller",
+        help="run the controller (the main job)",
+        epilog="Environment: POD_NAMESPACE, the namespace of the Lease and of "
+        "CustomCertificate Secrets (default d8-ai-inference); PGPASSWORD, the PostgreSQL "
+        "password (never in --store); AI_INFERENCE_STORE, --store's default.",
+    )
     sub.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
     options.add_store(sub)
     settings = sub.add_argument_group(
@@ -72,15 +78,24 @@ def register(subparsers: Any) -> None:
         help="TLS of External endpoints",
     )
     settings.add_argument(
-        "--hub-endpoint", help="HuggingFace hub endpoint, for the resolver and the workloads"
+        "--hub-endpoint",
+        help="HuggingFace hub endpoint, for the resolver and the workloads "
+        "(settings' default https://huggingface.co)",
     )
-    settings.add_argument("--probe-interval", type=int, help="seconds between probes")
-    settings.add_argument("--probe-timeout", type=int, help="seconds a probe may take")
+    settings.add_argument(
+        "--probe-interval", type=int, help="seconds between probes (settings' default 10)"
+    )
+    settings.add_argument(
+        "--probe-timeout",
+        type=int,
+        help="seconds a probe may take (settings' default 3, or the interval when shorter)",
+    )
     sub.add_argument(
         "--probe-target",
         choices=("service", "simulator"),
         default="service",
-        help="how probes find an order's endpoint: its Service, or the simulator's pod annotation",
+        help="how probes find an order's endpoint: its Service, or the simulator's pod "
+        "annotation (default %(default)s)",
     )
     sub.add_argument(
         "--workers",
@@ -95,13 +110,17 @@ def register(subparsers: Any) -> None:
         help="seconds a new leader waits for its caches; then it releases the Lease and "
         "exits 1 (default %(default)s)",
     )
-    sub.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz (0: off)")
-    sub.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics (0: off)")
+    sub.add_argument(
+        "--health-port", type=int, default=8081, help="/healthz and /readyz (0: off; default 8081)"
+    )
+    sub.add_argument(
+        "--metrics-port", type=int, default=8080, help="Prometheus /metrics (0: off; default 8080)"
+    )
     sub.add_argument(
         "--log-level",
         choices=LEVELS,
         default="info",
-        help="least severe level logged (JSON lines on stderr)",
+        help="least severe level logged (JSON lines on stderr; default %(default)s)",
     )
     sub.add_argument(
         "--hpa-api-version",

@@ -21,8 +21,9 @@ import pytest
 import store
 from adapters.cli.controller_cmd import HPA_API_VERSION_CHOICES
 from adapters.cli.main import build_parser, main
-from adapters.kubernetes.controller import DEFAULT_WORKERS, Controller
+from adapters.kubernetes.controller import DEFAULT_WORKERS, LEASE_NAMESPACE, Controller
 from adapters.kubernetes.rendering import HPA_API_VERSIONS
+from adapters.kubernetes.settings import HuggingFaceSettings, ProbeSettings
 from tests.store.store_samples import append_as_a_newer_release
 from tests.support.root_logging import kept_root_logging
 
@@ -158,6 +159,21 @@ def test_bash_completion_completes_commands_options_and_choices(tmp_path, capsys
 def test_the_hpa_api_choices_are_the_ones_rendered() -> None:
     assert ("auto", *HPA_API_VERSIONS) == HPA_API_VERSION_CHOICES
     assert build_parser().parse_args(["controller"]).hpa_api_version == "auto"
+
+
+def test_the_help_states_the_settings_defaults_the_controller_uses(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The setting flags have no default of their own (they override the settings), so
+    their help spells out the settings': they must be the settings' own."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["controller", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    probe = ProbeSettings()
+    assert f"between probes (settings' default {probe.interval_seconds})" in text
+    assert f"may take (settings' default {probe.timeout_seconds}," in text
+    assert f"(settings' default {HuggingFaceSettings().endpoint})" in text
+    assert f"(default {LEASE_NAMESPACE})" in text
 
 
 @pytest.mark.parametrize("command", [["controller"], ["bench"]])
