@@ -101,6 +101,7 @@ class Actor:
         rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None,
         namespace: str,
         prober: Prober,
+        proxy_env: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self._world = world
         # The controller's: where CustomCertificate Secrets are, but the platform's global one.
@@ -109,6 +110,7 @@ class Actor:
         self._targets = targets
         self._settings = settings
         self._hpa_api_version = hpa_api_version
+        self._proxy_env = proxy_env
         self._recipe = recipe
         self._unusable_recipe = unusable_recipe
         self._background = background
@@ -207,6 +209,7 @@ class Actor:
             auth_secret=command.auth_secret_name,
             auth_secret_uid=inputs.token_uid,
             hpa_api_version=self._hpa_api_version,
+            proxy_env=self._proxy_env,
         )
         # Stamped before the arbiter's replicas are taken out (_keep_priority_replicas):
         # a take is not a change of what the order should run.

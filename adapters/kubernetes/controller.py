@@ -48,6 +48,7 @@ from adapters.kubernetes.global_settings import GLOBAL_NAME
 from adapters.kubernetes.leader import Elector
 from adapters.kubernetes.log_gate import LogGate
 from adapters.kubernetes.reconciling import MODULE_NAMESPACE, Reconciler
+from adapters.kubernetes.rendering import PROXY_ENV
 from adapters.kubernetes.settings import MODULE_NAME, Settings, SettingsError, Source
 from adapters.kubernetes.watching import Timeouts
 from adapters.kubernetes.world import SETTINGS_SOURCES, ClusterCache
@@ -172,6 +173,8 @@ class Controller:
             settings=self.settings,
             clock=clock,
             hpa_api_version=hpa_api_version,
+            # The proxy this process was given (its pod's env), for the runtimes' downloads.
+            proxy_env=tuple((k, os.environ[k]) for k in PROXY_ENV if os.environ.get(k)),
             rewrite=oldservers.rewrite_for(api),
             allocation_grace_seconds=allocation_grace_seconds,
             # Probes and hub lookups off the workers, on a pool each; an answer wakes its order.

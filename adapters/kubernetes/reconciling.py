@@ -104,6 +104,7 @@ class Reconciler:
         background: Background | None = None,
         namespace: str = MODULE_NAMESPACE,
         prober: Prober | None = None,
+        proxy_env: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self._world = world
         # How long pods may wait for devices before the plan's device class counts as
@@ -167,6 +168,7 @@ class Reconciler:
             rewrite=rewrite,
             namespace=namespace,
             prober=self.prober,
+            proxy_env=proxy_env,
         )
 
     # -- the pass ----------------------------------------------------------------------

@@ -103,6 +103,10 @@ _VLLM_FLAGS = (
 )
 # Names only the controller sets: a credential or an endpoint is policy, not a recipe's.
 _RESERVED_ENV = frozenset({"HF_TOKEN", "HF_HOME", "HF_ENDPOINT", *API_KEY_ENV.values()})
+# A cluster whose way out is a proxy: the runtime downloads the weights through the one
+# the controller was given (Deckhouse sets it on its modules' pods from the cluster's
+# proxy settings), unless the recipe names its own.
+PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
 Manifest = dict[str, Any]
 
@@ -447,6 +451,8 @@ def _env(
     model_ref: ModelRef,
     settings: Settings,
     token_secret: str,
+    *,
+    proxy_env: tuple[tuple[str, str], ...] = (),
 ) -> list[dict[str, Any]]:
     ours: list[dict[str, Any]] = []
     if model_ref.src is ModelSource.HUGGING_FACE:
@@ -468,7 +474,9 @@ def _env(
         ours.append(_secret_env(recipe.api_key_env, token_secret, AUTH_SECRET_KEY))
     taken = _RESERVED_ENV | {e["name"] for e in ours}
     theirs = [{"name": e.name, "value": e.value} for e in recipe.env if e.name not in taken]
-    return theirs + ours
+    named = taken | {e.name for e in recipe.env}
+    proxy = [{"name": k, "value": v} for k, v in proxy_env if k not in named]
+    return theirs + ours + proxy
 
 
 def _strategy(policy: EffectivePolicy) -> dict[str, Any]:
@@ -490,6 +498,7 @@ def _deployment(
     token_secret_uid: str | None,
     autoscaled: bool,
     claim_template: Manifest,
+    proxy_env: tuple[tuple[str, str], ...] = (),
 ) -> Manifest:
     # The devices asked for, not the claims' labels: the same plan gives the same digest for
     # every order (and every run of the crash tests, which compare them).
@@ -511,7 +520,7 @@ def _deployment(
         "name": "runtime",
         "image": recipe.image,
         "args": _args(recipe, plan, model_ref),
-        "env": _env(recipe, policy, model_ref, settings, token_secret),
+        "env": _env(recipe, policy, model_ref, settings, token_secret, proxy_env=proxy_env),
         "ports": [{"name": "http", "containerPort": recipe.port, "protocol": "TCP"}],
         "resources": {
             "requests": {"cpu": plan.cpu, "memory": plan.memory},
@@ -657,11 +666,13 @@ def render_workload(
     auth_secret: str | None = None,
     auth_secret_uid: str | None = None,
     hpa_api_version: str = "autoscaling/v2",
+    proxy_env: tuple[tuple[str, str], ...] = (),
 ) -> list[Manifest]:
     """Every object of the order's workload, in the order to apply them.
 
     `auth_secret` names the token Secret when the policy requires a token (default
-    `{order}-auth`); `hpa_api_version` is `autoscaling/v2beta2` for servers before 1.23.
+    `{order}-auth`); `hpa_api_version` is `autoscaling/v2beta2` for servers before 1.23;
+    `proxy_env` (`PROXY_ENV` names and values) is given to the runtime.
     """
     if hpa_api_version not in HPA_API_VERSIONS:
         raise RenderError(f"HPA API {hpa_api_version!r}; known: {', '.join(HPA_API_VERSIONS)}")
@@ -685,6 +696,7 @@ def render_workload(
             token_secret_uid=auth_secret_uid if auth_secret else None,
             autoscaled=autoscaled,
             claim_template=claim_template,
+            proxy_env=proxy_env,
         ),
     ]
     if autoscaled:

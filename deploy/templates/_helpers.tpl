@@ -99,3 +99,37 @@ true
 {{- end -}}
 {{- toYaml (dict "items" $docs) -}}
 {{- end }}
+
+{{- /*
+  The cluster's egress proxy (global.clusterConfiguration.proxy), as lib-helm's
+  helm_lib_envs_for_proxy gives it to a module's pods: the hub resolver goes through it,
+  and the controller hands the same variables to the runtimes it renders (their weights'
+  download). NO_PROXY keeps the cluster's own names and subnets off the proxy.
+*/ -}}
+{{- define "ai-inference.proxyEnv" -}}
+{{- $cluster := (.Values.global).clusterConfiguration | default dict -}}
+{{- $proxy := $cluster.proxy | default dict -}}
+{{- if or $proxy.httpProxy $proxy.httpsProxy -}}
+{{- if $proxy.httpProxy }}
+- name: HTTP_PROXY
+  value: {{ $proxy.httpProxy | quote }}
+- name: http_proxy
+  value: {{ $proxy.httpProxy | quote }}
+{{- end }}
+{{- if $proxy.httpsProxy }}
+- name: HTTPS_PROXY
+  value: {{ $proxy.httpsProxy | quote }}
+- name: https_proxy
+  value: {{ $proxy.httpsProxy | quote }}
+{{- end }}
+{{- $noProxy := list "127.0.0.1" "169.254.169.254" -}}
+{{- range $key := list "clusterDomain" "podSubnetCIDR" "serviceSubnetCIDR" -}}
+{{- if index $cluster $key }}{{ $noProxy = append $noProxy (index $cluster $key) }}{{ end -}}
+{{- end -}}
+{{- $noProxy = concat $noProxy ($proxy.noProxy | default list) }}
+- name: NO_PROXY
+  value: {{ $noProxy | join "," | quote }}
+- name: no_proxy
+  value: {{ $noProxy | join "," | quote }}
+{{- end -}}
+{{- end -}}

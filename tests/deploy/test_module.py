@@ -259,6 +259,37 @@ def test_sqlite_keeps_one_writer_on_a_claim_that_outlives_the_module() -> None:
     assert claim["spec"] == sqlite_claim["spec"]
 
 
+def test_the_controller_goes_out_through_the_clusters_proxy() -> None:
+    """The hub resolver (and, through the controller, the runtimes' downloads) reach the
+    hub by the cluster's egress proxy, as lib-helm gives it to a module's pods; the
+    cluster's own names and subnets stay off it. No proxy configured, no variable."""
+    values = deckhouse_values()
+    plain_env = {e["name"] for e in container(one(render(values), "Deployment"))["env"]}
+    assert not {"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"} & plain_env
+    values["global"]["clusterConfiguration"] = {
+        "clusterDomain": "cluster.local",
+        "podSubnetCIDR": "10.111.0.0/16",
+        "serviceSubnetCIDR": "10.222.0.0/16",
+        "proxy": {
+            "httpProxy": "http://proxy.internal:3128",
+            "httpsProxy": "http://proxy.internal:3128",
+            "noProxy": ["registry.internal"],
+        },
+    }
+    env = {e["name"]: e.get("value") for e in container(one(render(values), "Deployment"))["env"]}
+    assert env["HTTPS_PROXY"] == env["https_proxy"] == "http://proxy.internal:3128"
+    assert env["HTTP_PROXY"] == env["http_proxy"] == "http://proxy.internal:3128"
+    assert env["NO_PROXY"] == env["no_proxy"]
+    assert env["NO_PROXY"].split(",") == [
+        "127.0.0.1",
+        "169.254.169.254",
+        "cluster.local",
+        "10.111.0.0/16",
+        "10.222.0.0/16",
+        "registry.internal",
+    ]
+
+
 @pytest.mark.parametrize("ha", [True, False], ids=["ha", "single"])
 def test_postgres_replicas_follow_high_availability(ha: bool) -> None:
     docs = render(deckhouse_values(ha=ha, store=POSTGRES))

@@ -29,7 +29,7 @@ from adapters.kubernetes.rendering import (
 from adapters.kubernetes.settings import Settings, Source
 from fsm.placement import cel, sizing
 from fsm.placement.capacity import Device
-from fsm.placement.recipes import parse_recipe
+from fsm.placement.recipes import EnvVar, parse_recipe
 from fsm.policy import classless_policy
 from fsm.quantity import GIB, MIB, gib_rounded, parse_quantity
 from fsm.values import (
@@ -76,6 +76,25 @@ def flag(args: list[str], name: str) -> str | None:
     values = [a.split("=", 1)[1] for a in args if a.split("=", 1)[0] == name]
     assert len(values) <= 1, f"{name} given twice: {args}"
     return values[0] if values else None
+
+
+def test_the_runtime_downloads_through_the_proxy_the_controller_was_given() -> None:
+    """A cluster whose way out is a proxy: the runtime gets the controller's proxy
+    variables, but a recipe that names its own keeps it, and none is added unasked."""
+    proxy = (("HTTPS_PROXY", "http://proxy.internal:3128"), ("NO_PROXY", ".cluster.local"))
+    assert env(render(proxy_env=proxy))["HTTPS_PROXY"] == "http://proxy.internal:3128"
+    assert env(render(proxy_env=proxy))["NO_PROXY"] == ".cluster.local"
+    assert not {"HTTPS_PROXY", "NO_PROXY"} & set(env(render()))
+    own = RECIPE.model_copy(
+        update={"env": (*RECIPE.env, EnvVar(name="HTTPS_PROXY", value="http://mirror:8080"))}
+    )
+    objects = render_workload(
+        ORDER, PLAN, own, policy(), HF_REF, settings=SETTINGS, facts=FACTS, proxy_env=proxy
+    )
+    by_kind = {o["kind"]: o for o in objects}
+    names = [e["name"] for e in container(by_kind)["env"]]
+    assert names.count("HTTPS_PROXY") == 1
+    assert env(by_kind)["HTTPS_PROXY"] == "http://mirror:8080"
 
 
 # --- which objects -------------------------------------------------------------------
