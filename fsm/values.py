@@ -204,8 +204,21 @@ class HttpsPolicy(Frozen):
 
 class ExposurePolicy(Frozen):
     type: ExposureType = ExposureType.CLUSTER_LOCAL
+    # Absent: None inside the cluster, Token outside it (`_token_outside`).
     authentication: Authentication = Authentication.NONE
     https: HttpsPolicy | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _token_outside(cls, data: Any) -> Any:
+        # A class that publishes outside the cluster and says nothing of authentication
+        # gets a token, as classless mode's External does: an admin who left the field out
+        # did not mean a public endpoint that answers anyone. None is said, not implied.
+        if not isinstance(data, dict) or "authentication" in data:
+            return data
+        if str(data.get("type")) == ExposureType.EXTERNAL.value:
+            return {**data, "authentication": Authentication.TOKEN}
+        return data
 
     @property
     def needs_token(self) -> bool:

@@ -335,6 +335,26 @@ def test_a_class_without_exposure_block_is_cluster_local_without_token() -> None
 
 
 @pytest.mark.parametrize(
+    ("block", "authentication"),
+    [
+        ({"type": "External"}, Authentication.TOKEN),
+        ({"type": "External", "authentication": "None"}, Authentication.NONE),
+        ({"type": "External", "authentication": "Token"}, Authentication.TOKEN),
+        ({"type": "ClusterLocal"}, Authentication.NONE),
+        ({}, Authentication.NONE),
+    ],
+    ids=["external", "external-none-said", "external-token", "cluster-local", "empty"],
+)
+def test_a_class_published_outside_without_a_word_on_authentication_takes_a_token(
+    block: dict[str, Any], authentication: Authentication
+) -> None:
+    """A public endpoint that answers anyone is said, never implied: an External class
+    that leaves authentication out gets Token, as classless mode's External does."""
+    effective = policy.effective_policy("c", _spec(exposurePolicy=block))
+    assert effective.exposure.authentication is authentication
+
+
+@pytest.mark.parametrize(
     ("names", "existing", "chosen"),
     [
         pytest.param(
