@@ -35,8 +35,20 @@ __all__ = [
 
 LEVELS = ("debug", "info", "warning", "error")
 
-# Per-request and per-transition chatter from libraries would drown the decisions.
-NOISY_LOGGERS = ("transitions", "httpx", "httpx2", "alembic", "huggingface_hub", "urllib3")
+# Per-request and per-transition chatter from libraries would drown the decisions: at
+# debug, cel-python logs every step of every selector (9 GB in 20 minutes on one costly
+# selector, and a device's whole activation per line).
+NOISY_LOGGERS = (
+    "transitions",
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "httpcore2",
+    "alembic",
+    "huggingface_hub",
+    "urllib3",
+    "celpy",
+)
 
 # `extra=` keys: LogRecord already has a `name` (the logger's), so the order's are prefixed.
 _EXTRA = {"namespace": "order_namespace", "name": "order_name", "uid": "order_uid"}

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from adapters import logs
+from fsm.placement import cel
+from fsm.placement.capacity import Device
 from tests.support.root_logging import kept_root_logging
 
 
@@ -73,6 +75,17 @@ def test_the_level_filters_and_libraries_stay_quiet(captured) -> None:
     assert [r["msg"] for r in _records(captured)] == ["shown", "shown too"]
     with pytest.raises(ValueError, match="log level"):
         logs.configure("verbose")
+
+
+def test_debug_is_the_controllers_not_its_libraries_step_by_step(captured) -> None:
+    """At debug, cel-python logged every step of every device selector and drowned the
+    controller's own lines; httpcore every socket operation."""
+    logs.configure("debug", stream=captured)
+    device = Device(driver="gpu.nvidia.com", pool="p", name="d0", node="n")
+    assert cel.evaluate("device.driver == 'gpu.nvidia.com'", device)
+    logging.getLogger("httpcore.connection").debug("connect_tcp.started")
+    logging.getLogger("ai.test").debug("ours")
+    assert [r["msg"] for r in _records(captured)] == ["ours"]
 
 
 def test_configure_twice_does_not_double_lines(captured) -> None:
