@@ -232,6 +232,12 @@ def _devices(slices: Iterable[Mapping[str, Any]], problems: list[str]) -> list[D
     return devices
 
 
+# No device has 2 EiB of anything. Past it a published capacity is a driver's bug, and a
+# plan could not even say it: a memory that large planned onto overflowed the log's
+# encoder (every pass raised) or the status's int32 `acceleratorMemoryGiB` (never written).
+_MOST_CAPACITY = Fraction(2**61)
+
+
 def _device(driver: str, pool: str, spec: Mapping[str, Any], dev: Mapping[str, Any]) -> Device:
     body = dev.get("basic") or dev  # v1beta1 nested devices under `basic`; v1 does not
     attributes: list[tuple[str, AttributeValue]] = []
@@ -249,9 +255,12 @@ def _device(driver: str, pool: str, spec: Mapping[str, Any], dev: Mapping[str, A
     for key, cap in (body.get("capacity") or {}).items():
         qualified = key if "/" in key else f"{driver}/{key}"
         try:
-            capacity.append((qualified, parse_quantity(cap.get("value", 0))))
+            amount = parse_quantity(cap.get("value", 0))
         except QuantityError:
             continue  # an unreadable capacity is as good as unpublished
+        if amount > _MOST_CAPACITY:
+            continue  # a driver's bug, not a device: as good as unpublished too
+        capacity.append((qualified, amount))
     node = spec.get("nodeName") or f"{driver}/{pool}"
     return Device(
         driver=driver,

@@ -57,6 +57,18 @@ def test_devices_carry_typed_attributes_and_exact_capacity() -> None:
     assert device.attribute("gpu.nvidia.com/healthy") is True
 
 
+@pytest.mark.parametrize("memory", ["1e30", "99999999999999999999999", "1000000000000Ei"])
+def test_a_capacity_no_device_has_is_as_good_as_unpublished(memory: str) -> None:
+    """A driver's bug publishing 1e30 bytes (an API server stores it): planned onto, it
+    overflowed the log's encoder, so every pass raised, or the status's int32
+    acceleratorMemoryGiB, so no status was ever written."""
+    snap = snapshot(slices=[resource_slice("node1", gpu("gpu-0", T4, memory))])
+    (device,) = snap.devices
+    assert device.memory_bytes is None
+    (sane,) = snapshot(slices=[resource_slice("node1", gpu("gpu-0", T4, "2Ei"))]).devices
+    assert sane.memory_bytes == 2 * 2**60
+
+
 @pytest.mark.parametrize(
     ("slices", "devices", "problem"),
     [

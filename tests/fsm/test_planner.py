@@ -408,6 +408,13 @@ def test_unlabeled_mixed_class_cannot_be_judged() -> None:
     )
 
 
+def test_a_device_publishing_an_absurd_memory_is_no_place_and_the_order_says_so() -> None:
+    snap = snapshot(classes()[:1], [resource_slice("n", gpu("gpu-0", T4, "1e30"))])
+    outcome = plan(request(QWEN_05B), snap, RECIPES)
+    assert not outcome.ok
+    assert outcome.reason is Reason.NO_ACCELERATOR_WITH_ENOUGH_MEMORY
+
+
 def test_a_class_without_devices_does_not_hide_the_real_reason() -> None:
     # mig.nvidia.com exists on every NVIDIA cluster, often with no MIG configured.
     snap = snapshot(classes()[:2], [resource_slice("n", gpu("gpu-0", T4, "16Gi"))])
