@@ -37,6 +37,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonschema
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -177,9 +178,15 @@ class HuggingFaceSettings(Frozen):
     @field_validator("endpoint")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")) or len(value.split("://", 1)[1]) == 0:
-            # Shown without a `user:password@`: the message reaches Events and the log.
-            raise ValueError(f"{shown_url(value)!r} is not an http(s) URL")
+        # Parsed as the hub client will: one it cannot parse made every HuggingFace order
+        # read ModelMetadataInvalid, blaming the model, with no word on the settings.
+        # Shown without a `user:password@`: the message reaches Events and the log.
+        try:
+            url = httpx.URL(value)
+        except httpx.InvalidURL as err:
+            raise ValueError(f"{shown_url(value)!r} is not a URL ({err})") from None
+        if url.scheme not in ("http", "https") or not url.host or any(c.isspace() for c in value):
+            raise ValueError(f"{shown_url(value)!r} is not an http(s) URL with a host")
         return value.rstrip("/")
 
 

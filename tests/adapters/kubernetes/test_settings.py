@@ -255,3 +255,22 @@ def test_a_refused_hub_endpoint_is_named_without_its_credentials() -> None:
         Settings.from_settings({"huggingFace": {"endpoint": "ftp://mirror:s3cret@hub.corp/x"}})
     assert "s3cret" not in str(refused.value)
     assert "ftp://hub.corp/x" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["http://user:hunter2@[::1", "https://exa mple.invalid", "http://", "https://:8080/hub"],
+)
+def test_a_hub_endpoint_the_client_cannot_use_is_refused_with_the_settings(endpoint: str) -> None:
+    """Admitted, it made every HuggingFace order read ModelMetadataInvalid (blaming the
+    model, again every 30 s) and the ModuleConfig got no word; one with a space in its
+    host was looked up in DNS, escaped to %20."""
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_settings({"huggingFace": {"endpoint": endpoint}})
+    assert "hunter2" not in str(refused.value)
+    assert "huggingFace" in str(refused.value) or "URL" in str(refused.value)
+
+
+def test_a_hub_endpoint_with_a_path_and_a_port_is_kept() -> None:
+    settings = Settings.from_settings({"huggingFace": {"endpoint": "http://127.0.0.1:8080/hub/"}})
+    assert settings.hugging_face.endpoint == "http://127.0.0.1:8080/hub"
