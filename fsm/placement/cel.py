@@ -28,6 +28,7 @@ from typing import Any
 
 import celpy
 from celpy import celtypes
+from celpy.evaluation import CELEvalError, Evaluator
 
 from fsm.placement import cel_extensions, cel_reads
 from fsm.placement.capacity import Device, DeviceClassInfo, Version
@@ -185,11 +186,59 @@ class _Domains(celtypes.MapType):  # type: ignore[misc]  # celpy's types are unt
         return super().__getitem__(key)
 
 
+# cel-python runs a selector's comprehensions step by step, about half a millisecond a
+# step: a DeviceClass nesting `.all()` over list literals took 10^4 steps, 5 s a device,
+# and every plan waited for it. Kubernetes bounds a selector's cost; so does this, per
+# evaluation, in steps (an expression, or a macro's body once).
+STEP_BUDGET = 1000
+
+
+class _Steps:
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = STEP_BUDGET
+
+
+class _BudgetedEvaluator(Evaluator):  # type: ignore[misc]  # celpy is untyped to mypy
+    def __init__(self, ast: Any, activation: Any, steps: _Steps) -> None:
+        super().__init__(ast, activation)
+        self._steps = steps
+
+    def sub_evaluator(self, ast: Any) -> _BudgetedEvaluator:
+        return _BudgetedEvaluator(ast, self.activation, self._steps)
+
+    def evaluate(self, context: Any = None) -> Any:
+        self._steps.left -= 1
+        if self._steps.left < 0:
+            raise CELEvalError(_OVER_BUDGET)
+        return super().evaluate(context)
+
+
+class _BudgetedRunner(celpy.InterpretedRunner):  # type: ignore[misc]
+    def evaluate(self, context: Any) -> Any:
+        steps = _Steps()
+        try:
+            value = _BudgetedEvaluator(self.ast, self.new_activation(), steps).evaluate(context)
+        except CELEvalError:
+            if steps.left < 0:  # said once, not as every macro above wrapped it
+                raise CELEvalError(_OVER_BUDGET) from None
+            raise
+        # Past the budget every step fails at once; one failure an `||` absorbed must
+        # not pass for the selector's answer.
+        if steps.left < 0:
+            raise CELEvalError(_OVER_BUDGET)
+        return value
+
+
+_OVER_BUDGET = f"exceeds the evaluation budget of {STEP_BUDGET} steps"
+
+
 @functools.cache
 def _environment() -> celpy.Environment:
     # Building the environment builds CEL's parser (~0.3 s): only when a selector is
     # first judged, not whenever the CLI or a module imports this one.
-    return celpy.Environment()
+    return celpy.Environment(runner_class=_BudgetedRunner)
 
 
 @functools.lru_cache(maxsize=1024)

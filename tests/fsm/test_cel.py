@@ -186,3 +186,31 @@ def test_a_class_that_errs_errs_again_from_the_kept_selection() -> None:
     for _ in range(2):
         with pytest.raises(cel.SelectorError):
             cel.selected_devices(info, devices)
+
+
+_TEN = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]"
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [
+        f"{_TEN}.all(a, {_TEN}.all(b, {_TEN}.all(c, {_TEN}.all(d, a + b + c + d >= 0))))",
+        # An error an `||` would absorb is still the selector's answer: it ran out.
+        f"true || {_TEN}.all(a, {_TEN}.all(b, {_TEN}.all(c, a + b + c >= 0)))",
+    ],
+    ids=["nested", "absorbed"],
+)
+def test_a_selector_past_the_step_budget_fails_its_class_and_says_so(selector: str) -> None:
+    """cel-python runs comprehensions step by step (half a millisecond a step): one
+    DeviceClass nesting four `.all()` over ten items took 5 s a device, and every plan
+    waited. Past the budget the selector fails, with one clear message."""
+    device, _ = _devices()
+    with pytest.raises(cel.SelectorError) as failed:
+        cel.evaluate(selector, device)
+    assert str(failed.value).endswith(f"exceeds the evaluation budget of {cel.STEP_BUDGET} steps")
+    assert str(failed.value).count("budget") == 1
+
+
+def test_a_comprehension_within_the_budget_is_judged() -> None:
+    device, _ = _devices()
+    assert cel.evaluate(f"{_TEN}.all(a, {_TEN}.exists(b, a + b == 9))", device)
