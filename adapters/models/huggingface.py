@@ -28,6 +28,7 @@ Exceptions of huggingface_hub and httpx2 are translated once, in `_Resolution.er
 
 from __future__ import annotations
 
+import email.utils
 import json
 import logging
 import re
@@ -36,6 +37,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from importlib import metadata
 from typing import Any
@@ -216,6 +218,9 @@ class HubSettings:
     cache_ttl: float = 300.0
     failure_cache_ttl: float = 30.0
     max_file_bytes: int = 8 << 20
+    # A hub's Retry-After is kept for at most this long: one asking for a day (or a
+    # hostile one asking for a year) still gets asked again within the quarter hour.
+    longest_quiet: float = 900.0
 
     def __post_init__(self) -> None:
         if not self.endpoint.startswith(("http://", "https://")):
@@ -231,10 +236,50 @@ _Key = tuple[str, str, str, str]  # endpoint, name, revision, token fingerprint
 
 
 class _Failed(Exception):
-    def __init__(self, reason: Reason, message: str) -> None:
+    def __init__(
+        self, reason: Reason, message: str, *, retry_after: float | None = None, status: int = 0
+    ) -> None:
         super().__init__(reason, message)
         self.reason = reason
         self.message = message
+        self.retry_after = retry_after  # seconds the hub asked to be left alone
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class _Quiet:
+    """The hub asked for quiet (429 or 503 with Retry-After): until then no model is
+    asked of it. Without this, each order naming a model it refused asked again on its
+    own backoff, once a minute each, while the hub had asked for an hour."""
+
+    until: float  # on the resolver's clock
+    status: int
+    seconds: float
+    hub: str  # "The hub (…)", the endpoint shown without its credentials
+
+    def answer(self, name: str) -> ModelUnavailable:
+        # The same words for the whole quiet: a message that moved would be a new event.
+        return ModelUnavailable(
+            Reason.MODEL_SOURCE_UNREACHABLE,
+            f"{self.hub} answered HTTP {self.status} and asked for {self.seconds:.0f} s "
+            f"without requests; {name!r} is read after that.",
+        )
+
+
+def _retry_after(response: Any) -> float | None:
+    """The seconds a Retry-After header asks for (a number, or an HTTP date), or None."""
+    value = str((getattr(response, "headers", None) or {}).get("Retry-After") or "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 class HubResolver:
@@ -250,6 +295,8 @@ class HubResolver:
         # `clock` is the cache's alone: a resolution's bound is the machine's (_Resolution).
         self._cache: TtlCache[_Key, ModelLookup] = TtlCache(clock)
         self._flights: Flights[_Key, ModelLookup] = Flights()
+        self._clock = clock
+        self._quiet: _Quiet | None = None  # for the endpoint in force (use_endpoint clears it)
 
     def resolve(
         self, name: str, *, token: str | None = None, revision: str = "main"
@@ -273,6 +320,9 @@ class HubResolver:
         if cached is not None:
             log.debug("hub answer for %s@%s served from cache", name, revision)
             return cached
+        quiet = self._quiet
+        if quiet is not None and self._clock() < quiet.until:
+            return quiet.answer(name)
         # Orders naming one model ask together (a controller's start): one asks the hub.
         return self._flights.share(key, lambda: self._ask(key, name, revision, token))
 
@@ -291,6 +341,11 @@ class HubResolver:
                 result = ModelFound(resolution.facts())
         except _Failed as failed:
             result = ModelUnavailable(failed.reason, resolution.redacted(failed.message))
+            if failed.retry_after is not None and failed.reason is Reason.MODEL_SOURCE_UNREACHABLE:
+                seconds = min(failed.retry_after, self.settings.longest_quiet)
+                status = failed.status
+                self._quiet = _Quiet(self._clock() + seconds, status, seconds, resolution.the_hub)
+                log.warning("%s asked for %.0f s without requests", resolution.the_hub, seconds)
         except Exception as unexpected:
             # No rule foresaw it (a bug, a library's new error). Raised, it reached no
             # order: nothing was cached, and the order asked again every 2 s, for ever,
@@ -323,6 +378,7 @@ class HubResolver:
 
     def clear_cache(self) -> None:
         self._cache.clear()
+        self._quiet = None
 
     def use_endpoint(self, endpoint: str) -> bool:
         """Point at another hub (the settings changed); True if it was another one.
@@ -338,6 +394,7 @@ class HubResolver:
         )
         self.settings, self._api = settings, api
         self._cache.clear()
+        self._quiet = None  # the old hub's
         log.info("hub endpoint is now %s", shown_url(settings.endpoint))
         return True
 
@@ -675,6 +732,8 @@ class _Resolution:
                 Reason.MODEL_SOURCE_UNREACHABLE,
                 f"{self.the_hub} answered HTTP {status} while reading {what} of {self.name!r}; "
                 "retrying later.",
+                retry_after=_retry_after(refused.response),
+                status=status,
             )
         return _Failed(
             Reason.MODEL_METADATA_INVALID,

@@ -26,6 +26,7 @@ from adapters.models.huggingface import HubResolver, HubSettings, token_problem
 from adapters.models.lookup import ModelUnavailable
 from adapters.simulator.hub import StandInHub
 from fsm.reasons import Reason
+from tests.adapters.models.conftest import FakeClock
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 MARKER = "RAW-BODY-MARKER"  # in every garbage body: must never reach a message
@@ -95,6 +96,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._huge(status=302, location="/moved" + self.path)
         elif mode.startswith("status-"):
             self._answer(b'{"error": "upstream timed out"}', status=int(mode.split("-")[1]))
+        elif mode.startswith("quiet-"):  # quiet-<status>-<Retry-After>
+            _, status, wait = mode.split("-", 2)
+            self._answer(b'{"error": "slow down"}', status=int(status), retry_after=wait)
         elif mode == "redirect-loop":
             self._answer(b"", status=302, location=self.path)
         elif mode == "slow":
@@ -114,10 +118,13 @@ class _Handler(BaseHTTPRequestHandler):
         cookie: str | None = None,
         status: int = 200,
         location: str | None = None,
+        retry_after: str | None = None,
     ) -> None:
         self.send_response(status)
         if cookie is not None:
             self.send_header("Set-Cookie", cookie)
+        if retry_after is not None:
+            self.send_header("Retry-After", retry_after)
         if location is not None:
             self.send_header("Location", location)
         self.send_header("Content-Type", "application/json")
@@ -271,6 +278,40 @@ def test_a_proxys_try_again_is_an_outage_not_the_models_fault(
         Reason.MODEL_SOURCE_UNREACHABLE if transient else Reason.MODEL_METADATA_INVALID
     )
     assert f"HTTP {status}" in failure.message
+
+
+@pytest.mark.parametrize(
+    ("mode", "quiet"),
+    [
+        ("quiet-429-120", 120),
+        ("quiet-503-86400", 900),  # kept for at most the quarter hour
+        ("quiet-429-Wed, 21 Oct 2099 07:28:00 GMT", 900),  # an HTTP date
+    ],
+    ids=["seconds", "capped", "http-date"],
+)
+def test_a_hub_that_asks_for_quiet_is_left_alone_until_then(
+    hostile: HostileHub, clock: FakeClock, mode: str, quiet: int
+) -> None:
+    """Each order naming a model the hub refused with Retry-After asked again on its own
+    backoff (about once a minute each), while the hub asked for an hour: now no model
+    is asked of that hub until the quiet ends, and every order says so, in words that
+    stay the same meanwhile."""
+    hostile.mode = mode
+    resolver = HubResolver(
+        HubSettings(endpoint=hostile.url, request_timeout=0.5, total_timeout=2.0), clock=clock
+    )
+    first = unavailable(resolver.resolve(MODEL))
+    assert first.transient and first.reason is Reason.MODEL_SOURCE_UNREACHABLE
+    asked = hostile.requests
+    other = unavailable(resolver.resolve("org/another-model"))
+    again = unavailable(resolver.resolve("org/another-model"))
+    assert hostile.requests == asked  # nothing sent during the quiet
+    assert other.transient and other.reason is Reason.MODEL_SOURCE_UNREACHABLE
+    assert f"asked for {quiet} s without requests; 'org/another-model'" in other.message
+    assert again.message == other.message
+    clock.now += quiet + 1
+    unavailable(resolver.resolve(MODEL))
+    assert hostile.requests > asked  # asked again once the quiet is over
 
 
 def test_a_redirect_loop_ends_and_is_said(hostile: HostileHub) -> None:
