@@ -154,37 +154,53 @@ MODULE_CONFIG = ("deckhouse.io", "v1alpha1", "moduleconfigs")
 
 
 @contextmanager
-def module_settings(platform: LocalPlatform, settings: dict[str, Any]) -> Iterator[None]:
-    """ModuleConfig ai-inference with `settings`; the previous one (or none) restored."""
-    api = platform.api("admin")
-    custom = client.CustomObjectsApi(api)
+def module_config(
+    admin: client.ApiClient, name: str, settings: dict[str, Any], version: int = 1
+) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """ModuleConfig `name` with `settings`, editable through the callable yielded; the
+    previous one (or none) is back afterwards."""
+    custom = client.CustomObjectsApi(admin)
     try:
-        previous = custom.get_cluster_custom_object(*MODULE_CONFIG, "ai-inference")
+        previous = custom.get_cluster_custom_object(*MODULE_CONFIG, name)
     except ApiException as exc:
         if exc.status != 404:
             raise
         previous = None
-    body = {
-        "apiVersion": "deckhouse.io/v1alpha1",
-        "kind": "ModuleConfig",
-        "metadata": {"name": "ai-inference"},
-        "spec": {"enabled": True, "version": 1, "settings": settings},
-    }
-    Applier(api).apply_all([body])
-    wait_for(
-        lambda: (
-            platform.controller.settings().probe.interval_seconds
-            == settings["probe"]["intervalSeconds"]
-        ),
-        timeout=15,
-        what="the controller to reload its settings",
-    )
+
+    def put(new: dict[str, Any]) -> None:
+        spec = {"enabled": True, "version": version, "settings": new}
+        body = {
+            "apiVersion": "deckhouse.io/v1alpha1",
+            "kind": "ModuleConfig",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        Applier(admin).apply_all([body])
+
+    put(settings)
     try:
-        yield
+        yield put
     finally:
         if previous is None:
-            custom.delete_cluster_custom_object(*MODULE_CONFIG, "ai-inference")
+            custom.delete_cluster_custom_object(*MODULE_CONFIG, name)
         else:
-            custom.patch_cluster_custom_object(
-                *MODULE_CONFIG, "ai-inference", {"spec": previous["spec"]}
+            custom.replace_cluster_custom_object(
+                *MODULE_CONFIG,
+                name,
+                {**previous, "metadata": {**previous["metadata"], "resourceVersion": None}},
             )
+
+
+@contextmanager
+def module_settings(platform: LocalPlatform, settings: dict[str, Any]) -> Iterator[None]:
+    """`module_config`, once the controller has reloaded the probe settings it gives."""
+    with module_config(platform.api("admin"), "ai-inference", settings):
+        wait_for(
+            lambda: (
+                platform.controller.settings().probe.interval_seconds
+                == settings["probe"]["intervalSeconds"]
+            ),
+            timeout=15,
+            what="the controller to reload its settings",
+        )
+        yield

@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from adapters.kubernetes.manifests import Applier
 from adapters.platform import LocalPlatform
+from tests.e2e.capacity import module_config
 from tests.e2e.conftest import GROUP, VERSION, Orders, delete_and_wait, forced_passes, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -32,7 +32,6 @@ NS = "support"
 MODULE_NS = "d8-ai-inference"
 PLATFORM_NS = "d8-system"  # where Deckhouse keeps the global block's certificate
 QWEN_SMALL = "Qwen/Qwen2.5-0.5B-Instruct"
-MODULE_CONFIGS = ("deckhouse.io", "v1alpha1", "moduleconfigs")
 
 
 @pytest.fixture
@@ -46,44 +45,6 @@ def orders(platform: LocalPlatform, admin_orders: Orders) -> Iterator[Callable[[
     yield made.append
     for name in made:
         delete_and_wait(platform, admin_orders, NS, name)
-
-
-@contextmanager
-def module_config(
-    admin: client.ApiClient, name: str, settings: dict[str, Any], version: int = 1
-) -> Iterator[Callable[[dict[str, Any]], None]]:
-    """ModuleConfig `name` with `settings`, editable through the callable yielded; the
-    previous one (or none) is back afterwards."""
-    custom = client.CustomObjectsApi(admin)
-    try:
-        previous = custom.get_cluster_custom_object(*MODULE_CONFIGS, name)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        previous = None
-
-    def put(new: dict[str, Any]) -> None:
-        spec = {"enabled": True, "version": version, "settings": new}
-        body = {
-            "apiVersion": "deckhouse.io/v1alpha1",
-            "kind": "ModuleConfig",
-            "metadata": {"name": name},
-            "spec": spec,
-        }
-        Applier(admin).apply_all([body])
-
-    put(settings)
-    try:
-        yield put
-    finally:
-        if previous is None:
-            custom.delete_cluster_custom_object(*MODULE_CONFIGS, name)
-        else:
-            custom.replace_cluster_custom_object(
-                *MODULE_CONFIGS,
-                name,
-                {**previous, "metadata": {**previous["metadata"], "resourceVersion": None}},
-            )
 
 
 def _ingress(platform: LocalPlatform, name: str) -> Any:

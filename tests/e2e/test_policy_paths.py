@@ -24,6 +24,7 @@ from adapters.kubernetes.manifests import Applier, load_documents
 from adapters.platform import LocalPlatform
 from adapters.probes.targets import SIMULATOR_ENDPOINT_ANNOTATION
 from adapters.resources import resource_dir
+from tests.e2e.capacity import module_config
 from tests.e2e.conftest import (
     GROUP,
     VERSION,
@@ -361,33 +362,6 @@ def test_gated_model_without_a_granted_token_is_access_denied(
 # --- 4. the ai-models catalog, and the catalog turned off ---------------------------------
 
 
-@contextmanager
-def _module_config(admin: client.ApiClient, settings: dict[str, Any]) -> Iterator[None]:
-    """ModuleConfig ai-inference with `settings`; the previous one (or none) restored after."""
-    custom = client.CustomObjectsApi(admin)
-    args = ("deckhouse.io", "v1alpha1", "moduleconfigs")
-    try:
-        previous = custom.get_cluster_custom_object(*args, "ai-inference")
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        previous = None
-    body = {
-        "apiVersion": "deckhouse.io/v1alpha1",
-        "kind": "ModuleConfig",
-        "metadata": {"name": "ai-inference"},
-        "spec": {"enabled": True, "version": 1, "settings": settings},
-    }
-    Applier(admin).apply_all([body])
-    try:
-        yield
-    finally:
-        if previous is None:
-            custom.delete_cluster_custom_object(*args, "ai-inference")
-        else:
-            custom.patch_cluster_custom_object(*args, "ai-inference", {"spec": previous["spec"]})
-
-
 @pytest.mark.parametrize(
     ("namespace", "class_name", "ref", "annotation", "endpoint_type"),
     [
@@ -472,7 +446,7 @@ def test_catalog_turned_off_refuses_catalog_orders_until_it_is_back(
     served, late = "pp-catalog-served", "pp-catalog-late"
     _create(orders, alice, "support", served, spec)
     before = alice.wait_phase("support", served, "Ready")["status"]
-    with _module_config(admin, {"catalog": {"mode": "None"}}):
+    with module_config(admin, "ai-inference", {"catalog": {"mode": "None"}}):
         wait_for(
             lambda: not platform.controller.settings().catalog_enabled,
             timeout=10,
