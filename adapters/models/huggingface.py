@@ -346,6 +346,8 @@ class HubResolver:
                 status = failed.status
                 self._quiet = _Quiet(self._clock() + seconds, status, seconds, resolution.the_hub)
                 log.warning("%s asked for %.0f s without requests", resolution.the_hub, seconds)
+                # In the quiet's words from the start: one message for the whole quiet.
+                result = self._quiet.answer(name)
         except Exception as unexpected:
             # No rule foresaw it (a bug, a library's new error). Raised, it reached no
             # order: nothing was cached, and the order asked again every 2 s, for ever,

@@ -302,6 +302,7 @@ def test_a_hub_that_asks_for_quiet_is_left_alone_until_then(
     )
     first = unavailable(resolver.resolve(MODEL))
     assert first.transient and first.reason is Reason.MODEL_SOURCE_UNREACHABLE
+    assert first.message == unavailable(resolver.resolve(MODEL)).message  # one event, not two
     asked = hostile.requests
     other = unavailable(resolver.resolve("org/another-model"))
     again = unavailable(resolver.resolve("org/another-model"))
