@@ -129,7 +129,8 @@ def _plan_computed(s: OrderState, e: ev.PlanComputed) -> Updates:
     )
     return {
         "plan_attempts": s.plan_attempts + 1,
-        "replans": s.replans + (s.plan_revision > 0),
+        # The plan in force chosen again is no recalculation: the planner's was set aside.
+        "replans": s.replans + (s.plan_revision > 0 and not again),
         "attempt": _attempt(s, e, True, Reason.PLAN_COMPUTED),
         "plan": e.plan,
         "plan_revision": s.applied_revision if again else s.plan_revision + 1,

@@ -121,13 +121,17 @@ class PlanBasis(_Value):
     endpoint_type: EndpointType | None
 
     def asks_as(self, other: PlanBasis) -> bool:
-        """Is a plan for this basis a plan for `other`? The spec's generation apart: an
-        edit that changes nothing the planner reads, or that comes back to what a plan
-        was computed for (a typo undone), asks the planner nothing new. Replanning then
-        would move a serving order off the place it holds, which no replan is offered."""
-        if self.generation == other.generation:
-            return self == other
-        return self.model_copy(update={"generation": other.generation}) == other
+        """Is a plan for this basis a plan for `other`? The spec's generation and the
+        model's upstream commit apart: an edit that changes nothing the planner reads, or
+        that comes back to what a plan was computed for (a typo undone, re-read at a newer
+        commit), asks the planner nothing new. Replanning then would move a serving order
+        off the place it holds, which no replan is offered; and a new commit alone does
+        not replan (decide._kept)."""
+        return self == other or self._question() == other._question()
+
+    def _question(self) -> tuple[object, ...]:
+        facts = self.facts.model_copy(update={"revision": None}) if self.facts else None
+        return (self.class_name, self.policy, self.model_ref, facts, self.endpoint_type)
 
 
 class PlanAttempt(_Value):

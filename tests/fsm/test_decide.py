@@ -21,7 +21,7 @@ from fsm.fold import evolve, fold
 from fsm.reasons import Phase, Reason
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, PROBE_FAILURE_THRESHOLD, OrderState
 from fsm.status import render_status
-from fsm.values import ClassOutcome, ExposureType, ModelOutcome, PlanOutcome
+from fsm.values import ClassOutcome, EndpointType, ExposureType, ModelOutcome, PlanOutcome
 from tests.support.strategies import (
     AVAILABLE,
     PLANNED,
@@ -374,6 +374,7 @@ def test_an_edit_undone_after_its_replan_failed_is_answered_by_the_plan_in_force
     assert [e.TYPE for e in chosen] == ["PlanComputed"]
     back = run(planned(33, R.NO_CAPACITY, "no A100 free"), state=state)
     assert back.plan == back.plan_in_force == plan()
+    assert back.replan_count == state.replan_count  # the plan set aside is no recalculation
     assert not needs_plan(back)
     assert ApplyWorkload not in kinds(back)  # nothing new to roll out
     assert Repair in kinds(back)
@@ -381,6 +382,25 @@ def test_an_edit_undone_after_its_replan_failed_is_answered_by_the_plan_in_force
     planned_now = _planned_condition(back)
     assert (planned_now["status"], planned_now["reason"]) == ("True", "PlanComputed")
     assert planned_now["observedGeneration"] == 3
+
+
+def _model_at(t: float, revision: str) -> ob.ModelJudged:
+    """The model judged again, the hub now at another upstream commit."""
+    moved = facts().model_copy(update={"revision": revision})
+    outcome = ModelOutcome(reason=R.MODEL_RESOLVED, facts=moved, endpoint_type=EndpointType.CHAT)
+    return ob.ModelJudged(at=at(t), outcome=outcome)
+
+
+def test_an_edit_undone_at_a_newer_upstream_commit_still_keeps_the_plan() -> None:
+    """An edit re-reads the model's facts; past the hub cache they carry the newest
+    commit. The commit alone asks the planner nothing (a new commit never replans), so
+    neither a spec written again nor an edit undone moves the order for it."""
+    again = run(*SERVING, spec(10, 2), klass(11), _model_at(12, "r2"))
+    assert not needs_plan(again)
+    undone = run(*REPLANNED_AND_FAILED, spec(30, 3), klass(31), _model_at(32, "r2"))
+    chosen = decide(undone, planned(33, device_class="nvidia-l4"))
+    assert [e.TYPE for e in chosen] == ["PlanComputed"]
+    assert run(planned(33, device_class="nvidia-l4"), state=undone).plan == plan()
 
 
 def test_a_new_plan_not_yet_applied_gives_way_when_its_edit_is_undone() -> None:
