@@ -249,8 +249,10 @@ class _Failed(Exception):
 @dataclass(frozen=True, slots=True)
 class _Quiet:
     """The hub asked for quiet (429 or 503 with Retry-After): until then no model is
-    asked of it. Without this, each order naming a model it refused asked again on its
-    own backoff, once a minute each, while the hub had asked for an hour."""
+    asked of it with that token. Without this, each order naming a model it refused asked
+    again on its own backoff, once a minute each, while the hub had asked for an hour.
+    Per token, as a hub limits each account: one tenant's spent token must not silence
+    the hub for the others."""
 
     until: float  # on the resolver's clock
     status: int
@@ -296,7 +298,8 @@ class HubResolver:
         self._cache: TtlCache[_Key, ModelLookup] = TtlCache(clock)
         self._flights: Flights[_Key, ModelLookup] = Flights()
         self._clock = clock
-        self._quiet: _Quiet | None = None  # for the endpoint in force (use_endpoint clears it)
+        # By endpoint and token fingerprint (the cache's key less the model and revision).
+        self._quiet: dict[tuple[str, str], _Quiet] = {}
 
     def resolve(
         self, name: str, *, token: str | None = None, revision: str = "main"
@@ -320,7 +323,7 @@ class HubResolver:
         if cached is not None:
             log.debug("hub answer for %s@%s served from cache", name, revision)
             return cached
-        quiet = self._quiet
+        quiet = self._quiet.get(key[:1] + key[3:])
         if quiet is not None and self._clock() < quiet.until:
             return quiet.answer(name)
         # Orders naming one model ask together (a controller's start): one asks the hub.
@@ -342,12 +345,14 @@ class HubResolver:
         except _Failed as failed:
             result = ModelUnavailable(failed.reason, resolution.redacted(failed.message))
             if failed.retry_after is not None and failed.reason is Reason.MODEL_SOURCE_UNREACHABLE:
-                seconds = min(failed.retry_after, self.settings.longest_quiet)
-                status = failed.status
-                self._quiet = _Quiet(self._clock() + seconds, status, seconds, resolution.the_hub)
+                seconds = min(failed.retry_after, resolution.settings.longest_quiet)
+                quiet = _Quiet(self._clock() + seconds, failed.status, seconds, resolution.the_hub)
+                # Kept for the hub it answered for: the endpoint may have changed meanwhile
+                # (an admin moving away from a hub that throttles), and `key` names it.
+                self._quiet[key[:1] + key[3:]] = quiet
                 log.warning("%s asked for %.0f s without requests", resolution.the_hub, seconds)
                 # In the quiet's words from the start: one message for the whole quiet.
-                result = self._quiet.answer(name)
+                result = quiet.answer(name)
         except Exception as unexpected:
             # No rule foresaw it (a bug, a library's new error). Raised, it reached no
             # order: nothing was cached, and the order asked again every 2 s, for ever,
@@ -380,7 +385,7 @@ class HubResolver:
 
     def clear_cache(self) -> None:
         self._cache.clear()
-        self._quiet = None
+        self._quiet.clear()
 
     def use_endpoint(self, endpoint: str) -> bool:
         """Point at another hub (the settings changed); True if it was another one.
@@ -396,7 +401,7 @@ class HubResolver:
         )
         self.settings, self._api = settings, api
         self._cache.clear()
-        self._quiet = None  # the old hub's
+        self._quiet.clear()  # the old hub's
         log.info("hub endpoint is now %s", shown_url(settings.endpoint))
         return True
 

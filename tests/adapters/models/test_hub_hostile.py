@@ -99,6 +99,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif mode.startswith("quiet-"):  # quiet-<status>-<Retry-After>
             _, status, wait = mode.split("-", 2)
             self._answer(b'{"error": "slow down"}', status=int(status), retry_after=wait)
+        elif mode.startswith("late-quiet-"):  # the same, a second late
+            _, _, status, wait = mode.split("-", 3)
+            time.sleep(1.0)
+            self._answer(b'{"error": "slow down"}', status=int(status), retry_after=wait)
         elif mode == "redirect-loop":
             self._answer(b"", status=302, location=self.path)
         elif mode == "slow":
@@ -313,6 +317,42 @@ def test_a_hub_that_asks_for_quiet_is_left_alone_until_then(
     clock.now += quiet + 1
     unavailable(resolver.resolve(MODEL))
     assert hostile.requests > asked  # asked again once the quiet is over
+
+
+def test_one_tokens_quiet_leaves_the_other_tenants_asking(
+    hostile: HostileHub, hub: StandInHub, clock: FakeClock
+) -> None:
+    """A hub limits each account: one tenant's spent token must not silence it for every
+    other token and for anonymous lookups."""
+    hostile.mode = "quiet-429-3600"
+    resolver = HubResolver(
+        HubSettings(endpoint=hostile.url, request_timeout=0.5, total_timeout=2.0), clock=clock
+    )
+    unavailable(resolver.resolve(MODEL, token="hf_spent"))
+    asked = hostile.requests
+    assert "asked for 900 s" in unavailable(resolver.resolve(MODEL, token="hf_spent")).message
+    assert hostile.requests == asked
+    unavailable(resolver.resolve(MODEL, token="hf_other"))
+    unavailable(resolver.resolve(MODEL))
+    assert hostile.requests > asked + 1  # each of the other two was asked
+
+
+def test_a_quiet_met_after_the_endpoint_changed_does_not_silence_the_new_hub(
+    hostile: HostileHub, hub: StandInHub, clock: FakeClock
+) -> None:
+    """An admin moves away from a hub that throttles while a lookup is still waiting on
+    it: its Retry-After, come late, is the old hub's, not the new one's."""
+    hostile.mode = "late-quiet-429-3600"
+    resolver = HubResolver(
+        HubSettings(endpoint=hostile.url, request_timeout=3.0, total_timeout=5.0), clock=clock
+    )
+    late = threading.Thread(target=resolver.resolve, args=(MODEL,))
+    late.start()
+    time.sleep(0.3)  # the lookup is under way
+    assert resolver.use_endpoint(hub.url)
+    late.join(10)
+    assert not late.is_alive()
+    assert not isinstance(resolver.resolve(MODEL), ModelUnavailable)  # the new hub answered
 
 
 def test_a_redirect_loop_ends_and_is_said(hostile: HostileHub) -> None:
