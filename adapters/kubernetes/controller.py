@@ -26,7 +26,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -174,7 +174,7 @@ class Controller:
             clock=clock,
             hpa_api_version=hpa_api_version,
             # The proxy this process was given (its pod's env), for the runtimes' downloads.
-            proxy_env=tuple((k, os.environ[k]) for k in PROXY_ENV if os.environ.get(k)),
+            proxy_env=runtime_proxy_env(os.environ),
             rewrite=oldservers.rewrite_for(api),
             allocation_grace_seconds=allocation_grace_seconds,
             # Probes and hub lookups off the workers, on a pool each; an answer wakes its order.
@@ -509,3 +509,24 @@ class Controller:
             # A newer controller appends to the log: end leadership as a lost Lease would.
             self._abdicate(f"a newer controller leads ({exc})")
             return queueing.Terminal(exc)
+
+
+def runtime_proxy_env(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The proxy variables of `environ` the runtimes may be given. A proxy URL with
+    credentials (`http://user:password@proxy:3128`, as the cluster's proxy settings may
+    hold) is the cluster's egress password: rendered into a tenant's Deployment, anyone
+    who reads Deployments or Pods in that namespace, and the runtime itself, would read
+    it. Such a variable is left out, and the log says so (without the URL)."""
+    out: list[tuple[str, str]] = []
+    for name in PROXY_ENV:
+        value = environ.get(name)
+        if not value:
+            continue
+        if name.upper() != "NO_PROXY" and "@" in value.split("://", 1)[-1].split("/", 1)[0]:
+            log.warning(
+                "%s carries credentials: not given to the runtimes (they download directly)",
+                name,
+            )
+            continue
+        out.append((name, value))
+    return tuple(out)

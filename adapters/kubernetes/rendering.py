@@ -474,8 +474,10 @@ def _env(
         ours.append(_secret_env(recipe.api_key_env, token_secret, AUTH_SECRET_KEY))
     taken = _RESERVED_ENV | {e["name"] for e in ours}
     theirs = [{"name": e.name, "value": e.value} for e in recipe.env if e.name not in taken]
-    named = taken | {e.name for e in recipe.env}
-    proxy = [{"name": k, "value": v} for k, v in proxy_env if k not in named]
+    # Either case: Python's clients and curl prefer the lowercase one, so a recipe's
+    # HTTPS_PROXY beside the controller's https_proxy would lose to it.
+    named = {n.upper() for n in taken | {e.name for e in recipe.env}}
+    proxy = [{"name": k, "value": v} for k, v in proxy_env if k.upper() not in named]
     return theirs + ours + proxy
 
 

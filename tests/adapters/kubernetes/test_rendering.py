@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from workload_samples import DOMAIN, FACTS, HF_REF, ORDER, PLAN, RECIPE, SETTINGS, policy
 
 from adapters.kubernetes import rendering
+from adapters.kubernetes.controller import runtime_proxy_env
 from adapters.kubernetes.rendering import (
     CLAIM_TEMPLATE_ANNOTATION,
     OrderRef,
@@ -81,7 +82,11 @@ def flag(args: list[str], name: str) -> str | None:
 def test_the_runtime_downloads_through_the_proxy_the_controller_was_given() -> None:
     """A cluster whose way out is a proxy: the runtime gets the controller's proxy
     variables, but a recipe that names its own keeps it, and none is added unasked."""
-    proxy = (("HTTPS_PROXY", "http://proxy.internal:3128"), ("NO_PROXY", ".cluster.local"))
+    proxy = (
+        ("HTTPS_PROXY", "http://proxy.internal:3128"),
+        ("NO_PROXY", ".cluster.local"),
+        ("https_proxy", "http://proxy.internal:3128"),
+    )
     assert env(render(proxy_env=proxy))["HTTPS_PROXY"] == "http://proxy.internal:3128"
     assert env(render(proxy_env=proxy))["NO_PROXY"] == ".cluster.local"
     assert not {"HTTPS_PROXY", "NO_PROXY"} & set(env(render()))
@@ -95,6 +100,29 @@ def test_the_runtime_downloads_through_the_proxy_the_controller_was_given() -> N
     names = [e["name"] for e in container(by_kind)["env"]]
     assert names.count("HTTPS_PROXY") == 1
     assert env(by_kind)["HTTPS_PROXY"] == "http://mirror:8080"
+    # Nor in the other case: Python's clients and curl prefer the lowercase one.
+    assert "https_proxy" not in names
+
+
+@pytest.mark.parametrize(
+    ("environ", "given"),
+    [
+        ({"HTTPS_PROXY": "http://proxy:3128"}, (("HTTPS_PROXY", "http://proxy:3128"),)),
+        (
+            {"https_proxy": "http://egress:S3cr3t@proxy:3128", "NO_PROXY": "a@b"},
+            (("NO_PROXY", "a@b"),),
+        ),
+        ({"HTTP_PROXY": "user@proxy:3128"}, ()),
+        ({}, ()),
+    ],
+    ids=["plain", "credentials", "user-only-no-scheme", "none"],
+)
+def test_the_runtimes_get_the_controllers_proxy_but_never_its_credentials(
+    environ: dict[str, str], given: tuple[tuple[str, str], ...]
+) -> None:
+    """The cluster's proxy settings may carry the egress password in the URL: rendered
+    into a tenant's Deployment, whoever reads Deployments there would read it."""
+    assert runtime_proxy_env(environ) == given
 
 
 # --- which objects -------------------------------------------------------------------
