@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from adapters.cli import options, waiting
@@ -262,25 +263,44 @@ def _inputs(args: argparse.Namespace) -> tuple[Source, CrashAfter | None, client
         raise _Refused(str(exc)) from None
 
 
-def _check_lease_access(api: client.ApiClient) -> None:
+def _check_lease_access(api: client.ApiClient, *, patience: float = 60.0) -> None:
     """Refuse credentials the API server turns away from the Lease, the first thing a
     controller reads: else it stood by for ever, ready and alive, one 403 every two
     seconds in its log, and no order was ever served. An API server that does not answer
-    is not refused: the Lease is tried again until it does."""
+    is not refused: the Lease is tried again until it does. Nor is one still starting:
+    for its first seconds it turns every request away until its RBAC is loaded, so a
+    refusal counts once it says it is ready (or after `patience` seconds)."""
     from adapters.kubernetes import errors, rest
     from adapters.kubernetes.controller import LEASE_NAME, LEASE_NAMESPACE
 
     namespace = os.environ.get("POD_NAMESPACE") or LEASE_NAMESPACE
     path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE_NAME}"
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            rest.call(api, "GET", path, timeout=(5.0, 10.0))
+            return
+        except (errors.APIForbiddenError, errors.APIUnauthorizedError) as exc:
+            if _server_ready(api) or time.monotonic() > deadline:
+                raise _Refused(
+                    f"the API server refuses these credentials the Lease {namespace}/"
+                    f"{LEASE_NAME} ({exc}); the controller's ServiceAccount needs "
+                    "deploy/rbac/controller.yaml"
+                ) from None
+            time.sleep(1.0)
+        except errors.APIError:
+            return  # absent (made when first led), or unreachable: the elector retries
+
+
+def _server_ready(api: client.ApiClient) -> bool:
+    from adapters.kubernetes import errors, rest
+
     try:
-        rest.call(api, "GET", path, timeout=(5.0, 10.0))
-    except (errors.APIForbiddenError, errors.APIUnauthorizedError) as exc:
-        raise _Refused(
-            f"the API server refuses these credentials the Lease {namespace}/{LEASE_NAME} "
-            f"({exc}); the controller's ServiceAccount needs deploy/rbac/controller.yaml"
-        ) from None
+        with errors.translating():
+            rest.send(api, "GET", "/readyz", timeout=(5.0, 10.0)).read()
     except errors.APIError:
-        pass  # absent (made when first led), or the server unreachable: the elector retries
+        return False
+    return True
 
 
 def _exit_if_stuck(code: int) -> None:

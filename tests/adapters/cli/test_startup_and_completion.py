@@ -13,13 +13,17 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 import store
-from adapters.cli.controller_cmd import HPA_API_VERSION_CHOICES
+from adapters.cli.controller_cmd import HPA_API_VERSION_CHOICES, _check_lease_access, _Refused
 from adapters.cli.main import build_parser, main
 from adapters.kubernetes.controller import DEFAULT_WORKERS, LEASE_NAMESPACE, Controller
 from adapters.kubernetes.rendering import HPA_API_VERSIONS
@@ -276,3 +280,64 @@ def test_a_count_below_one_is_a_usage_error(argv: list[str], capsys) -> None:
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert "must be at least 1" in err or "not a whole number" in err
+
+
+class _WarmingServer(ThreadingHTTPServer):
+    """An API server's first seconds: every request turned away (403) until its RBAC
+    is loaded, /readyz failing meanwhile; then the Lease is simply absent (404)."""
+
+    def __init__(self, warm_after: float, *, lease_status_when_warm: int = 404) -> None:
+        super().__init__(("127.0.0.1", 0), _WarmingHandler)
+        self.warm_at = time.monotonic() + warm_after
+        self.lease_status_when_warm = lease_status_when_warm
+        self.lease_asks = 0
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+    def api(self) -> client.ApiClient:
+        configuration = client.Configuration()
+        configuration.host = f"http://127.0.0.1:{self.server_address[1]}"
+        return client.ApiClient(configuration)
+
+
+class _WarmingHandler(BaseHTTPRequestHandler):
+    server: _WarmingServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        warm = time.monotonic() >= self.server.warm_at
+        if self.path.startswith("/readyz"):
+            status = 200 if warm else 500
+        else:
+            self.server.lease_asks += 1
+            status = self.server.lease_status_when_warm if warm else 403
+        body = json.dumps({"kind": "Status", "code": status, "message": "m"}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_an_api_server_still_starting_is_waited_for_not_blamed_on_rbac() -> None:
+    """For its first seconds a kube-apiserver turns every request away with 403, its
+    RBAC not loaded: the controller started then exited 2 blaming its RBAC."""
+    server = _WarmingServer(warm_after=2.0)
+    try:
+        with server.api() as api:
+            _check_lease_access(api, patience=30.0)  # returns: the Lease is absent
+        assert server.lease_asks >= 2
+    finally:
+        server.close()
+    ready_but_refused = _WarmingServer(warm_after=0.0, lease_status_when_warm=403)
+    try:
+        with ready_but_refused.api() as api, pytest.raises(_Refused, match="the Lease"):
+            _check_lease_access(api, patience=30.0)
+        assert ready_but_refused.lease_asks == 1  # ready: refused at once
+    finally:
+        ready_but_refused.close()
