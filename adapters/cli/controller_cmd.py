@@ -271,9 +271,9 @@ def _check_lease_access(api: client.ApiClient, *, patience: float = 60.0) -> Non
     for its first seconds it turns every request away until its RBAC is loaded, so a
     refusal counts once it says it is ready (or after `patience` seconds)."""
     from adapters.kubernetes import errors, rest
-    from adapters.kubernetes.controller import LEASE_NAME, LEASE_NAMESPACE
+    from adapters.kubernetes.controller import LEASE_NAME, own_namespace
 
-    namespace = os.environ.get("POD_NAMESPACE") or LEASE_NAMESPACE
+    namespace = own_namespace()
     path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE_NAME}"
     deadline = time.monotonic() + patience
     while True:

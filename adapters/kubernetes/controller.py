@@ -59,7 +59,15 @@ from fsm.placement import recipes
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS
 from store import EventLog, StaleEpoch, StoreUnavailable, StreamConflict
 
-__all__ = ["LEASE_NAME", "LEASE_NAMESPACE", "Controller", "LeadershipLost", "utc_now"]
+__all__ = [
+    "LEASE_NAME",
+    "LEASE_NAMESPACE",
+    "Controller",
+    "LeadershipLost",
+    "own_namespace",
+    "runtime_proxy_env",
+    "utc_now",
+]
 
 # Where the Lease is when the controller runs in the module's namespace; it is always in
 # the controller's own namespace, where its Role grants Leases (deploy/rbac).
@@ -118,9 +126,7 @@ class Controller:
         api = _pooled(api, size=32 + workers)
         # None: the one the server serves (an old server has no autoscaling/v2).
         hpa_api_version = hpa_api_version or oldservers.hpa_api_version(api)
-        # The controller's own namespace, where its Lease is and CustomCertificate Secrets
-        # are read: the pod's (POD_NAMESPACE, from the downward API), else the module's.
-        self.namespace = namespace or os.environ.get("POD_NAMESPACE") or MODULE_NAMESPACE
+        self.namespace = namespace or own_namespace()
         # `discovery_period`: how often a kind the cluster does not serve is looked for;
         # `watch_timeouts`: the watches' three timeouts (watching.Timeouts' defaults);
         # `secret_refresh`: how often a Secret an order names is read again
@@ -509,6 +515,12 @@ class Controller:
             # A newer controller appends to the log: end leadership as a lost Lease would.
             self._abdicate(f"a newer controller leads ({exc})")
             return queueing.Terminal(exc)
+
+
+def own_namespace() -> str:
+    """The controller's own namespace, where its Lease is and CustomCertificate Secrets
+    are read: the pod's (POD_NAMESPACE, from the downward API), else the module's."""
+    return os.environ.get("POD_NAMESPACE") or MODULE_NAMESPACE
 
 
 def runtime_proxy_env(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
