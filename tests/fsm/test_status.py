@@ -181,7 +181,8 @@ def test_every_status_is_well_formed(runs: list[ob.Observation]) -> None:
         assert list(cond) == CONDITION_KEYS and RFC3339.match(cond["lastTransitionTime"])
     if "resolved" in status:
         assert set(status["resolved"]) <= set(RESOLVED_KEYS)
-        # Verdicts before the first plan are not recalculations.
+        # The fold's count, rendered; verdicts before the first plan are no recalculation.
+        assert status["resolved"]["replanCount"] == state.replan_count
         assert status["resolved"]["replanCount"] <= max(state.plan_attempts - 1, 0)
     # What the fold stamped is what judge says now.
     assert [(c.status, c.reason, c.message) for c in state.conditions] in (
