@@ -211,7 +211,7 @@ class Controller:
                 client.CoordinationV1Api(api),
                 namespace=self.namespace,
                 name=LEASE_NAME,
-                identity=identity or f"{socket.gethostname()}-{os.getpid()}",
+                identity=identity or own_identity(os.environ),
                 on_started=self._lead,
                 on_stopped=self._lose,
                 # Asked as an append asks: a database that takes reads but no writes
@@ -521,6 +521,13 @@ def own_namespace() -> str:
     """The controller's own namespace, where its Lease is and CustomCertificate Secrets
     are read: the pod's (POD_NAMESPACE, from the downward API), else the module's."""
     return os.environ.get("POD_NAMESPACE") or MODULE_NAMESPACE
+
+
+def own_identity(environ: Mapping[str, str]) -> str:
+    """The controller's name in the Lease: its pod's (POD_NAME, from the downward API), as
+    `kubectl get pods` shows it, else the host's; with the process id, so two controllers
+    on one host (a developer's, the tests') are two candidates."""
+    return f"{environ.get('POD_NAME') or socket.gethostname()}-{os.getpid()}"
 
 
 def runtime_proxy_env(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import time
@@ -37,6 +38,7 @@ from adapters.kubernetes.controller import (
     LEASE_NAMESPACE,
     Controller,
     LeadershipLost,
+    own_identity,
 )
 from adapters.kubernetes.fencing import NotLeading
 from adapters.kubernetes.manifests import Applier, load_documents, manifest_files
@@ -586,6 +588,15 @@ def test_a_leader_frozen_past_its_lease_writes_nothing_after_the_take_over(
             custom.delete_namespaced_custom_object(
                 GROUP, VERSION, "support", "inferenceservices", name
             )
+
+
+def test_the_lease_names_the_controllers_pod() -> None:
+    """`kubectl get lease` says which pod leads, by the name `kubectl get pods` shows
+    (POD_NAME, from the downward API), not by a hostname that may differ from it."""
+    assert own_identity({"POD_NAME": "ai-inference-6f7c9-x2k4q"}) == (
+        f"ai-inference-6f7c9-x2k4q-{os.getpid()}"
+    )
+    assert own_identity({}) == f"{socket.gethostname()}-{os.getpid()}"
 
 
 def test_the_lease_is_in_the_controllers_own_namespace(
