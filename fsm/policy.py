@@ -238,6 +238,17 @@ def validate_class(
                 "the name of a Secret (lowercase letters, digits, '-' and '.')",
             )
         )
+    issuer = https.cluster_issuer_name if https is not None else None
+    if issuer and not is_object_name(issuer):
+        # Written into every order's Ingress annotation, where cert-manager reports it
+        # only in its own logs; a class stored before the CRD's pattern is told here.
+        problems.append(
+            ClassProblem(
+                ClassReason.INVALID_ISSUER_NAME,
+                f"exposurePolicy.https.certManager.clusterIssuerName {issuer[:80]!r} is not "
+                "the name of a ClusterIssuer (lowercase letters, digits, '-' and '.')",
+            )
+        )
     return ClassValidity(tuple(problems))
 
 

@@ -465,6 +465,7 @@ class ClassReason(StrEnum):
     ISSUER_MISSING = "IssuerMissing"
     CERTIFICATE_SECRET_UNNAMED = "CertificateSecretUnnamed"
     INVALID_CERTIFICATE_SECRET_NAME = "InvalidCertificateSecretName"
+    INVALID_ISSUER_NAME = "InvalidIssuerName"
     INVALID_SPEC = "InvalidSpec"
 
 
@@ -520,6 +521,11 @@ CLASS_CONDITION_CATALOGUE: dict[ClassReason, tuple[ConditionStatus, str]] = {
         _F,
         "customCertificate.secretName is not a Secret's name (a DNS-1123 subdomain); no "
         "Secret is read for it.",
+    ),
+    ClassReason.INVALID_ISSUER_NAME: (
+        _F,
+        "certManager.clusterIssuerName is not a ClusterIssuer's name (a DNS-1123 "
+        "subdomain); no Ingress asks cert-manager for it.",
     ),
     ClassReason.INVALID_SPEC: (
         _F,

@@ -98,7 +98,9 @@ class CatalogSettings(Frozen):
 
 
 class CertManagerSettings(Frozen):
-    cluster_issuer_name: str = Field(default="letsencrypt", min_length=1)
+    cluster_issuer_name: str = Field(
+        default="letsencrypt", min_length=1, max_length=253, pattern=OBJECT_NAME_PATTERN
+    )
 
 
 class CustomCertificateSettings(Frozen):

@@ -390,26 +390,37 @@ def test_the_store_url_the_schema_admits_is_one_the_controller_opens(
             jsonschema.validate(settings, schema)
 
 
+_SECRET = ("customCertificate", "secretName", ClassReason.INVALID_CERTIFICATE_SECRET_NAME)
+_ISSUER = ("certManager", "clusterIssuerName", ClassReason.INVALID_ISSUER_NAME)
+
+
 @pytest.mark.parametrize(
-    ("name", "admitted"),
+    ("field", "name", "admitted"),
     [
-        ("wildcard-tls", True),
-        ("tls.example.com", True),
-        ("a" * 253, True),
-        ("../../victim/secrets/victim-tls", False),  # read with the controller's rights
-        ("..", False),
-        ("Wildcard-TLS", False),
-        ("tls/other", False),
-        ("a" * 254, False),
+        (_SECRET, "wildcard-tls", True),
+        (_SECRET, "tls.example.com", True),
+        (_SECRET, "a" * 253, True),
+        (_SECRET, "../../victim/secrets/victim-tls", False),  # read with the controller's rights
+        (_SECRET, "..", False),
+        (_SECRET, "Wildcard-TLS", False),
+        (_SECRET, "tls/other", False),
+        (_SECRET, "a" * 254, False),
+        (_ISSUER, "letsencrypt-staging", True),
+        (_ISSUER, "a" * 253, True),
+        (_ISSUER, "letsencrypt\nx-evil: 1", False),  # in each order's Ingress annotation
+        (_ISSUER, "Letsencrypt", False),
+        (_ISSUER, "a" * 254, False),
     ],
 )
-def test_a_certificate_secret_name_is_one_name_in_the_schema_the_crd_and_the_parsers(
-    name: str, admitted: bool
+def test_a_certificate_name_is_one_name_in_the_schema_the_crd_and_the_parsers(
+    field: tuple[str, str, ClassReason], name: str, admitted: bool
 ) -> None:
     """The ModuleConfig's schema, the class CRD's, the settings parser and the class's
-    own validation take the same Secret names: a path taken for one was another
-    namespace's TLS key, copied next to an order."""
-    https = {"mode": "CustomCertificate", "customCertificate": {"secretName": name}}
+    own validation take the same Secret and ClusterIssuer names: a path taken for a
+    Secret's was another namespace's TLS key, copied next to an order."""
+    block, key, reason = field
+    mode = "CustomCertificate" if block == "customCertificate" else "CertManager"
+    https = {"mode": mode, block: {key: name}}
     config = yaml.safe_load((DEPLOY / "openapi" / "config-values.yaml").read_text("utf-8"))
     crd = yaml.safe_load((CRDS / "inferenceserviceclasses.ai.deckhouse.io.yaml").read_text())
     class_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
@@ -431,7 +442,7 @@ def test_a_certificate_secret_name_is_one_name_in_the_schema_the_crd_and_the_par
             jsonschema.validate(klass, class_schema)
         with pytest.raises(pydantic.ValidationError):
             HttpsSettings.model_validate(https)
-        assert valid.reason is ClassReason.INVALID_CERTIFICATE_SECRET_NAME
+        assert valid.reason is reason
 
 
 # --- RBAC --------------------------------------------------------------------------------

@@ -174,6 +174,20 @@ def test_every_seed_class_is_valid(name: str) -> None:
             "'../../victim/secrets/tls' is not the name of a Secret",
             id="custom-certificate-secret-name-is-a-path",
         ),
+        pytest.param(
+            {
+                "exposurePolicy": {
+                    "type": "External",
+                    "https": {
+                        "mode": "CertManager",
+                        "certManager": {"clusterIssuerName": "letsencrypt\nx-evil: 1"},
+                    },
+                }
+            },
+            ClassReason.INVALID_ISSUER_NAME,
+            "is not the name of a ClusterIssuer",
+            id="issuer-name-with-a-newline",
+        ),
     ],
 )
 def test_each_class_problem_has_its_reason(
