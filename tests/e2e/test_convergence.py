@@ -444,8 +444,13 @@ def test_a_class_turning_to_an_hpa_never_drops_a_running_replica(
                 )
 
             wait_for(applied_without_replicas, timeout=60, what="the apply without replicas")
-            obj = alice.wait_phase(NS, "conv-handover", "Ready", timeout=90)
-            assert obj["status"]["constraints"]["maxReplicas"] == 4
+
+            # A pass publishes its status after its applies: wait for it, do not read once.
+            def published_bounds() -> dict[str, Any] | None:
+                obj = alice.wait_phase(NS, "conv-handover", "Ready", timeout=90)
+                return obj if obj["status"]["constraints"]["maxReplicas"] == 4 else None
+
+            obj = wait_for(published_bounds, timeout=60, what="the status's maxReplicas of 4")
             # Handed over once: passes after it come to write nothing (a handover loop
             # writes in every pass). Counted as a window with none: `settle` counts every
             # order's writes, and one other write (a probe's status, elsewhere) is not this.
