@@ -240,9 +240,10 @@ class ClassFailed(Event):
     message: str = ""
 
 
-@event("ModelResolved")
+@event("ModelResolved", version=2)
 class ModelResolved(Event):
-    """The model ref resolved; `facts` are what every later decision about it used."""
+    """The model ref resolved; `facts` are what every later decision about it used (v2:
+    `facts.weights_file`)."""
 
     facts: ModelFacts
     endpoint_type: EndpointType | None = None  # None in classless mode
@@ -250,11 +251,25 @@ class ModelResolved(Event):
     message: str = ""
 
 
-@event("ModelFailed")
+@upcaster("ModelResolved", 1)
+def upcast_model_resolved_v1_v2(payload: Payload) -> Payload:
+    """v1 facts did not name the file a GGUF runtime opens: the runtime chose it."""
+    return payload  # `weights_file` absent reads as None
+
+
+@event("ModelFailed", version=2)
 class ModelFailed(Event):
+    """(v2: `facts.weights_file`.)"""
+
     reason: _ModelFalse
     message: str = ""
     facts: ModelFacts | None = None  # when the facts were read and policy refused them
+
+
+@upcaster("ModelFailed", 1)
+def upcast_model_failed_v1_v2(payload: Payload) -> Payload:
+    """v1 facts did not name the file a GGUF runtime opens: the runtime chose it."""
+    return payload
 
 
 @event("PlanComputed")

@@ -130,7 +130,10 @@ class PlanBasis(_Value):
         return self == other or self._question() == other._question()
 
     def _question(self) -> tuple[object, ...]:
-        facts = self.facts.model_copy(update={"revision": None}) if self.facts else None
+        # Nor the GGUF file: a stream resolved before facts named it (None) asks what a
+        # re-read naming it asks, and a plan in force moves for neither.
+        unasked = {"revision": None, "weights_file": None}
+        facts = self.facts.model_copy(update=unasked) if self.facts else None
         return (self.class_name, self.policy, self.model_ref, facts, self.endpoint_type)
 
 

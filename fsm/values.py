@@ -158,6 +158,9 @@ class ModelFacts(Frozen):
     gated: bool = False
     supports_tool_calling: bool = False
     revision: str | None = None  # commit sha or catalog digest the facts were read at
+    # The file a runtime that opens one file is given: the GGUF variant the facts were
+    # sized for (its first part). None: the runtime chooses (older facts, other formats).
+    weights_file: str | None = None
 
 
 # --- class policy (InferenceServiceClass.spec) ---------------------------------------

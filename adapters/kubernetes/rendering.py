@@ -390,7 +390,7 @@ def _model_path(model_ref: ModelRef) -> str:
     return model_ref.name  # the runtime downloads it from the hub by repo id
 
 
-def _args(recipe: Recipe, plan: Plan, model_ref: ModelRef) -> list[str]:
+def _args(recipe: Recipe, plan: Plan, model_ref: ModelRef, facts: ModelFacts) -> list[str]:
     utilization = format(float(sizing.GPU_MEMORY_UTILIZATION * _share(plan)), ".4g")
     model_path = _model_path(model_ref)
     args = list(
@@ -415,15 +415,22 @@ def _args(recipe: Recipe, plan: Plan, model_ref: ModelRef) -> list[str]:
             flag.format_map(filled) for flag in _VLLM_FLAGS if flag.split("=")[0] not in present
         ]
     if recipe.runtime.lower() == "llama.cpp" and model_ref.src is ModelSource.HUGGING_FACE:
-        args = _hub_repo_for_llama_cpp(args)
+        args = _hub_repo_for_llama_cpp(args, facts.weights_file)
     return args
 
 
-def _hub_repo_for_llama_cpp(args: list[str]) -> list[str]:
+_HF_FILE_FLAGS = ("--hf-file", "-hff")  # a recipe's own choice of file wins
+
+
+def _hub_repo_for_llama_cpp(args: list[str], weights_file: str | None) -> list[str]:
     """llama.cpp's `--model` (`-m`) is a file on disk; a repository on the hub is
     `--hf-repo`, which it downloads (with HF_TOKEN from the env). Rendered as the recipe
     spells it, a GGUF order from the hub asked llama.cpp to open a file named after its
-    repository and never loaded."""
+    repository and never loaded. The file is the variant the plan was sized for
+    (`--hf-file`, its first part: llama.cpp fetches the others): left to llama.cpp, a
+    repository without Q4_K_M had it fetch a file of its own choosing, larger than the
+    memory and the volume planned for it, perhaps."""
+    named = any(arg.partition("=")[0] in _HF_FILE_FLAGS for arg in args)
     out: list[str] = []
     pending_value = False
     for arg in args:
@@ -438,6 +445,8 @@ def _hub_repo_for_llama_cpp(args: list[str]) -> list[str]:
             pending_value = True
         else:
             out.append(arg)
+    if weights_file and not named and out != args:
+        out.append(f"--hf-file={weights_file}")
     return out
 
 
@@ -495,6 +504,7 @@ def _deployment(
     *,
     policy: EffectivePolicy,
     model_ref: ModelRef,
+    facts: ModelFacts,
     settings: Settings,
     token_secret: str,
     token_secret_uid: str | None,
@@ -521,7 +531,7 @@ def _deployment(
     container = {
         "name": "runtime",
         "image": recipe.image,
-        "args": _args(recipe, plan, model_ref),
+        "args": _args(recipe, plan, model_ref, facts),
         "env": _env(recipe, policy, model_ref, settings, token_secret, proxy_env=proxy_env),
         "ports": [{"name": "http", "containerPort": recipe.port, "protocol": "TCP"}],
         "resources": {
@@ -693,6 +703,7 @@ def render_workload(
             recipe,
             policy=policy,
             model_ref=model_ref,
+            facts=facts,
             settings=settings,
             token_secret=token_secret,
             token_secret_uid=auth_secret_uid if auth_secret else None,

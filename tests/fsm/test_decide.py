@@ -384,20 +384,29 @@ def test_an_edit_undone_after_its_replan_failed_is_answered_by_the_plan_in_force
     assert planned_now["observedGeneration"] == 3
 
 
-def _model_at(t: float, revision: str) -> ob.ModelJudged:
-    """The model judged again, the hub now at another upstream commit."""
-    moved = facts().model_copy(update={"revision": revision})
+def _model_at(t: float, **moved_facts: str) -> ob.ModelJudged:
+    """The model judged again: the hub at another upstream commit, or facts read by a
+    release that names more of them."""
+    moved = facts().model_copy(update=moved_facts)
     outcome = ModelOutcome(reason=R.MODEL_RESOLVED, facts=moved, endpoint_type=EndpointType.CHAT)
     return ob.ModelJudged(at=at(t), outcome=outcome)
 
 
-def test_an_edit_undone_at_a_newer_upstream_commit_still_keeps_the_plan() -> None:
+@pytest.mark.parametrize(
+    "moved",
+    [{"revision": "r2"}, {"weights_file": "m-q4_k_m.gguf"}],
+    ids=["newer-commit", "gguf-file-named-after-an-upgrade"],
+)
+def test_an_edit_undone_at_a_newer_upstream_commit_still_keeps_the_plan(
+    moved: dict[str, str],
+) -> None:
     """An edit re-reads the model's facts; past the hub cache they carry the newest
     commit. The commit alone asks the planner nothing (a new commit never replans), so
-    neither a spec written again nor an edit undone moves the order for it."""
-    again = run(*SERVING, spec(10, 2), klass(11), _model_at(12, "r2"))
+    neither a spec written again nor an edit undone moves the order for it. Nor the GGUF
+    file facts of an older release did not name."""
+    again = run(*SERVING, spec(10, 2), klass(11), _model_at(12, **moved))
     assert not needs_plan(again)
-    undone = run(*REPLANNED_AND_FAILED, spec(30, 3), klass(31), _model_at(32, "r2"))
+    undone = run(*REPLANNED_AND_FAILED, spec(30, 3), klass(31), _model_at(32, **moved))
     chosen = decide(undone, planned(33, device_class="nvidia-l4"))
     assert [e.TYPE for e in chosen] == ["PlanComputed"]
     assert run(planned(33, device_class="nvidia-l4"), state=undone).plan == plan()

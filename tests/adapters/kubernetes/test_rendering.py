@@ -485,6 +485,32 @@ def test_llama_cpp_is_given_a_hub_repository_as_one_and_its_own_key(spelled: lis
     assert "LLAMA_API_KEY" in env(by_kind) and "VLLM_API_KEY" not in env(by_kind)
 
 
+@pytest.mark.parametrize(
+    ("weights_file", "recipe_args", "given"),
+    [
+        ("q4.gguf", (), "q4.gguf"),
+        ("m-Q5_K_M-00001-of-00002.gguf", (), "m-Q5_K_M-00001-of-00002.gguf"),
+        (None, (), None),  # facts from before they named it: llama.cpp chooses
+        ("q4.gguf", ("--hf-file=own.gguf",), "own.gguf"),  # the recipe's choice wins
+    ],
+    ids=["one-file", "split", "unnamed", "recipe-names-one"],
+)
+def test_llama_cpp_opens_the_variant_the_plan_was_sized_for(
+    weights_file: str | None, recipe_args: tuple[str, ...], given: str | None
+) -> None:
+    """A GGUF repository holds every quantization: the plan's memory and volume are for
+    the variant the facts name, and llama.cpp, left to choose, may fetch another."""
+    recipe = LLAMA_CPP.model_copy(update={"args": ("--model={modelPath}", *recipe_args)})
+    plan = PLAN.model_copy(update={"recipe": recipe.name})
+    facts = FACTS.model_copy(update={"weights_file": weights_file})
+    objects = rendering.render_workload(
+        ORDER, plan, recipe, policy(), HF_REF, settings=SETTINGS, facts=facts
+    )
+    args = container({o["kind"]: o for o in objects})["args"]
+    files = [a.partition("=")[2] for a in args if a.partition("=")[0] == "--hf-file"]
+    assert files == ([given] if given else [])
+
+
 def test_a_runtime_that_takes_no_key_is_never_rendered_under_token() -> None:
     keyless = RECIPE.model_copy(update={"runtime": "text-embeddings-inference"})
     with pytest.raises(RenderError, match="cannot be given the API key"):

@@ -87,6 +87,9 @@ def test_public_models_resolve_to_their_published_facts(
     assert facts.supports_tool_calling is tools
     assert facts.revision == hub.fixture.models[name].sha
     assert facts.gated is False
+    # The one file a GGUF runtime opens is the variant sized above (Q4_K_M, first part).
+    gguf = "qwen2.5-7b-instruct-q4_k_m-00001-of-00002.gguf"
+    assert facts.weights_file == (gguf if fmt is ModelFormat.GGUF else None)
 
 
 def test_config_fields_are_read_at_the_resolved_commit(
