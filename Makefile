@@ -18,7 +18,7 @@ lint: setup
 # The suite runs the whole crash matrix (docs/faults.md, "Crashes"): every write boundary
 # x 20 seeds, four seeds to a crashed controller. The matrix runs on two workers, each
 # with a control plane of its own (its rounds mostly wait on the controller's restarts:
-# 9 minutes instead of 13); the rest of the suite runs first, alone, as its timings are
+# 7 to 9 minutes instead of 13); the rest of the suite runs first, alone, as its timings are
 # read on a machine that is otherwise quiet.
 MATRIX = AI_INFERENCE_FAULT_SEEDS=20 AI_INFERENCE_FAULT_MIXES=4
 FAULTS = $(MATRIX) .venv/bin/pytest -n 2 --dist loadgroup tests/faults
