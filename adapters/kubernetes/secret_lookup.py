@@ -34,7 +34,7 @@ from kubernetes.client import ApiClient
 from adapters.kubernetes import errors, kinds
 from adapters.kubernetes.rest import call
 from adapters.kubernetes.watching import Handler, Informer, Obj
-from fsm.identity import is_object_name
+from fsm.identity import auth_secret_name, custom_tls_secret_name, is_object_name
 
 __all__ = ["NamedSecrets"]
 
@@ -86,7 +86,7 @@ class NamedSecrets:
 
     def get_by_name(self, namespace: str | None, name: str) -> Obj | None:
         obj = self._own.get_by_name(namespace, name)
-        if obj is not None:
+        if obj is not None and own_secret(obj):
             return obj
         key = (namespace or "", name)
         with self._lock:
@@ -149,7 +149,8 @@ class NamedSecrets:
             keys = list(self._entries)
         changed = 0
         for key in keys:
-            if self._own.get_by_name(*key) is not None:
+            own = self._own.get_by_name(*key)
+            if own is not None and own_secret(own):
                 with self._lock:
                     self._entries.pop(key, None)  # ours now: the informer has it
                 continue
@@ -202,3 +203,18 @@ class NamedSecrets:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+
+
+def own_secret(obj: Obj) -> bool:
+    """Is this one of the Secrets the controller makes for an order, named after the order
+    that controls it (its token, its certificate copy)? Anyone who may create a Secret can
+    give it the order label; only these are read whole from the label-selected cache."""
+    meta = obj.get("metadata") or {}
+    name = meta.get("name")
+    return any(
+        ref.get("controller")
+        and ref.get("kind") == "InferenceService"
+        and name
+        in (auth_secret_name(str(ref.get("name"))), custom_tls_secret_name(str(ref.get("name"))))
+        for ref in meta.get("ownerReferences") or []
+    )

@@ -14,10 +14,11 @@ from typing import Any
 from kubernetes.client import ApiClient
 
 from adapters.kubernetes import kinds
+from adapters.kubernetes.certificates import COPIED_KEYS
 from adapters.kubernetes.global_settings import GLOBAL_NAME
-from adapters.kubernetes.rendering import UID_LABEL
+from adapters.kubernetes.rendering import AUTH_SECRET_KEY, UID_LABEL
 from adapters.kubernetes.rest import Resource
-from adapters.kubernetes.secret_lookup import NamedSecrets
+from adapters.kubernetes.secret_lookup import NamedSecrets, own_secret
 from adapters.kubernetes.settings import MODULE_NAME
 from adapters.kubernetes.watching import RESYNC, Informer, Obj, Timeouts, by_label
 from fsm.placement.arbitration import TAKEN_ANNOTATION
@@ -158,6 +159,30 @@ CLAIM_SHAPE: Shape = {
 SPEC_SHAPE: Shape = {**_TYPED, "spec": True}
 
 
+# A labelled Secret: of the controller's own (secret_lookup.own_secret), the keys it reads;
+# of any other, who holds it and who owns it (an order's Secret of that name that is not
+# the order's is a conflict the order reports). A tenant may label any Secret it creates:
+# kept whole, 200 labelled Secrets of 930 KiB took the controller from 148 to 335 MiB,
+# and a few hundred more past its memory limit, for every tenant at once.
+_OWN_SECRET_KEYS = (AUTH_SECRET_KEY, *COPIED_KEYS)
+_STRANGER_METADATA = (
+    "name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences",
+    "deletionTimestamp",
+)  # fmt: skip
+
+
+def trim_secret(obj: Obj) -> None:
+    if own_secret(obj):
+        data = obj.get("data") or {}
+        obj["data"] = {key: data[key] for key in _OWN_SECRET_KEYS if key in data}
+        return
+    meta = _meta(obj)
+    kept: Obj = {key: obj[key] for key in ("apiVersion", "kind", "type") if key in obj}
+    kept["metadata"] = {key: meta[key] for key in _STRANGER_METADATA if key in meta}
+    obj.clear()
+    obj.update(kept)
+
+
 def shaped(value: Any, shape: Shape | bool) -> Any:
     """`value` with only what `shape` keeps."""
     if shape is True or not isinstance(shape, Mapping):
@@ -280,7 +305,10 @@ class ClusterCache:
             trim=trimming(SPEC_SHAPE),
         )
         self.token_secrets = informer(
-            kinds.SECRETS, label_selector=UID_LABEL, indexers={BY_ORDER: by_label(UID_LABEL)}
+            kinds.SECRETS,
+            label_selector=UID_LABEL,
+            indexers={BY_ORDER: by_label(UID_LABEL)},
+            trim=trim_secret,
         )
         # Never every Secret of the cluster: our token Secrets and certificate copies by
         # label (above), and the Secrets orders and the https settings name, by name
