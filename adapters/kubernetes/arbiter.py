@@ -212,15 +212,29 @@ class Arbiter:
         held by the victim's own last replica, kept the victim down beside a free device
         it could never use. So did an order whose plan was dropped (its class tried),
         for good: it pursues no device. An order not folded yet counts, as does one
-        whose devices cannot be judged."""
+        whose devices cannot be judged.
+
+        The order label is anyone's to write on a pod of their own: a pod counts only as
+        a pending replica of an order of its namespace that has not every replica it
+        wants, at that order's priority. A tenant's unschedulable pod labelled as no
+        order, at a priority of its choosing, held every give-back in the cluster."""
         mine = planner.plan_devices(snapshot, plan)
         ours = None if mine is None else {device.id for device in mine}
         states = self._states()
         for pod in self._world.pods.objects(copy_=False):
-            if not _unbound(pod) or int((pod.get("spec") or {}).get("priority") or 0) <= own:
+            if not _unbound(pod):
                 continue
             uid = ((pod.get("metadata") or {}).get("labels") or {}).get(UID_LABEL)
-            other = states.get(uid) if uid else None
+            if not uid or not self._pending_replica(uid, pod, states):
+                continue
+            other = states.get(uid)
+            priority = int((pod.get("spec") or {}).get("priority") or 0)
+            if other is not None and other.policy is not None:
+                priority = (
+                    snapshot.priority_value(other.policy.constraints.priority_class_name) or 0
+                )
+            if priority <= own:
+                continue
             if other is None:
                 return True
             wanted = other.plan or other.plan_in_force
@@ -242,6 +256,16 @@ class Arbiter:
                 return True
         return False
 
+    def _pending_replica(self, uid: str, pod: Obj, states: Mapping[str, OrderState]) -> bool:
+        """Is `pod` a replica its order still waits for: the order is of the pod's
+        namespace, and not every replica it wants is placed?"""
+        order = self._world.orders.get(uid, copy_=False)
+        meta = (order or {}).get("metadata") or {}
+        namespace = str((pod.get("metadata") or {}).get("namespace"))
+        if order is None or meta.get("namespace") != namespace:
+            return False
+        return not self._placed_all(uid, namespace, str(meta.get("name")), states.get(uid))
+
     def _order_named(self, namespaced: str) -> Obj | None:
         namespace, _, name = namespaced.partition("/")
         return self._world.orders.get_by_name(namespace, name)
@@ -253,13 +277,18 @@ class Arbiter:
         if order is None:
             return True
         meta = order.get("metadata") or {}
-        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        uid = str(meta.get("uid"))
+        name = str(meta.get("name"))
+        return self._placed_all(uid, str(meta.get("namespace")), name, self._states().get(uid))
+
+    def _placed_all(self, uid: str, namespace: str, name: str, state: OrderState | None) -> bool:
+        """Has the order every replica its Deployment wants (at most its maximum) on a
+        node?"""
         deployment = self._world.deployments.get_by_name(namespace, name)
         if deployment is None:
             return False
         desired = _replicas(deployment)
-        state = self._states().get(str(meta.get("uid")))
         if state is not None and state.policy is not None:
             desired = min(desired, state.policy.constraints.max_replicas)
-        pods = self._world.pods_of(str(meta.get("uid")), namespace)
+        pods = self._world.pods_of(uid, namespace)
         return sum(1 for p in pods if _live(p) and not _unbound(p)) >= desired

@@ -6,7 +6,8 @@ from typing import Any
 
 from adapters.kubernetes.arbiter import Arbiter
 from adapters.kubernetes.rendering import UID_LABEL
-from fsm.state import OrderState
+from fsm.reasons import Reason
+from fsm.state import ClassJudgement, OrderState
 from tests.support import fakes, strategies
 from tests.support.planner_inputs import (
     A100,
@@ -35,19 +36,32 @@ V_PLAN = strategies.plan("a100s", devices=("gpu.nvidia.com/node-a100/a0",)).mode
 )
 
 
-def _waiting_pod(uid: str) -> dict[str, Any]:
+def _waiting_pod(uid: str, namespace: str = "team", priority: int = 1000) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": f"{uid}-7f9-x", "namespace": "team", "labels": {UID_LABEL: uid}},
-        "spec": {"priority": 1000},
+        "metadata": {"name": f"{uid}-7f9-x", "namespace": namespace, "labels": {UID_LABEL: uid}},
+        "spec": {"priority": priority},
         "status": {"phase": "Pending"},
     }
 
 
-def _arbiter(states: dict[str, OrderState]) -> Arbiter:
+def _order(uid: str, namespace: str = "team") -> dict[str, Any]:
+    return {
+        "apiVersion": "ai.deckhouse.io/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": uid, "namespace": namespace, "uid": uid},
+        "spec": {},
+    }
+
+
+def _arbiter(
+    states: dict[str, OrderState], pod: dict[str, Any] | None = None, order: bool = True
+) -> Arbiter:
     world = fakes.world()
-    fakes.put(world, _waiting_pod("h"))
+    fakes.put(world, pod or _waiting_pod("h"))
+    if order:
+        fakes.put(world, _order("h"))
     return Arbiter(
         None,  # type: ignore[arg-type]  # reads only the cache here
         world,
@@ -90,3 +104,29 @@ def test_a_give_back_does_not_wait_for_a_higher_pod_that_cannot_use_the_room() -
     assert not _arbiter({"h": h_needs_both})._higher_priority_waits(100, SNAP, V_PLAN)
     h_dropped = OrderState().model_copy(update={"plan": None, "plan_in_force": None})
     assert not _arbiter({"h": h_dropped})._higher_priority_waits(100, SNAP, V_PLAN)
+
+
+def test_a_give_back_waits_for_no_pod_that_is_not_a_pending_replica_of_an_order() -> None:
+    """The order label is anyone's to write on a pod of their own. A tenant's
+    unschedulable pod labelled as no order, at a priority of its choosing, held every
+    give-back in the cluster; so did one labelled as an order of another namespace, or
+    one claiming a priority its order has not."""
+    h_on_a100s = OrderState().model_copy(update={"plan": V_PLAN})
+    assert _arbiter({"h": h_on_a100s})._higher_priority_waits(100, SNAP, V_PLAN)
+    no_order = _waiting_pod("not-an-order")
+    assert not _arbiter({}, no_order)._higher_priority_waits(100, SNAP, V_PLAN)
+    assert not _arbiter({}, order=False)._higher_priority_waits(100, SNAP, V_PLAN)
+    elsewhere = _waiting_pod("h", namespace="tenant")
+    assert not _arbiter({"h": h_on_a100s}, elsewhere)._higher_priority_waits(100, SNAP, V_PLAN)
+    # H at inference-low (100): its pod's 1000 is the pod's own word.
+    low = h_on_a100s.model_copy(update={"klass": _judged("inference-low")})
+    assert not _arbiter({"h": low})._higher_priority_waits(100, SNAP, V_PLAN)
+    high = h_on_a100s.model_copy(update={"klass": _judged("inference-high")})
+    assert _arbiter({"h": high})._higher_priority_waits(100, SNAP, V_PLAN)
+
+
+def _judged(priority: str) -> ClassJudgement:
+    policy = strategies.policy(priority=priority)
+    return ClassJudgement(
+        class_name="c", reason=Reason.CLASS_ADMITTED, message="", policy=policy, generation=1
+    )
