@@ -376,6 +376,17 @@ def _give_back(view: OrderView, snapshot: Snapshot) -> Ruling:
     """A victim scaled back up as far as free capacity allows; what is still taken."""
     taking = view.taking
     assert taking is not None
+    room = max(0, view.max_replicas - view.desired)
+    if taking.replicas > room:
+        # More than the class's maximum lets come back: a maximum lowered since the take,
+        # or a record no taker wrote (the annotation is anyone's who may edit the
+        # Deployment, and one of 100 replicas grew the order onto every free device).
+        # What cannot come back is owed no more.
+        gone = view.gone_takers
+        kept = taking.given_back(taking.replicas - room, gone=lambda name: name in gone)
+        if kept is None:
+            return Ruling(_WITHIN, give_back=GiveBack(view.desired, None, view.resource_version))
+        taking = kept
     if view.higher_priority_waiting or not view.takers_satisfied:
         return Ruling(taken_verdict(taking))  # a higher-priority pod, or a taker, goes first
     back = 0

@@ -272,6 +272,7 @@ def test_replicas_come_back_only_from_free_room_once_takers_are_placed() -> None
         waiting=False,
         available=1,
         desired=1,
+        max_replicas=2,
         bound=1,
         held=1,
         taking=record,
@@ -288,6 +289,39 @@ def test_replicas_come_back_only_from_free_room_once_takers_are_placed() -> None
     full = rule(victim, two_l4s(("u-low", 100), ("u-high", 1000)), {})
     assert full.give_back is None
     assert full.verdict == taken_verdict(record)
+
+
+@pytest.mark.parametrize(
+    ("maximum", "taken", "replicas", "left"),
+    [(1, 100, 1, None), (2, 100, 2, None), (3, 100, 2, 1), (2, 1, 2, None)],
+    ids=["none-owed", "up-to-the-maximum", "the-rest-still-owed", "a-true-record"],
+)
+def test_replicas_never_come_back_past_the_maximum(
+    maximum: int, taken: int, replicas: int, left: int | None
+) -> None:
+    """The record is an annotation anyone who may edit the Deployment can write: one of
+    100 replicas taken grew a fixed one-replica order onto every free device. What the
+    maximum does not let come back (a maximum lowered since, a record nobody took) is
+    owed no more."""
+    record = Taking((Taker("nobody/x", "inference-high", taken),))
+    victim = view(
+        uid="u-low",
+        priority_class_name="inference-low",
+        waiting=False,
+        available=1,
+        desired=1,
+        max_replicas=maximum,
+        bound=1,
+        held=1,
+        taking=record,
+        resource_version="9",
+        gone_takers=frozenset({"nobody/x"}),
+    )
+    back = rule(victim, two_l4s(("u-low", 100)), {})  # one L4 free
+    assert back.give_back is not None
+    assert back.give_back.replicas == replicas
+    owed = back.give_back.record
+    assert (owed.replicas if owed is not None else None) == left
 
 
 @pytest.mark.parametrize("name", _CLAIM_NAMES, ids=["claim-sorts-first", "claim-sorts-last"])
