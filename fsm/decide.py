@@ -17,6 +17,7 @@ from __future__ import annotations
 from fsm import events as ev
 from fsm import observations as ob
 from fsm.fold import plan_basis
+from fsm.identity import shown_to
 from fsm.reasons import Reason
 from fsm.state import PROBE_FAILURE_THRESHOLD, OrderState, grace_start, probe_error_text
 from fsm.values import ClassOutcome, ModelOutcome, PlanOutcome
@@ -464,7 +465,9 @@ def _reclaimed(s: OrderState, o: ob.ReplicasReclaimed) -> list[ev.Event]:
         return []  # this take is in the log already
     if o.basis and s.last_reclaim_basis == (o.victim, o.basis):
         return []  # decided from the same read of the victim: the same take, not scaled yet
-    message = f"took {o.replicas} replica(s) of {o.victim}, of lower priority"
+    message = (
+        f"took {o.replicas} replica(s) of {shown_to(s.namespace, [o.victim])}, of lower priority"
+    )
     return [
         ev.ReplicasReclaimed(
             observed_at=o.at,

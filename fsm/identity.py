@@ -8,6 +8,7 @@ the objects named after it; this module is the one home of that vocabulary, so t
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -56,6 +57,20 @@ def custom_tls_secret_name(order_name: str) -> str:
     cert-manager Secret of an order named `{order}-custom`: no suffix here ends another
     one, so no two orders' Secrets can share a name (tests/fsm/test_identity.py)."""
     return f"{order_name}-certificate"
+
+
+def shown_to(namespace: str, keys: Sequence[str]) -> str:
+    """`namespace/name` keys as a message an order of `namespace` shows may name them:
+    its own namespace's by name, the others counted. The order's status and Events are
+    read by its tenant, who may not know other tenants' namespaces, orders or claims;
+    the event log keeps every name for the administrator."""
+    own = [key for key in keys if key.partition("/")[0] == namespace]
+    others = len(keys) - len(own)
+    if others:
+        own.append(
+            f"{others} in another namespace" if others == 1 else f"{others} in other namespaces"
+        )
+    return ", ".join(own)
 
 
 def is_object_name(name: str) -> bool:

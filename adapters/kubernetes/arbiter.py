@@ -106,6 +106,7 @@ class Arbiter:
             taking=taking,
             held=sum(1 for a in snapshot.allocations if a.holder == order.uid),
             resource_version=str(((deployment or {}).get("metadata") or {}).get("resourceVersion")),
+            namespace=order.namespace,
         )
         if taking is not None:
             own = snapshot.priority_value(bounds.priority_class_name) or 0

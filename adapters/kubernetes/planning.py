@@ -254,6 +254,7 @@ class Planning:
                 endpoint_type=model.endpoint_type,
             ),
             order_uid=uid,
+            namespace=state.namespace,
             held=command.plan_in_force,
             tried_device_classes=command.excluded_device_classes,
         )

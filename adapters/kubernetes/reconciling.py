@@ -252,7 +252,8 @@ class Reconciler:
             if obj is None:
                 continue
             victim = _Pass(order_of(obj), self.state_of(take.victim), p.now)
-            self._record(victim, _scaling_seen(arbitration.taken_verdict(take.record), p.now))
+            verdict = arbitration.taken_verdict(take.record, victim.order.namespace)
+            self._record(victim, _scaling_seen(verdict, p.now))
             self._commit(victim)
             self.actor.scale(victim.order, take.replicas, take.record, take.resource_version)
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from fsm.identity import shown_to
 from fsm.placement import planner
 from fsm.placement.capacity import FULL_SHARE, ORDER_UID_LABEL, Allocation, Place, Snapshot
 from fsm.reasons import Reason
@@ -125,10 +126,12 @@ class Taking:
         annotations = ((deployment or {}).get("metadata") or {}).get("annotations") or {}
         return cls.parse(annotations.get(TAKEN_ANNOTATION))
 
-    def message(self) -> str:
+    def message(self, namespace: str) -> str:
+        """What the victim, of `namespace`, says: takers of other namespaces counted."""
         by_class = f" ({self.priority_class_name})" if self.priority_class_name else ""
+        by = shown_to(namespace, [t.order for t in self.takers])
         return (
-            f"{self.replicas} replica(s) taken by {self.by}{by_class}, of higher priority; "
+            f"{self.replicas} replica(s) taken by {by}{by_class}, of higher priority; "
             "they come back when capacity frees."
         )
 
@@ -262,6 +265,7 @@ class OrderView:
     takers_satisfied: bool = True  # every taker has placed what it took (or is gone)
     gone_takers: frozenset[str] = frozenset()  # takers deleted since
     resource_version: str = ""  # of the Deployment read: a give-back is conditional on it
+    namespace: str = ""  # the order's: its verdicts name only that namespace's takers
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,10 +298,10 @@ class Ruling:
 _WITHIN = Verdict(Reason.SCALING_WITHIN_BOUNDS)
 
 
-def taken_verdict(record: Taking) -> Verdict:
+def taken_verdict(record: Taking, namespace: str) -> Verdict:
     return Verdict(
         Reason.CAPACITY_TAKEN_BY_PRIORITY,
-        message=record.message(),
+        message=record.message(namespace),
         taken_by=record.by,
         priority_class_name=record.priority_class_name,
         replicas=record.replicas,
@@ -388,7 +392,7 @@ def _give_back(view: OrderView, snapshot: Snapshot) -> Ruling:
             return Ruling(_WITHIN, give_back=GiveBack(view.desired, None, view.resource_version))
         taking = kept
     if view.higher_priority_waiting or not view.takers_satisfied:
-        return Ruling(taken_verdict(taking))  # a higher-priority pod, or a taker, goes first
+        return Ruling(taken_verdict(taking, view.namespace))  # a higher pod or a taker first
     back = 0
     for count in range(taking.replicas, 0, -1):
         place = planner.room_for(
@@ -400,7 +404,7 @@ def _give_back(view: OrderView, snapshot: Snapshot) -> Ruling:
     if back == 0 or view.held < view.desired:
         # Nothing free; or what came back last is not placed yet (in the very snapshot
         # the room was judged from), so that room may be its own.
-        return Ruling(taken_verdict(taking))
+        return Ruling(taken_verdict(taking, view.namespace))
     left = taking.given_back(back, gone=lambda name: name in view.gone_takers)
-    verdict = taken_verdict(left) if left is not None else _WITHIN
+    verdict = taken_verdict(left, view.namespace) if left is not None else _WITHIN
     return Ruling(verdict, give_back=GiveBack(view.desired + back, left, view.resource_version))

@@ -37,6 +37,7 @@ from pydantic import Field
 # A module import, not names: fsm.policy imports fsm.placement.sizing, so importing
 # fsm.policy first runs this module while policy is only partly initialised.
 from fsm import policy
+from fsm.identity import shown_to
 from fsm.placement import cel, sizing
 from fsm.placement.capacity import FULL_SHARE, Device, DeviceClassInfo, Place, Snapshot, find_place
 from fsm.placement.kept import KeptFor
@@ -80,6 +81,7 @@ class PlanRequest(Frozen):
     min_replicas: int = Field(default=1, ge=1)
     priority_class_name: str | None = None
     order_uid: str | None = None
+    namespace: str = ""  # the order's: its messages name only that namespace's claims
     held: Plan | None = None  # the plan in force, whose place is not offered again
     tried_device_classes: tuple[str, ...] = ()
     api_key: bool = False  # Token authentication: only a runtime that takes a key
@@ -91,6 +93,7 @@ class PlanRequest(Frozen):
         model: ModelOutcome,
         *,
         order_uid: str | None = None,
+        namespace: str = "",
         held: Plan | None = None,
         tried_device_classes: Sequence[str] = (),
     ) -> PlanRequest:
@@ -103,6 +106,7 @@ class PlanRequest(Frozen):
             min_replicas=policy.constraints.min_replicas,
             priority_class_name=policy.constraints.priority_class_name,
             order_uid=order_uid,
+            namespace=namespace,
             held=held,
             tried_device_classes=tuple(sorted(set(tried_device_classes))),
             api_key=policy.exposure.needs_token,
@@ -167,7 +171,7 @@ def plan(request: PlanRequest, snapshot: Snapshot, recipes: Sequence[Recipe]) ->
             else:
                 losses.append(outcome)
     if options:
-        return _success(options, losses)
+        return _success(request, options, losses)
     return _failure(request, losses, names)
 
 
@@ -510,7 +514,9 @@ def _rank_key(option: _Option) -> tuple[object, ...]:
     return option.rank
 
 
-def _success(options: Sequence[_Option], losses: Sequence[_Loss]) -> PlanOutcome:
+def _success(
+    request: PlanRequest, options: Sequence[_Option], losses: Sequence[_Loss]
+) -> PlanOutcome:
     ranked = sorted(options, key=_rank_key)
     best = ranked[0]
     runners_up = [
@@ -530,7 +536,8 @@ def _success(options: Sequence[_Option], losses: Sequence[_Loss]) -> PlanOutcome
         + f", recipe {chosen.recipe}"
     )
     if best.place.reclaims:
-        message += f"; needs lower-priority claim(s) freed: {', '.join(best.place.reclaims)}"
+        freed = shown_to(request.namespace, best.place.reclaims)
+        message += f"; needs lower-priority claim(s) freed: {freed}"
     return PlanOutcome(
         reason=Reason.PLAN_COMPUTED,
         message=message,

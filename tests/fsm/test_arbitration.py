@@ -51,7 +51,20 @@ def test_the_record_round_trips_through_the_annotation() -> None:
     back = Taking.of(deployment(record.dump()))
     assert back == record
     assert (back.replicas, back.by) == (3, "support/high, support/high2")
-    assert back.message().startswith("3 replica(s) taken by support/high, support/high2")
+    assert back.message("support").startswith("3 replica(s) taken by support/high, support/high2")
+
+
+def test_a_victim_names_no_taker_of_another_namespace() -> None:
+    """Its status and Events are its tenant's to read; the record and the log keep every
+    name for the administrator."""
+    record = Taking((Taker("support/high", "inference-high", 1),)).taken(
+        "analytics/urgent", "inference-high", 2
+    )
+    assert record.message("support").startswith(
+        "3 replica(s) taken by support/high, 1 in another namespace (inference-high)"
+    )
+    assert "analytics" not in record.message("support")
+    assert record.message("shop").startswith("3 replica(s) taken by 2 in other namespaces")
 
 
 @pytest.mark.parametrize(
@@ -288,7 +301,7 @@ def test_replicas_come_back_only_from_free_room_once_takers_are_placed() -> None
     assert waiting.verdict.reason is Reason.CAPACITY_TAKEN_BY_PRIORITY
     full = rule(victim, two_l4s(("u-low", 100), ("u-high", 1000)), {})
     assert full.give_back is None
-    assert full.verdict == taken_verdict(record)
+    assert full.verdict == taken_verdict(record, "")
 
 
 @pytest.mark.parametrize(

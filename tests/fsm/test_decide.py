@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fsm import events as ev
 from fsm import observations as ob
 from fsm.decide import decide, excluded_device_classes, held_devices, needs_plan
 from fsm.effects import (
@@ -493,3 +494,14 @@ def test_a_take_decided_again_from_the_same_read_of_the_victim_is_recorded_once(
     unbased = fold(decide(OrderState(), take(1, "")))
     assert unbased.last_reclaim_basis is None
     assert events_of(unbased, take(2, "")) == ["ReplicasReclaimed"]
+
+
+def test_a_take_names_its_victim_only_to_an_order_of_the_victims_namespace() -> None:
+    """The taker's Events are its tenant's to read: another tenant's order is counted."""
+    take = ob.ReplicasReclaimed(at=at(1), victim="analytics/low", replicas=1, basis="7")
+    (mine,) = decide(OrderState().model_copy(update={"namespace": "analytics"}), take)
+    (theirs,) = decide(OrderState().model_copy(update={"namespace": "support"}), take)
+    assert isinstance(mine, ev.ReplicasReclaimed) and isinstance(theirs, ev.ReplicasReclaimed)
+    assert "analytics/low" in mine.message
+    assert theirs.message == "took 1 replica(s) of 1 in another namespace, of lower priority"
+    assert theirs.victim == "analytics/low"  # the log keeps the name for the administrator

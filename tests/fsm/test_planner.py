@@ -436,9 +436,17 @@ def test_a_higher_priority_order_reclaims_the_lowest_first() -> None:
         claim("low-llm-gpu-a", "node-a100", "gpu-0", holder="low"),
         priorities={"low": 100},
     )
-    high = plan(request(QWEN_7B, priority_class_name="inference-high"), snap, RECIPES)
+    high = plan(
+        request(QWEN_7B, priority_class_name="inference-high", namespace="team"), snap, RECIPES
+    )
     assert high.reason is Reason.PLAN_COMPUTED and high.reclaims == ("team/low-llm-gpu-a",)
     assert "team/low-llm-gpu-a" in high.message
+    # An order of another tenant is told there is one to free, not whose it is.
+    other = plan(
+        request(QWEN_7B, priority_class_name="inference-high", namespace="shop"), snap, RECIPES
+    )
+    assert other.reclaims == ("team/low-llm-gpu-a",)
+    assert other.message.endswith("needs lower-priority claim(s) freed: 1 in another namespace")
     normal = plan(request(QWEN_7B, priority_class_name="inference-low"), snap, RECIPES)
     assert normal.reason is Reason.NO_CAPACITY and not normal.reclaims
 
