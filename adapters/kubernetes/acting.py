@@ -407,23 +407,32 @@ class Actor:
         kind, name = converging.key_of(stray)
         self.repairs += 1
         uid = str(stray["metadata"]["uid"])
+        hosts = _ingress_hosts(stray) if kind == "Ingress" else set()
         if kind == "Ingress":
             # Before the Ingress: nothing but the Ingress being there makes a pass look for
             # this Secret, so a failure (or a crash) after the Ingress went orphaned it, a
             # private key with it. A failure here leaves the Ingress, pruned again next pass.
-            self._prune_tls_secret(order)
+            self._prune_tls_secret(order, hosts)
         self._writer.delete(self._resource(stray), order.namespace, name, uid)
         log.info("%s: pruned %s %s", order.key, kind, name)
         if kind == "Ingress":
-            self._prune_tls_secret(order)  # cert-manager may have issued it again meanwhile
+            self._prune_tls_secret(order, hosts)  # cert-manager may have issued it again
 
-    def _prune_tls_secret(self, order: OrderRef) -> None:
+    def _prune_tls_secret(self, order: OrderRef, hosts: set[str]) -> None:
         """cert-manager's Secret for the order's Ingress goes with it — only if cert-manager
-        made it for that Ingress (it names the Certificate after the Secret)."""
+        made it for that Ingress: it names the Certificate after the Secret, and the
+        certificate is for the Ingress's host. A Secret of the same name the tenant had
+        for a certificate of its own (cert-manager names a Certificate after its Secret
+        too) was deleted with the order's Ingress."""
         name = tls_secret_name(order.name)
         secret = self._writer.get(kinds.SECRETS, order.namespace, name)
         annotations = ((secret or {}).get("metadata") or {}).get("annotations") or {}
-        if secret is not None and annotations.get("cert-manager.io/certificate-name") == name:
+        names = {n.strip() for n in str(annotations.get(_CERT_ALT_NAMES) or "").split(",")}
+        if (
+            secret is not None
+            and annotations.get("cert-manager.io/certificate-name") == name
+            and names & hosts
+        ):
             self._writer.delete(kinds.SECRETS, order.namespace, name, secret["metadata"]["uid"])
 
     def scale(
@@ -690,3 +699,12 @@ def _first_probe_in(uid: str, state: OrderState, after: float, now: datetime) ->
     if 0 <= elapsed < after:
         return after - elapsed
     return after * (zlib.crc32(uid.encode()) / 2**32) if state.probe_ok else 0.0
+
+
+_CERT_ALT_NAMES = "cert-manager.io/alt-names"  # the certificate's DNS names, on its Secret
+
+
+def _ingress_hosts(ingress: Mapping[str, Any]) -> set[str]:
+    spec = ingress.get("spec") or {}
+    hosts = {str(rule.get("host")) for rule in spec.get("rules") or [] if rule.get("host")}
+    return hosts | {str(h) for tls in spec.get("tls") or [] for h in tls.get("hosts") or []}

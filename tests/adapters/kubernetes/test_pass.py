@@ -772,22 +772,10 @@ def test_the_ingress_tls_secret_goes_with_it_also_after_a_failed_delete(tmp_path
     bed = Bed(tmp_path, a100s=2)
     uid = bed.order("llm")
     bed.settle(uid)
-    assert bed.child("Ingress", "llm") is not None
+    ingress = bed.child("Ingress", "llm")
+    assert ingress is not None
     tls = "llm-tls"
-    fakes.put(
-        bed.world,
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {
-                "name": tls,
-                "namespace": "support",
-                "annotations": {"cert-manager.io/certificate-name": tls},
-            },
-            "type": "kubernetes.io/tls",
-            "data": {},
-        },
-    )
+    fakes.put(bed.world, _issued(tls, ingress["spec"]["rules"][0]["host"]))
     delete, refused = bed.writer.delete, []
 
     def refusing_once(resource: Any, namespace: str | None, name: str, uid_: str) -> bool:
@@ -802,6 +790,36 @@ def test_the_ingress_tls_secret_goes_with_it_also_after_a_failed_delete(tmp_path
     assert refused == [tls]
     assert bed.child("Ingress", "llm") is None
     assert bed.writer.get(SECRETS, "support", tls) is None
+    bed.log.close()
+
+
+def _issued(name: str, host: str) -> dict[str, Any]:
+    """A Secret cert-manager issued, for a certificate of `host`."""
+    annotations = {"cert-manager.io/certificate-name": name, "cert-manager.io/alt-names": host}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": "support", "annotations": annotations},
+        "type": "kubernetes.io/tls",
+        "data": {},
+    }
+
+
+def test_a_tenants_own_certificate_of_the_same_name_stays_when_the_ingress_goes(
+    tmp_path: Path,
+) -> None:
+    """The tenant's own certificate, for a host of its own, in a Secret named as the
+    order's would be: cert-manager names a Certificate after its Secret too, so that
+    annotation alone took it for the order's and deleted it with the order's Ingress."""
+    bed = Bed(tmp_path, a100s=2)
+    uid = bed.order("llm")
+    bed.settle(uid)
+    assert bed.child("Ingress", "llm") is not None
+    fakes.put(bed.world, _issued("llm-tls", "shop.example.com"))
+    _exposure(bed, NONE_LOCAL, 2)
+    bed.settle(uid)
+    assert bed.child("Ingress", "llm") is None
+    assert bed.writer.get(SECRETS, "support", "llm-tls") is not None
     bed.log.close()
 
 
