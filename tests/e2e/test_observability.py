@@ -88,7 +88,17 @@ def test_metrics_follow_an_order_from_pending_to_ready(platform, alice, endpoint
             order = alice.get("support", NAME) or {}
             return now if (order.get("status") or {}).get("phase") == "Ready" else None
 
-        after = wait_for(ready, timeout=120, what=f"support/{NAME} Ready")
+        wait_for(ready, timeout=120, what=f"support/{NAME} Ready")
+
+        def counted_ready() -> Samples | None:
+            # The gauges are the controller's cache's, which may see the status a moment
+            # after the API server shows it: a scrape taken with the order's read waited.
+            now = scrape(endpoint)
+            waiting = matching(now, "ai_inference_order_not_ready_seconds", name=NAME)
+            seen_waiting.extend(waiting)
+            return None if waiting else now
+
+        after = wait_for(counted_ready, timeout=30, what=f"support/{NAME} counted as Ready")
         # While it waited it was listed as not Ready: before its first status (NoStatus),
         # and Pending if a scrape caught a status written before the order converged.
         assert seen_waiting, "the order never showed as waiting"
