@@ -226,29 +226,26 @@ def validate_class(
                 "Secret in the module's namespace)",
             )
         )
-    name = https.custom_certificate_secret_name if https is not None else None
-    if name and not is_object_name(name):
-        # It is read with the controller's rights: `../../ns/secrets/x` was another
-        # namespace's TLS key, copied next to the order (the CRD's pattern refuses it on
-        # a server; this is for classes written before it).
-        problems.append(
-            ClassProblem(
-                ClassReason.INVALID_CERTIFICATE_SECRET_NAME,
-                f"exposurePolicy.https.customCertificate.secretName {name[:80]!r} is not "
-                "the name of a Secret (lowercase letters, digits, '-' and '.')",
-            )
-        )
-    issuer = https.cluster_issuer_name if https is not None else None
-    if issuer and not is_object_name(issuer):
-        # Written into every order's Ingress annotation, where cert-manager reports it
-        # only in its own logs; a class stored before the CRD's pattern is told here.
-        problems.append(
-            ClassProblem(
-                ClassReason.INVALID_ISSUER_NAME,
-                f"exposurePolicy.https.certManager.clusterIssuerName {issuer[:80]!r} is not "
-                "the name of a ClusterIssuer (lowercase letters, digits, '-' and '.')",
-            )
-        )
+    # Names the CRD's pattern refuses on a server, told here for a class stored before
+    # it. The Secret's is read with the controller's rights (`../../ns/secrets/x` was
+    # another namespace's TLS key, copied next to the order); the issuer's is written into
+    # every order's Ingress annotation, where only cert-manager's own logs say it is wrong.
+    if https is not None:
+        names = (
+            ("customCertificate.secretName", https.custom_certificate_secret_name, "a Secret",
+             ClassReason.INVALID_CERTIFICATE_SECRET_NAME),
+            ("certManager.clusterIssuerName", https.cluster_issuer_name, "a ClusterIssuer",
+             ClassReason.INVALID_ISSUER_NAME),
+        )  # fmt: skip
+        for field, name, kind, reason in names:
+            if name and not is_object_name(name):
+                problems.append(
+                    ClassProblem(
+                        reason,
+                        f"exposurePolicy.https.{field} {name[:80]!r} is not the name of "
+                        f"{kind} (lowercase letters, digits, '-' and '.')",
+                    )
+                )
     return ClassValidity(tuple(problems))
 
 

@@ -277,20 +277,25 @@ def test_growth_past_the_victims_minimum_is_blocked() -> None:
     assert grows.verdict == Verdict(Reason.SCALING_WITHIN_BOUNDS)
 
 
+def _serving_victim(record: Taking, **overrides: Any) -> OrderView:
+    """The low order, serving one replica on gpu-0 after `record` was taken from it."""
+    fields: dict[str, Any] = {
+        "uid": "u-low",
+        "priority_class_name": "inference-low",
+        "waiting": False,
+        "available": 1,
+        "desired": 1,
+        "bound": 1,
+        "held": 1,
+        "taking": record,
+        "resource_version": "9",
+    }
+    return view(**{**fields, **overrides})
+
+
 def test_replicas_come_back_only_from_free_room_once_takers_are_placed() -> None:
     record = Taking((Taker("support/high", "inference-high", 1),))
-    victim = view(
-        uid="u-low",
-        priority_class_name="inference-low",
-        waiting=False,
-        available=1,
-        desired=1,
-        max_replicas=2,
-        bound=1,
-        held=1,
-        taking=record,
-        resource_version="9",
-    )
+    victim = _serving_victim(record, max_replicas=2)
     free = two_l4s(("u-low", 100))  # the second L4 is free
     back = rule(victim, free, {})
     assert back.give_back == GiveBack(2, None, "9")
@@ -317,19 +322,7 @@ def test_replicas_never_come_back_past_the_maximum(
     maximum does not let come back (a maximum lowered since, a record nobody took) is
     owed no more."""
     record = Taking((Taker("nobody/x", "inference-high", taken),))
-    victim = view(
-        uid="u-low",
-        priority_class_name="inference-low",
-        waiting=False,
-        available=1,
-        desired=1,
-        max_replicas=maximum,
-        bound=1,
-        held=1,
-        taking=record,
-        resource_version="9",
-        gone_takers=frozenset({"nobody/x"}),
-    )
+    victim = _serving_victim(record, max_replicas=maximum, gone_takers=frozenset({"nobody/x"}))
     back = rule(victim, two_l4s(("u-low", 100)), {})  # one L4 free
     assert back.give_back is not None
     assert back.give_back.replicas == replicas
