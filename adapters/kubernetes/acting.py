@@ -327,6 +327,14 @@ class Actor:
                 live = self._unclaimed(order, doc)
             self._read_own_write(self._writer.apply(doc))
         except errors.APIInvalidError:
+            if live is None and doc.get("kind") not in _MERGED_INTO:
+                # A Deployment's or a claim template's namesake is refused whole (its
+                # selector, its spec are immutable): say whose it is, not the API's
+                # "field is immutable". Read only now: the usual create needs no read.
+                _, name = converging.key_of(doc)
+                found = self._writer.get(self._resource(doc), order.namespace, name)
+                if found is not None and not converging.owned_by(found, order.uid):
+                    raise _name_taken(order, found) from None
             if live is None or not converging.owned_by(live, order.uid):
                 raise
             # A manifest the API refuses on its own (a recipe's env name with "=") fails

@@ -476,6 +476,54 @@ def test_a_class_turning_to_an_hpa_never_drops_a_running_replica(
 
 
 @pytest.mark.timeout(300)
+def test_a_users_deployment_of_the_orders_name_is_named_on_the_order(
+    platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
+) -> None:
+    """A Deployment's selector is immutable, so the API server refuses the apply over a
+    user's own Deployment of the order's name whole: nothing is taken. The order said
+    only the API's "field is immutable"; it says whose the Deployment is."""
+    with l4_class(platform, admin, "e2e-taken-dep", class_spec):
+        apps = admin.apps
+        labels = {"app": "theirs"}
+        theirs = client.V1Deployment(
+            metadata=client.V1ObjectMeta(name="conv-taken-dep"),
+            spec=client.V1DeploymentSpec(
+                replicas=0,
+                selector=client.V1LabelSelector(match_labels=labels),
+                template=client.V1PodTemplateSpec(
+                    metadata=client.V1ObjectMeta(labels=labels),
+                    spec=client.V1PodSpec(containers=[client.V1Container(name="x", image="x")]),
+                ),
+            ),
+        )
+        made = apps.create_namespaced_deployment(NS, theirs)
+        try:
+            spec = {"inferenceServiceClassName": "e2e-taken-dep", "model": hf(QWEN_SMALL)}
+            orders("conv-taken-dep", spec)
+            wait_for(
+                lambda: (
+                    any(
+                        c["type"] == "WorkloadReady"
+                        and "Deployment support/conv-taken-dep exists and is not this order's"
+                        in c["message"]
+                        for c in ((alice.get(NS, "conv-taken-dep") or {}).get("status") or {}).get(
+                            "conditions", []
+                        )
+                    )
+                    or None
+                ),
+                timeout=60,
+                what="the order saying the Deployment's name is taken",
+            )
+            deployment = apps.read_namespaced_deployment("conv-taken-dep", NS)
+            assert deployment.metadata.uid == made.metadata.uid
+            assert not deployment.metadata.owner_references
+        finally:
+            apps.delete_namespaced_deployment("conv-taken-dep", NS, _preload_content=False)
+        alice.wait_phase(NS, "conv-taken-dep", "Ready", timeout=120)
+
+
+@pytest.mark.timeout(300)
 def test_a_users_service_of_the_orders_name_is_never_taken_over(
     platform: LocalPlatform, alice: Orders, admin: Admin, orders: Any
 ) -> None:
