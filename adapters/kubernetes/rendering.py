@@ -445,9 +445,25 @@ def _hub_repo_for_llama_cpp(args: list[str], weights_file: str | None) -> list[s
             pending_value = True
         else:
             out.append(arg)
-    if weights_file and not named and out != args:
+    repo = _flag_value(out, _HF_REPO_FLAGS)
+    # A repository with a `:quant` tag names its file already (llama.cpp picks by tag).
+    if weights_file and not named and repo is not None and ":" not in repo:
         out.append(f"--hf-file={weights_file}")
     return out
+
+
+_HF_REPO_FLAGS = ("--hf-repo", "-hf", "-hfr")
+
+
+def _flag_value(args: list[str], flags: tuple[str, ...]) -> str | None:
+    """The value of the first of `flags` in `args` (`--flag=value` or `--flag value`)."""
+    for index, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in flags:
+            if eq:
+                return value
+            return args[index + 1] if index + 1 < len(args) else None
+    return None
 
 
 def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:

@@ -107,11 +107,14 @@ def gguf_variant(filenames: Iterable[str]) -> tuple[str, tuple[str, ...]] | None
 
     One repo often carries every quantization level (q2_k ... fp16), some split into
     `-0000N-of-0000M` parts. The platform serves Q4_K_M when present, the usual balance of
-    size and quality, else the smallest variant by file count then name.
+    size and quality, else the smallest variant by file count then name. A multimodal
+    model's projector (`mmproj-*.gguf`) is no variant: it loads beside the model, never as
+    it, and named first (it sorts before most names) it was the file llama.cpp was told to
+    open.
     """
     variants: dict[str, list[str]] = {}
     for name in filenames:
-        if not name.lower().endswith(".gguf") or "/" in name:
+        if not name.lower().endswith(".gguf") or "/" in name or "mmproj" in name.lower():
             continue
         stem = _GGUF_SPLIT.sub("", name)
         stem = stem.removesuffix(".gguf").removesuffix(".GGUF")

@@ -492,15 +492,20 @@ def test_llama_cpp_is_given_a_hub_repository_as_one_and_its_own_key(spelled: lis
         ("m-Q5_K_M-00001-of-00002.gguf", (), "m-Q5_K_M-00001-of-00002.gguf"),
         (None, (), None),  # facts from before they named it: llama.cpp chooses
         ("q4.gguf", ("--hf-file=own.gguf",), "own.gguf"),  # the recipe's choice wins
+        ("q4.gguf", ("-hf", "{modelPath}"), "q4.gguf"),  # the recipe spells the repo itself
+        ("q4.gguf", ("--hf-repo={modelPath}",), "q4.gguf"),
+        ("q4.gguf", ("-hfr={modelPath}:Q8_0",), None),  # a tag names the file
     ],
-    ids=["one-file", "split", "unnamed", "recipe-names-one"],
+    ids=["one-file", "split", "unnamed", "recipe-names-one", "short-repo", "long-repo", "tag"],
 )
 def test_llama_cpp_opens_the_variant_the_plan_was_sized_for(
     weights_file: str | None, recipe_args: tuple[str, ...], given: str | None
 ) -> None:
     """A GGUF repository holds every quantization: the plan's memory and volume are for
     the variant the facts name, and llama.cpp, left to choose, may fetch another."""
-    recipe = LLAMA_CPP.model_copy(update={"args": ("--model={modelPath}", *recipe_args)})
+    spells_repo = any(a.partition("=")[0] in ("-hf", "--hf-repo", "-hfr") for a in recipe_args)
+    model = () if spells_repo else ("--model={modelPath}",)
+    recipe = LLAMA_CPP.model_copy(update={"args": (*model, *recipe_args)})
     plan = PLAN.model_copy(update={"recipe": recipe.name})
     facts = FACTS.model_copy(update={"weights_file": weights_file})
     objects = rendering.render_workload(

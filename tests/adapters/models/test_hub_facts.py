@@ -237,8 +237,24 @@ GGUF_REPO = [
         (GGUF_REPO, "qwen2.5-7b-instruct-q4_k_m", 2),
         ([f for f in GGUF_REPO if "q4_k_m" not in f], "qwen2.5-7b-instruct-q2_k", 1),
         (["model-Q5_K_M.gguf"], "model-Q5_K_M", 1),
+        (
+            ["nanollava-text-model-f16.gguf", "nanollava-mmproj-f16.gguf"],
+            "nanollava-text-model-f16",
+            1,
+        ),
+        (
+            ["qwen2.5-omni-3b-q8_0.gguf", "mmproj-qwen2.5-omni-3b-f16.gguf"],
+            "qwen2.5-omni-3b-q8_0",
+            1,
+        ),
     ],
-    ids=["prefers-q4_k_m", "else-fewest-files", "single-file"],
+    ids=[
+        "prefers-q4_k_m",
+        "else-fewest-files",
+        "single-file",
+        "projector-after",
+        "projector-first",
+    ],
 )
 def test_gguf_variant(files: list[str], variant: str, parts: int) -> None:
     picked = hub_facts.gguf_variant(files)
