@@ -37,6 +37,10 @@ def _live(pod: Obj) -> bool:
     return not (pod.get("metadata") or {}).get("deletionTimestamp")
 
 
+def _ended(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+
+
 def _unbound(pod: Obj) -> bool:
     """A live pod not on a node yet: it waits for the scheduler (and maybe for devices)."""
     return _live(pod) and not (pod.get("spec") or {}).get("nodeName")
@@ -292,4 +296,7 @@ class Arbiter:
         if state is not None and state.policy is not None:
             desired = min(desired, state.policy.constraints.max_replicas)
         pods = self._world.pods_of(uid, namespace)
-        return sum(1 for p in pods if _live(p) and not _unbound(p)) >= desired
+        # Not a pod that ended on its node (evicted, refused at admission): its replacement
+        # is what the ReplicaSet waits on now.
+        placed = [p for p in pods if _live(p) and not _unbound(p) and not _ended(p)]
+        return len(placed) >= desired

@@ -130,3 +130,23 @@ def _judged(priority: str) -> ClassJudgement:
     return ClassJudgement(
         class_name="c", reason=Reason.CLASS_ADMITTED, message="", policy=policy, generation=1
     )
+
+
+def test_a_replacement_of_an_evicted_replica_still_holds_the_give_back() -> None:
+    """An evicted replica stays on its node, Failed, until the pod collector takes it:
+    counted as placed, its order looked satisfied, and the victim took back the device
+    its replacement waits for."""
+    h_on_a100s = OrderState().model_copy(update={"plan": V_PLAN})
+    arbiter = _arbiter({"h": h_on_a100s})
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "h", "namespace": "team", "labels": {UID_LABEL: "h"}},
+        "spec": {"replicas": 1},
+    }
+    evicted = _waiting_pod("h") | {"status": {"phase": "Failed", "reason": "Evicted"}}
+    evicted["metadata"] = evicted["metadata"] | {"name": "h-7f9-old"}
+    evicted["spec"] = evicted["spec"] | {"nodeName": "node-a100"}
+    fakes.put(arbiter._world, deployment)
+    fakes.put(arbiter._world, evicted)
+    assert arbiter._higher_priority_waits(100, SNAP, V_PLAN)
