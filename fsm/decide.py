@@ -410,11 +410,13 @@ def _scaling(s: OrderState, o: ob.ScalingSeen) -> list[ev.Event]:
     if o.reason is Reason.CAPACITY_TAKEN_BY_PRIORITY:
         if o.taken_by is None:
             raise ValueError("CapacityTakenByPriority needs the order that took the capacity")
-        if sc is not None and (sc.reason, sc.taken_by, sc.priority_class_name, sc.replicas) == (
-            o.reason,
-            o.taken_by,
-            o.priority_class_name,
-            o.replicas,
+        # The message too, when it says one: one recorded before it counted other
+        # tenants' takers is said anew, once.
+        asked = (o.reason, o.taken_by, o.priority_class_name, o.replicas)
+        if (
+            sc is not None
+            and (sc.reason, sc.taken_by, sc.priority_class_name, sc.replicas) == asked
+            and (not o.message or sc.message == o.message)
         ):
             return []
         return [

@@ -18,6 +18,7 @@ from typing import Any
 
 from fsm import events as ev
 from fsm import machine
+from fsm.identity import RECLAIMS_NOTE, reclaims_note, shown_to
 from fsm.reasons import Phase, Reason
 from fsm.state import (
     PROBE_FAILURE_THRESHOLD,
@@ -105,10 +106,15 @@ def _model_failed(s: OrderState, e: ev.ModelFailed) -> Updates:
 def _attempt(
     s: OrderState, e: ev.PlanComputed | ev.PlanFailed, ok: bool, reason: Reason
 ) -> PlanAttempt:
+    message = e.message
+    if isinstance(e, ev.PlanComputed) and e.reclaims:
+        head, note, _ = message.partition(RECLAIMS_NOTE)
+        if note:  # as the order's tenant may read them, however old the event
+            message = head + reclaims_note(s.namespace, e.reclaims)
     return PlanAttempt(
         ok=ok,
         reason=reason,
-        message=e.message,
+        message=message,
         candidates=e.candidates,
         excluded_device_classes=e.excluded_device_classes,
         reclaims=e.reclaims if isinstance(e, ev.PlanComputed) else (),
@@ -233,7 +239,8 @@ def _scaling_blocked(s: OrderState, e: ev.ScalingBlocked) -> Updates:
 
 
 def _capacity_taken(s: OrderState, e: ev.CapacityTaken) -> Updates:
-    message = e.message or f"{e.replicas} replica(s) taken by {e.taken_by}."
+    taken_by = shown_to(s.namespace, [e.taken_by])
+    message = e.message or f"{e.replicas} replica(s) taken by {taken_by}."
     scaling = Scaling(
         reason=Reason.CAPACITY_TAKEN_BY_PRIORITY,
         message=message,

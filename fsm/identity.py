@@ -73,6 +73,14 @@ def shown_to(namespace: str, keys: Sequence[str]) -> str:
     return ", ".join(own)
 
 
+RECLAIMS_NOTE = "; needs lower-priority claim(s) freed: "
+
+
+def reclaims_note(namespace: str, keys: Sequence[str]) -> str:
+    """What a plan that frees `keys` adds to its message, for an order of `namespace`."""
+    return RECLAIMS_NOTE + shown_to(namespace, keys)
+
+
 def is_object_name(name: str) -> bool:
     """Whether `name` can be a Secret's (a DNS-1123 subdomain, at most 253 characters).
     A name taken from a spec is checked before it is asked for: `../../ns/secrets/x`

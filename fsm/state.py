@@ -56,7 +56,7 @@ __all__ = [
 # 2: a new plan applied starts its own probe failure streak; 3: but for a Failed order's;
 # 4: Planned answers an edit that asks the planner nothing new (its observedGeneration),
 # and replanCount leaves out the verdicts before the first plan.
-FOLD_REVISION = 4
+FOLD_REVISION = 5
 
 # After the first Ready, this many consecutive failed probes make the order Failed
 # (ServiceUnhealthy). One or two failures are a blip — a restarting pod, a slow answer —

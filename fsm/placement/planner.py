@@ -37,7 +37,7 @@ from pydantic import Field
 # A module import, not names: fsm.policy imports fsm.placement.sizing, so importing
 # fsm.policy first runs this module while policy is only partly initialised.
 from fsm import policy
-from fsm.identity import shown_to
+from fsm.identity import reclaims_note
 from fsm.placement import cel, sizing
 from fsm.placement.capacity import FULL_SHARE, Device, DeviceClassInfo, Place, Snapshot, find_place
 from fsm.placement.kept import KeptFor
@@ -536,8 +536,7 @@ def _success(
         + f", recipe {chosen.recipe}"
     )
     if best.place.reclaims:
-        freed = shown_to(request.namespace, best.place.reclaims)
-        message += f"; needs lower-priority claim(s) freed: {freed}"
+        message += reclaims_note(request.namespace, best.place.reclaims)
     return PlanOutcome(
         reason=Reason.PLAN_COMPUTED,
         message=message,

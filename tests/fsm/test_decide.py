@@ -19,6 +19,7 @@ from fsm.effects import (
     effects,
 )
 from fsm.fold import evolve, fold
+from fsm.placement.arbitration import Taker, Taking, taken_verdict
 from fsm.reasons import Phase, Reason
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, PROBE_FAILURE_THRESHOLD, OrderState
 from fsm.status import render_status
@@ -505,3 +506,47 @@ def test_a_take_names_its_victim_only_to_an_order_of_the_victims_namespace() -> 
     assert "analytics/low" in mine.message
     assert theirs.message == "took 1 replica(s) of 1 in another namespace, of lower priority"
     assert theirs.victim == "analytics/low"  # the log keeps the name for the administrator
+
+
+def test_a_victim_taken_from_before_the_upgrade_stops_naming_the_taker() -> None:
+    """A stream of a release that named other tenants' takers in the message: the same
+    take judged again, by the message that counts them, is said anew, once."""
+    state = run(*SERVING)  # an order of namespace "support"
+    old = ev.CapacityTaken(
+        observed_at=at(20),
+        taken_by="shop/high",
+        priority_class_name="hi",
+        replicas=1,
+        message="1 replica(s) taken by shop/high (hi), of higher priority; ...",
+    )
+    state = evolve(state, old)
+    verdict = taken_verdict(Taking((Taker("shop/high", "hi", 1),)), "support")
+    seen = ob.ScalingSeen(
+        at=at(30),
+        reason=verdict.reason,
+        message=verdict.message,
+        taken_by=verdict.taken_by,
+        priority_class_name="hi",
+        replicas=1,
+    )
+    state = run(seen, state=state)
+    conditions = {c["type"]: c["message"] for c in render_status(state)["conditions"]}
+    assert "shop/high" not in conditions["ScalingHealthy"]
+    assert "1 in another namespace" in conditions["ScalingHealthy"]
+    assert events_of(state, seen) == []  # and once only
+
+
+def test_a_plan_recorded_before_the_upgrade_stops_naming_other_tenants_claims() -> None:
+    """The Planned message of a PlanComputed that named every claim to free: folded now,
+    it names its own namespace's and counts the others."""
+    state = run(*PLANNED)
+    old = ev.PlanComputed(
+        observed_at=at(4),
+        plan=plan(),
+        reclaims=("shop/low-gpu-x", "support/mine-gpu-y"),
+        message="nvidia-a100 x1; needs lower-priority claim(s) freed: shop/low-gpu-x, "
+        "support/mine-gpu-y",
+    )
+    state = evolve(state, old)
+    planned = {c["type"]: c["message"] for c in render_status(state)["conditions"]}["Planned"]
+    assert planned.endswith("freed: support/mine-gpu-y, 1 in another namespace")
