@@ -415,33 +415,35 @@ class Actor:
         kind, name = converging.key_of(stray)
         self.repairs += 1
         uid = str(stray["metadata"]["uid"])
-        hosts = _ingress_hosts(stray) if kind == "Ingress" else set()
         if kind == "Ingress":
             # Before the Ingress: nothing but the Ingress being there makes a pass look for
             # this Secret, so a failure (or a crash) after the Ingress went orphaned it, a
             # private key with it. A failure here leaves the Ingress, pruned again next pass.
-            self._prune_tls_secret(order, hosts)
+            self._prune_tls_secret(order, stray)
         self._writer.delete(self._resource(stray), order.namespace, name, uid)
         log.info("%s: pruned %s %s", order.key, kind, name)
         if kind == "Ingress":
-            self._prune_tls_secret(order, hosts)  # cert-manager may have issued it again
+            self._prune_tls_secret(order, stray)  # cert-manager may have issued it again
 
-    def _prune_tls_secret(self, order: OrderRef, hosts: set[str]) -> None:
+    def _prune_tls_secret(self, order: OrderRef, ingress: Mapping[str, Any]) -> None:
         """cert-manager's Secret for the order's Ingress goes with it — only if cert-manager
         made it for that Ingress: it names the Certificate after the Secret, and the
-        certificate is for the Ingress's host. A Secret of the same name the tenant had
-        for a certificate of its own (cert-manager names a Certificate after its Secret
-        too) was deleted with the order's Ingress."""
+        certificate is for the Ingress's host, or was issued after the Ingress was made
+        (for a host the Ingress had before the domain changed). A Secret of that name the
+        tenant had before, for a certificate of its own (cert-manager names a Certificate
+        after its Secret too), was deleted with the order's Ingress."""
         name = tls_secret_name(order.name)
         secret = self._writer.get(kinds.SECRETS, order.namespace, name)
-        annotations = ((secret or {}).get("metadata") or {}).get("annotations") or {}
+        meta = (secret or {}).get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        if secret is None or annotations.get("cert-manager.io/certificate-name") != name:
+            return
         names = {n.strip() for n in str(annotations.get(_CERT_ALT_NAMES) or "").split(",")}
-        if (
-            secret is not None
-            and annotations.get("cert-manager.io/certificate-name") == name
-            and names & hosts
-        ):
-            self._writer.delete(kinds.SECRETS, order.namespace, name, secret["metadata"]["uid"])
+        made = str((ingress.get("metadata") or {}).get("creationTimestamp") or "")
+        # RFC 3339 in UTC, to the second, as the API server writes them: ordered as text.
+        issued_after = bool(made) and str(meta.get("creationTimestamp") or "") >= made
+        if names & _ingress_hosts(ingress) or issued_after:
+            self._writer.delete(kinds.SECRETS, order.namespace, name, meta["uid"])
 
     def scale(
         self, order: OrderRef, replicas: int, record: Taking | None, resource_version: str

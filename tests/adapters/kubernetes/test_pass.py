@@ -793,33 +793,46 @@ def test_the_ingress_tls_secret_goes_with_it_also_after_a_failed_delete(tmp_path
     bed.log.close()
 
 
-def _issued(name: str, host: str) -> dict[str, Any]:
-    """A Secret cert-manager issued, for a certificate of `host`."""
+def _issued(name: str, host: str, made: str | None = None) -> dict[str, Any]:
+    """A Secret cert-manager issued, for a certificate of `host`, at `made`."""
     annotations = {"cert-manager.io/certificate-name": name, "cert-manager.io/alt-names": host}
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name, "namespace": "support", "annotations": annotations},
-        "type": "kubernetes.io/tls",
-        "data": {},
-    }
+    meta: dict[str, Any] = {"name": name, "namespace": "support", "annotations": annotations}
+    if made is not None:
+        meta["creationTimestamp"] = made
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "kubernetes.io/tls"}
 
 
-def test_a_tenants_own_certificate_of_the_same_name_stays_when_the_ingress_goes(
-    tmp_path: Path,
+INGRESS_MADE = "2026-12-07T10:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("host", "made", "kept"),
+    [
+        ("shop.example.com", "2026-12-07T09:00:00Z", True),  # the tenant's, made before
+        ("llm-support.old.example.org", "2026-12-07T10:00:07Z", False),  # ours, old domain
+    ],
+    ids=["tenants-own-certificate", "issued-for-the-host-before-the-domain-changed"],
+)
+def test_the_ingress_takes_only_the_tls_secret_issued_for_it(
+    tmp_path: Path, host: str, made: str, kept: bool
 ) -> None:
     """The tenant's own certificate, for a host of its own, in a Secret named as the
     order's would be: cert-manager names a Certificate after its Secret too, so that
-    annotation alone took it for the order's and deleted it with the order's Ingress."""
+    annotation alone took it for the order's and deleted it with the order's Ingress.
+    One cert-manager issued for the Ingress, for the host it had before the domain
+    changed, still goes with it: else a private key was left behind."""
     bed = Bed(tmp_path, a100s=2)
     uid = bed.order("llm")
     bed.settle(uid)
-    assert bed.child("Ingress", "llm") is not None
-    fakes.put(bed.world, _issued("llm-tls", "shop.example.com"))
+    ingress = bed.child("Ingress", "llm")
+    assert ingress is not None
+    ingress["metadata"]["creationTimestamp"] = INGRESS_MADE
+    fakes.put(bed.world, ingress)
+    fakes.put(bed.world, _issued("llm-tls", host, made))
     _exposure(bed, NONE_LOCAL, 2)
     bed.settle(uid)
     assert bed.child("Ingress", "llm") is None
-    assert bed.writer.get(SECRETS, "support", "llm-tls") is not None
+    assert (bed.writer.get(SECRETS, "support", "llm-tls") is not None) is kept
     bed.log.close()
 
 
