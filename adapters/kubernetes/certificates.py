@@ -25,6 +25,7 @@ Who calls it: acting.py, in the same pass that applies the workload.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -35,9 +36,12 @@ from fsm.identity import OrderRef, custom_tls_secret_name
 
 __all__ = [
     "COPIED_KEYS",
+    "DATA_DIGESTS",
+    "SOURCE_ANNOTATION",
     "TLS_TYPE",
     "CertificateSecretMissing",
     "copy_of",
+    "data_digests",
     "keep_equal",
     "same",
     "sources",
@@ -47,6 +51,20 @@ Obj = Mapping[str, Any]
 TLS_TYPE = "kubernetes.io/tls"
 # What a copy carries of its source: the certificate, its key, and the CA when given.
 COPIED_KEYS = ("tls.crt", "tls.key", "ca.crt")
+SOURCE_ANNOTATION = "ai.deckhouse.io/certificate-source"
+# The cache keeps a copy's data as the digest of each key (world.trim_secret): a private
+# key held in the controller's memory once per order, up to a MiB a Secret, was a way to
+# fill it; the digests are all the comparison below needs.
+DATA_DIGESTS = "dataDigests"
+
+
+def data_digests(secret: Obj) -> dict[str, str]:
+    """Each data key's SHA-256, from the cache's digests or from the data itself."""
+    kept = secret.get(DATA_DIGESTS)
+    if isinstance(kept, Mapping):
+        return dict(kept)
+    data = secret.get("data") or {}
+    return {key: hashlib.sha256(str(value).encode()).hexdigest() for key, value in data.items()}
 
 
 class CertificateSecretMissing(RenderError):
@@ -78,7 +96,7 @@ def copy_of(order: OrderRef, source: Obj | None, *, namespace: str, name: str) -
             "name": custom_tls_secret_name(order.name),
             "namespace": order.namespace,
             "labels": labels(order),
-            "annotations": {"ai.deckhouse.io/certificate-source": f"{namespace}/{name}"},
+            "annotations": {SOURCE_ANNOTATION: f"{namespace}/{name}"},
             "ownerReferences": [owner_reference(order)],
         },
         "type": TLS_TYPE,
@@ -93,7 +111,7 @@ def same(live: Obj, desired: Obj) -> bool:
     live_meta = live.get("metadata") or {}
     return (
         live.get("type") == desired["type"]
-        and (live.get("data") or {}) == desired["data"]
+        and data_digests(live) == data_digests(desired)
         and converging.covers(live_meta.get("labels") or {}, meta["labels"])
         and converging.covers(live_meta.get("annotations") or {}, meta["annotations"])
     )

@@ -14,13 +14,14 @@ from typing import Any
 from kubernetes.client import ApiClient
 
 from adapters.kubernetes import kinds
-from adapters.kubernetes.certificates import COPIED_KEYS
+from adapters.kubernetes.certificates import DATA_DIGESTS, SOURCE_ANNOTATION, data_digests
 from adapters.kubernetes.global_settings import GLOBAL_NAME
-from adapters.kubernetes.rendering import AUTH_SECRET_KEY, UID_LABEL
+from adapters.kubernetes.rendering import AUTH_SECRET_KEY, UID_LABEL, labels
 from adapters.kubernetes.rest import Resource
 from adapters.kubernetes.secret_lookup import NamedSecrets, own_secret
 from adapters.kubernetes.settings import MODULE_NAME
 from adapters.kubernetes.watching import RESYNC, Informer, Obj, Timeouts, by_label
+from fsm.identity import OrderRef
 from fsm.placement.arbitration import TAKEN_ANNOTATION
 
 __all__ = ["SETTINGS_SOURCES", "ClusterCache"]
@@ -159,26 +160,41 @@ CLAIM_SHAPE: Shape = {
 SPEC_SHAPE: Shape = {**_TYPED, "spec": True}
 
 
-# A labelled Secret: of the controller's own (secret_lookup.own_secret), the keys it reads;
-# of any other, who holds it and who owns it (an order's Secret of that name that is not
-# the order's is a conflict the order reports). A tenant may label any Secret it creates:
-# kept whole, 200 labelled Secrets of 930 KiB took the controller from 148 to 335 MiB,
-# and a few hundred more past its memory limit, for every tenant at once.
-_OWN_SECRET_KEYS = (AUTH_SECRET_KEY, *COPIED_KEYS)
-_STRANGER_METADATA = (
-    "name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences",
-    "deletionTimestamp",
+# A labelled Secret, as the cache keeps it. A tenant may label any Secret it creates,
+# with a megabyte of data or ten thousand labels: kept whole, 200 labelled Secrets of
+# 930 KiB took the controller from 148 to 335 MiB, and 40 of 10,000 labels to 267 MiB,
+# on the way past its memory limit, for every tenant at once. Kept: who it is and whose
+# (its name, the labels and annotation the controller sets, its one controller), and of
+# the controller's own Secrets (secret_lookup.own_secret) a token of a token's size and
+# the digest of each data key (certificates.same compares copies by them).
+_SECRET_METADATA = (
+    "name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
 )  # fmt: skip
+_SECRET_LABELS = frozenset(labels(OrderRef(name="", namespace="", uid="")))
+_SECRET_ANNOTATIONS = frozenset({SOURCE_ANNOTATION})
+_OWNER_FIELDS = ("apiVersion", "kind", "name", "uid", "controller")
+_LONGEST_TOKEN = 1024  # base64: the controller's own are 44 characters
 
 
 def trim_secret(obj: Obj) -> None:
-    if own_secret(obj):
-        data = obj.get("data") or {}
-        obj["data"] = {key: data[key] for key in _OWN_SECRET_KEYS if key in data}
-        return
     meta = _meta(obj)
-    kept: Obj = {key: obj[key] for key in ("apiVersion", "kind", "type") if key in obj}
-    kept["metadata"] = {key: meta[key] for key in _STRANGER_METADATA if key in meta}
+    kept_meta = {key: meta[key] for key in _SECRET_METADATA if key in meta}
+    kept_meta["labels"] = {
+        key: value for key, value in (meta.get("labels") or {}).items() if key in _SECRET_LABELS
+    }
+    annotations = meta.get("annotations") or {}
+    kept_meta["annotations"] = {k: v for k, v in annotations.items() if k in _SECRET_ANNOTATIONS}
+    controllers = [ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")]
+    kept_meta["ownerReferences"] = [
+        {key: ref[key] for key in _OWNER_FIELDS if key in ref} for ref in controllers[:1]
+    ]
+    kept: Obj = {key: obj[key] for key in ("apiVersion", "kind", "type", "immutable") if key in obj}
+    kept["metadata"] = kept_meta
+    if own_secret(obj):
+        token = (obj.get("data") or {}).get(AUTH_SECRET_KEY)
+        if isinstance(token, str) and len(token) <= _LONGEST_TOKEN:
+            kept["data"] = {AUTH_SECRET_KEY: token}
+        kept[DATA_DIGESTS] = data_digests(obj)
     obj.clear()
     obj.update(kept)
 

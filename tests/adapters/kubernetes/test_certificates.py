@@ -9,7 +9,8 @@ import pytest
 
 from adapters.kubernetes import certificates, converging
 from adapters.kubernetes.certificates import CertificateSecretMissing
-from adapters.kubernetes.rendering import UID_LABEL
+from adapters.kubernetes.rendering import UID_LABEL, owner_reference
+from adapters.kubernetes.world import trim_secret
 from fsm.identity import OrderRef
 
 ORDER = OrderRef(name="support-llm", namespace="support", uid="u-1", generation=3)
@@ -124,3 +125,48 @@ def test_sources_are_the_settings_secret_and_each_custom_class_secret() -> None:
     assert certificates.sources(
         "d8-ai-inference", "wild", specs, settings_namespace="d8-system"
     ) == {"d8-system/wild", "d8-ai-inference/class-one"}
+
+
+def _cached(secret: dict[str, Any]) -> dict[str, Any]:
+    """`secret` as the controller's cache keeps it (world.trim_secret)."""
+    kept = copy.deepcopy(secret)
+    kept["metadata"]["uid"] = "s-1"
+    trim_secret(kept)
+    return kept
+
+
+def test_the_cache_holds_a_copy_by_its_digests_and_still_sees_every_change() -> None:
+    """No private key in the controller's memory; a key changed, dropped or added to the
+    copy is still a difference (an added one was trimmed out of sight)."""
+    desired = copy_of()
+    cached = _cached(desired)
+    assert "tls.key" not in (cached.get("data") or {})
+    assert certificates.same(cached, desired)
+    for edit in ({"tls.key": "ZXZpbA=="}, {"extra": "eA=="}):
+        edited = copy.deepcopy(desired)
+        edited["data"] |= edit
+        assert not certificates.same(_cached(edited), desired), edit
+    dropped = copy.deepcopy(desired)
+    del dropped["data"]["tls.crt"]
+    assert not certificates.same(_cached(dropped), desired)
+
+
+def test_a_forged_token_secret_of_a_megabyte_is_not_held() -> None:
+    """A Secret named and owned as the order's token may be the tenant's own making: a
+    token of a token's size is kept, a megabyte is not."""
+    token = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "support-llm-auth",
+            "namespace": "support",
+            "labels": {UID_LABEL: "u-1", **{f"k{i}": "v" for i in range(100)}},
+            "ownerReferences": [owner_reference(ORDER)],
+        },
+        "data": {"token": "dA==" * 300_000},
+    }
+    assert "data" not in _cached(token)
+    token["data"] = {"token": "dG9rZW4="}
+    kept = _cached(token)
+    assert kept["data"] == {"token": "dG9rZW4="}
+    assert kept["metadata"]["labels"] == {UID_LABEL: "u-1"}
