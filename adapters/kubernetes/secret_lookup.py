@@ -208,7 +208,9 @@ class NamedSecrets:
 def own_secret(obj: Obj) -> bool:
     """Is this one of the Secrets the controller makes for an order, named after the order
     that controls it (its token, its certificate copy)? Anyone who may create a Secret can
-    give it the order label; only these are read whole from the label-selected cache."""
+    give it the order label; only these are answered from the label-selected cache, which
+    keeps of them what the controller reads (world.trim_secret), any other is read by
+    name."""
     meta = obj.get("metadata") or {}
     name = meta.get("name")
     return any(
