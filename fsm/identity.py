@@ -13,10 +13,13 @@ from dataclasses import dataclass
 
 __all__ = [
     "OBJECT_NAME_PATTERN",
+    "RECLAIMS_NOTE",
     "OrderRef",
     "auth_secret_name",
     "custom_tls_secret_name",
     "is_object_name",
+    "reclaims_note",
+    "shown_to",
     "tls_secret_name",
 ]
 

@@ -36,7 +36,7 @@ from adapters.kubernetes.rest import call
 from adapters.kubernetes.watching import Handler, Informer, Obj
 from fsm.identity import auth_secret_name, custom_tls_secret_name, is_object_name
 
-__all__ = ["NamedSecrets"]
+__all__ = ["NamedSecrets", "own_secret"]
 
 log = logging.getLogger(__name__)
 
