@@ -239,7 +239,7 @@ def _scaling_blocked(s: OrderState, e: ev.ScalingBlocked) -> Updates:
 
 
 def _capacity_taken(s: OrderState, e: ev.CapacityTaken) -> Updates:
-    taken_by = shown_to(s.namespace, [e.taken_by])
+    taken_by = shown_to(s.namespace, e.taken_by.split(", "))  # Taking.by: the takers
     message = e.message or f"{e.replicas} replica(s) taken by {taken_by}."
     scaling = Scaling(
         reason=Reason.CAPACITY_TAKEN_BY_PRIORITY,

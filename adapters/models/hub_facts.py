@@ -109,8 +109,7 @@ def gguf_variant(filenames: Iterable[str]) -> tuple[str, tuple[str, ...]] | None
     `-0000N-of-0000M` parts. The platform serves Q4_K_M when present, the usual balance of
     size and quality, else the smallest variant by file count then name. A multimodal
     model's projector (`mmproj-*.gguf`) is no variant: it loads beside the model, never as
-    it, and named first (it sorts before most names) it was the file llama.cpp was told to
-    open.
+    it, and named first (it sorts before most names) it was taken for the variant.
     """
     variants: dict[str, list[str]] = {}
     for name in filenames:
@@ -124,6 +123,17 @@ def gguf_variant(filenames: Iterable[str]) -> tuple[str, tuple[str, ...]] | None
     preferred = [v for v in variants if v.lower().endswith(_GGUF_PREFERRED)]
     chosen = preferred[0] if preferred else min(variants, key=lambda v: (len(variants[v]), v))
     return chosen, tuple(sorted(variants[chosen]))
+
+
+def served_file(fmt: ModelFormat, filenames: Sequence[str]) -> str | None:
+    """The one file a GGUF runtime is told to open: the served variant's first part. None
+    for a repository with a multimodal projector: llama.cpp finds the projector only when
+    it chooses the file itself (`-hf` without `--hf-file`), and a vision model loaded
+    without it answers text alone."""
+    if fmt is not ModelFormat.GGUF or any("mmproj" in name.lower() for name in filenames):
+        return None
+    files = weight_files(fmt, filenames)
+    return files[0] if files else None
 
 
 def weight_files(fmt: ModelFormat, filenames: Sequence[str]) -> tuple[str, ...]:

@@ -487,7 +487,7 @@ class _Resolution:
                     else hub_facts.parameter_count(by_dtype, quant, config)
                 ),
                 weights_bytes=hub_facts.weights_bytes(weights, sizes),
-                weights_file=weights[0] if fmt is ModelFormat.GGUF and weights else None,
+                weights_file=hub_facts.served_file(fmt, names),
                 dtype=hub_facts.torch_dtype(config),
                 architecture=(
                     architectures[0]

@@ -550,3 +550,16 @@ def test_a_plan_recorded_before_the_upgrade_stops_naming_other_tenants_claims() 
     state = evolve(state, old)
     planned = {c["type"]: c["message"] for c in render_status(state)["conditions"]}["Planned"]
     assert planned.endswith("freed: support/mine-gpu-y, 1 in another namespace")
+
+
+def test_a_take_recorded_without_a_message_counts_each_other_tenants_taker() -> None:
+    """`taken_by` names every taker; each is named or counted on its own."""
+    state = run(*SERVING)  # an order of namespace "support"
+    old = ev.CapacityTaken(
+        observed_at=at(20), taken_by="support/mine, shop/secret-order", replicas=2, message=""
+    )
+    state = evolve(state, old)
+    conditions = {c["type"]: c["message"] for c in render_status(state)["conditions"]}
+    assert conditions["ScalingHealthy"] == (
+        "2 replica(s) taken by support/mine, 1 in another namespace."
+    )

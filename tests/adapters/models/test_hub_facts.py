@@ -302,3 +302,21 @@ def test_dtype_and_context_window(
 ) -> None:
     assert hub_facts.torch_dtype(config) == dtype
     assert hub_facts.context_window(config) == window
+
+
+@pytest.mark.parametrize(
+    ("files", "served"),
+    [
+        (GGUF_REPO, "qwen2.5-7b-instruct-q4_k_m-00001-of-00002.gguf"),
+        (["gemma-3-4b-it-Q4_K_M.gguf", "mmproj-model-f16.gguf"], None),
+        (["model.safetensors"], None),
+    ],
+    ids=["gguf", "multimodal", "not-gguf"],
+)
+def test_the_served_file_is_named_unless_llama_cpp_must_find_a_projector(
+    files: list[str], served: str | None
+) -> None:
+    """llama.cpp finds a vision model's projector only when it chooses the file itself:
+    told `--hf-file`, it loads the text model alone."""
+    fmt = hub_facts.model_format(files)
+    assert hub_facts.served_file(fmt, files) == served
