@@ -89,7 +89,11 @@ class Arbiter:
             # The log says replicas were taken and the taker has not scaled this order
             # yet (it records first, then scales): judging now would flap the verdict.
             return None
-        pods = [p for p in self._world.pods_of(order.uid, order.namespace) if _live(p)]
+        # Not a replica that ended on its node (evicted): counted as placed, its order's
+        # minimum looked met while the replacement waited, and nothing was reclaimed.
+        pods = [
+            p for p in self._world.pods_of(order.uid, order.namespace) if _live(p) and not _ended(p)
+        ]
         waiting = any(_unbound(p) for p in pods)
         if taking is None and not waiting:
             return Ruling(arbitration.Verdict(Reason.SCALING_WITHIN_BOUNDS))

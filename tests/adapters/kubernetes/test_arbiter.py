@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from adapters.kubernetes.arbiter import Arbiter
 from adapters.kubernetes.rendering import UID_LABEL
+from fsm.identity import OrderRef
+from fsm.placement import arbitration
+from fsm.placement.arbitration import OrderView, Ruling
 from fsm.reasons import Reason
 from fsm.state import ClassJudgement, OrderState
 from tests.support import fakes, strategies
@@ -150,3 +155,38 @@ def test_a_replacement_of_an_evicted_replica_still_holds_the_give_back() -> None
     fakes.put(arbiter._world, deployment)
     fakes.put(arbiter._world, evicted)
     assert arbiter._higher_priority_waits(100, SNAP, V_PLAN)
+
+
+def test_an_evicted_replica_does_not_count_toward_its_orders_minimum(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its own order counted the evicted replica, still on its node, as placed: with its
+    replacement waiting, the minimum looked met, and nothing lower was ever reclaimed
+    for it (evicted pods stay until the pod collector's threshold, often for good)."""
+    state = strategies.run(*strategies.SERVING)  # support/support-llm, one replica
+    order = OrderRef(name="support-llm", namespace="support", uid="o-1")
+    world = fakes.world()
+    labels = {UID_LABEL: order.uid}
+    meta = {"name": order.name, "namespace": order.namespace, "labels": labels}
+    fakes.put(
+        world, {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                "spec": {"replicas": 1}}
+    )  # fmt: skip
+    evicted = _waiting_pod(order.uid, namespace="support")
+    evicted["metadata"]["name"] = "support-llm-7f9-old"
+    evicted["spec"] = {"nodeName": "node-a100"}
+    evicted["status"] = {"phase": "Failed", "reason": "Evicted"}
+    fakes.put(world, evicted)
+    fakes.put(world, _waiting_pod(order.uid, namespace="support"))  # its replacement
+    seen: list[OrderView] = []
+    monkeypatch.setattr(arbitration, "rule", lambda view, *_args: seen.append(view) or Ruling(None))
+    arbiter = Arbiter(
+        None,  # type: ignore[arg-type]  # no record on the Deployment: no live read
+        world,
+        snapshot=lambda _uid: SNAP,
+        allocated=lambda: SNAP,
+        could_reclaim=lambda: lambda _name: True,
+        states=lambda: {order.uid: state},
+    )
+    arbiter.ruling(order, state, strategies.at(30))
+    assert [(view.bound, view.waiting) for view in seen] == [(0, True)]
