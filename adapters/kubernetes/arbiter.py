@@ -37,8 +37,10 @@ def _live(pod: Obj) -> bool:
     return not (pod.get("metadata") or {}).get("deletionTimestamp")
 
 
-def _ended(pod: Obj) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+def _current(pod: Obj) -> bool:
+    """A live pod that has not ended on its node: an evicted one (Failed, kept until the
+    pod collector's threshold, often for good) is no replica; its replacement is."""
+    return _live(pod) and (pod.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
 
 
 def _unbound(pod: Obj) -> bool:
@@ -89,11 +91,9 @@ class Arbiter:
             # The log says replicas were taken and the taker has not scaled this order
             # yet (it records first, then scales): judging now would flap the verdict.
             return None
-        # Not a replica that ended on its node (evicted): counted as placed, its order's
-        # minimum looked met while the replacement waited, and nothing was reclaimed.
-        pods = [
-            p for p in self._world.pods_of(order.uid, order.namespace) if _live(p) and not _ended(p)
-        ]
+        # Counted as placed, an evicted replica made its order's minimum look met while
+        # the replacement waited, and nothing was reclaimed for it.
+        pods = [p for p in self._world.pods_of(order.uid, order.namespace) if _current(p)]
         waiting = any(_unbound(p) for p in pods)
         if taking is None and not waiting:
             return Ruling(arbitration.Verdict(Reason.SCALING_WITHIN_BOUNDS))
@@ -234,7 +234,7 @@ class Arbiter:
             if not _unbound(pod):
                 continue
             uid = ((pod.get("metadata") or {}).get("labels") or {}).get(UID_LABEL)
-            if not uid or not self._pending_replica(uid, pod, states):
+            if not uid:
                 continue
             other = states.get(uid)
             priority = int((pod.get("spec") or {}).get("priority") or 0)
@@ -242,7 +242,8 @@ class Arbiter:
                 priority = (
                     snapshot.priority_value(other.policy.constraints.priority_class_name) or 0
                 )
-            if priority <= own:
+            # The priority first: the cheaper question, and most waiting pods end there.
+            if priority <= own or not self._pending_replica(uid, pod, states):
                 continue
             if other is None:
                 return True
@@ -300,7 +301,4 @@ class Arbiter:
         if state is not None and state.policy is not None:
             desired = min(desired, state.policy.constraints.max_replicas)
         pods = self._world.pods_of(uid, namespace)
-        # Not a pod that ended on its node (evicted, refused at admission): its replacement
-        # is what the ReplicaSet waits on now.
-        placed = [p for p in pods if _live(p) and not _unbound(p) and not _ended(p)]
-        return len(placed) >= desired
+        return sum(1 for p in pods if _current(p) and not _unbound(p)) >= desired

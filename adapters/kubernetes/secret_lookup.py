@@ -85,8 +85,8 @@ class NamedSecrets:
     # -- reading -------------------------------------------------------------------------
 
     def get_by_name(self, namespace: str | None, name: str) -> Obj | None:
-        obj = self._own.get_by_name(namespace, name)
-        if obj is not None and own_secret(obj):
+        obj = self._own_copy(namespace, name)
+        if obj is not None:
             return obj
         key = (namespace or "", name)
         with self._lock:
@@ -103,6 +103,11 @@ class NamedSecrets:
             # would wait for the resync.
             self._tell_change(old.obj, obj)
         return copy.deepcopy(obj)
+
+    def _own_copy(self, namespace: str | None, name: str) -> Obj | None:
+        """The label-selected cache's copy, when it is one of the controller's own."""
+        obj = self._own.get_by_name(namespace, name)
+        return obj if obj is not None and own_secret(obj) else None
 
     def _read(self, key: tuple[str, str]) -> Obj | None:
         if not is_object_name(key[1]):
@@ -149,8 +154,7 @@ class NamedSecrets:
             keys = list(self._entries)
         changed = 0
         for key in keys:
-            own = self._own.get_by_name(*key)
-            if own is not None and own_secret(own):
+            if self._own_copy(*key) is not None:
                 with self._lock:
                     self._entries.pop(key, None)  # ours now: the informer has it
                 continue
