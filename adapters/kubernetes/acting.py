@@ -486,6 +486,7 @@ class Actor:
             first_after=_first_probe_in(order.uid, state, after, now),
             news=probe.news,
             announced=state.probe_ok is None,  # a first answer is always news
+            tenant=order.namespace,
         )
         done, result = self._background.take(key)  # at once when run inline (tests)
         return Acted(replace(result, at=now), requeue=[after]) if done else Acted()

@@ -6,7 +6,9 @@ the call here and goes on; when the call ends, its result is kept under its key 
 order is woken (`wake(uid)`), and the order's next pass takes the result — once. At most
 one call per key runs at a time, and the pools bound how many run at all: one for the
 repeated calls (probes), one for the others (hub lookups), so that neither waits behind
-the other's slow network.
+the other's slow network. Within each, tenants (the orders' namespaces) take the threads
+in turn and none holds them all (`turns.TenantTurns`): one namespace's hung runtimes or
+hub lookups do not hold back another's.
 
 A call that repeats (`repeat`: an order's probe every interval) runs on a timer of its
 own, not from a pass: its result is kept and the order woken only when `news(result)`
@@ -44,9 +46,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
+
+from adapters.kubernetes.turns import TenantTurns
 
 __all__ = ["Background"]
 
@@ -62,6 +66,7 @@ class _Repeat:
     news: Callable[[Any], bool]
     due: float  # time.monotonic()
     announced: bool  # its next result wakes the order for sure (the pass may wait for it)
+    tenant: str = ""  # whose turn it takes on the pool: the order's namespace
     failing: bool = False  # its last call raised: no pass waits for it until one returns
 
 
@@ -80,8 +85,8 @@ class Background:
         # Repeats (probes) and one-shot calls (hub lookups) on pools of their own: on one,
         # a hub that held every lookup for its timeout after a start held the probes of
         # every tenant behind them (a due probe ran 30 s late with 48 lookups waiting).
-        self._pool = None if inline else ThreadPoolExecutor(workers, "background")
-        self._once = None if inline else ThreadPoolExecutor(workers, "background-once")
+        self._pool = None if inline else TenantTurns(workers, "background")
+        self._once = None if inline else TenantTurns(workers, "background-once")
         self._lock = threading.Condition()
         self._running: set[Key] = set()
         self._done: dict[Key, Any] = {}
@@ -113,8 +118,9 @@ class Background:
                     return True
             return any(key[1] == uid for key in self._announced)
 
-    def start(self, key: Key, call: Callable[[], Any]) -> None:
-        """Run `call` unless one runs under `key` already; its result is kept for `take`."""
+    def start(self, key: Key, call: Callable[[], Any], *, tenant: str = "") -> None:
+        """Run `call` unless one runs under `key` already; its result is kept for `take`.
+        `tenant`: whose turn it takes (the order's namespace)."""
         with self._lock:
             if key in self._running:
                 return
@@ -122,8 +128,7 @@ class Background:
         if self._once is None:
             self._finish(key, call)
             return
-        future: Future[None] = self._once.submit(self._finish, key, call)
-        future.add_done_callback(_report)
+        self._once.submit(tenant, partial(self._finish, key, call))
 
     def _finish(self, key: Key, call: Callable[[], Any]) -> None:
         try:
@@ -155,6 +160,7 @@ class Background:
         first_after: float,
         news: Callable[[Any], bool],
         announced: bool = False,
+        tenant: str = "",
     ) -> None:
         """Run `call` every `every` seconds, the first time in `first_after` seconds.
 
@@ -168,7 +174,7 @@ class Background:
             due = old.due if old is not None else self._on_grain(now, first_after)
             failing = old is not None and old.failing
             announced = announced and not failing
-            self._repeats[key] = _Repeat(call, every, news, due, announced, failing)
+            self._repeats[key] = _Repeat(call, every, news, due, announced, tenant, failing)
             if announced:
                 self._announced.add(key)
             else:
@@ -185,7 +191,7 @@ class Background:
         if run:
             del self._repeats[key]  # inline: once, never again
             self._announced.discard(key)
-            self._fire(key, _Repeat(call, every, news, due, announced))
+            self._fire(key, _Repeat(call, every, news, due, announced, tenant))
 
     def _on_grain(self, now: float, after: float) -> float:
         """When a repeat `after` seconds from `now` is due: at once, or on the grain."""
@@ -224,8 +230,7 @@ class Background:
                     continue  # cancelled, re-armed at another time, or still running
                 self._running.add(key)
             assert self._pool is not None
-            future: Future[None] = self._pool.submit(self._fire_running, key, repeat)
-            future.add_done_callback(_report)
+            self._pool.submit(repeat.tenant, partial(self._fire_running, key, repeat))
 
     def _fire(self, key: Key, repeat: _Repeat) -> None:
         with self._lock:
@@ -303,16 +308,8 @@ class Background:
             self._lock.notify_all()
         for pool in (self._pool, self._once):
             if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
+                pool.stop()
 
 
 def _log_failure(key: Key, error: BaseException) -> None:
     log.error("a background call failed (%s of %s): %s: %s", *key, type(error).__name__, error)
-
-
-def _report(future: Future[None]) -> None:
-    if future.cancelled():
-        return  # stopped before it ran (the pool was shut down): nothing failed
-    error = future.exception()
-    if error is not None:  # the runner's own failure: the calls' are handled there
-        log.error("a background call failed: %s", error)

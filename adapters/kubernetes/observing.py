@@ -332,7 +332,9 @@ class Observer:
         if done and answer[0] == asked:
             return answer[1]  # type: ignore[no-any-return]
         name = ref.name
-        self._background.start(key, lambda: (asked, self._hub.resolve(name, token=token)))
+        self._background.start(
+            key, lambda: (asked, self._hub.resolve(name, token=token)), tenant=order.namespace
+        )
         done, answer = self._background.take(key)  # at once when run inline (tests)
         return answer[1] if done and answer[0] == asked else None
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -267,3 +267,46 @@ def test_one_shot_calls_holding_every_thread_do_not_hold_a_due_repeat(
         assert all(pool.busy(("hub", f"order-{i}")) for i in range(2))  # still hanging
     finally:
         release.set()
+
+
+def test_one_tenants_hung_probes_do_not_hold_back_another_tenants_probe() -> None:
+    """Probes of runtimes that accept and never answer held every thread of the probe
+    pool for twice their timeout, and another namespace's due probe waited behind them
+    all. Tenants take the threads in turn and none holds them all (turns.py)."""
+    background = Background(lambda _uid: None, workers=4)
+    release = threading.Event()
+    hung: list[str] = []
+    other = threading.Event()
+
+    def hang(uid: str) -> Callable[[], str]:
+        def call() -> str:
+            hung.append(uid)
+            release.wait(60)
+            return "same"
+
+        return call
+
+    try:
+        for i in range(20):
+            background.repeat(
+                ("probe", f"uid-{i}"),
+                hang(f"uid-{i}"),
+                every=60,
+                first_after=0,
+                news=lambda _r: False,
+                tenant="hung-tenant",
+            )
+        eventually(lambda: len(hung) == 2, timeout=10, what="two hung probes")
+        background.repeat(
+            ("probe", "uid-other"),
+            lambda: other.set() or "same",
+            every=60,
+            first_after=0,
+            news=lambda _r: False,
+            tenant="other-tenant",
+        )
+        assert other.wait(10), "the other tenant's probe waited behind the hung ones"
+        assert len(hung) == 2  # four threads, two kept from any one tenant
+    finally:
+        release.set()
+        background.stop()

@@ -542,7 +542,7 @@ def test_an_edit_whose_model_is_still_being_asked_rewrites_no_child(
         fakes.put(bed.world, edited)
         background = bed.reconciler.background
         with monkeypatch.context() as answer_on_its_way:
-            answer_on_its_way.setattr(background, "start", lambda key, call: None)
+            answer_on_its_way.setattr(background, "start", lambda key, call, tenant="": None)
             bed.reconciler.reconcile(uid)
         assert bed.events(uid, ev.SpecObserved)[-1].generation == 2
         assert not bed.events(uid, ev.ModelResolved)[1:]  # the answer is still on its way
