@@ -34,6 +34,8 @@ faults: setup
 docs: setup
 	.venv/bin/python scripts/gen_docs.py
 
-# The controller's OCI image (scripts/build-image.sh; as root, cached): build/image:VERSION
-image: setup
+# The controller's OCI image (scripts/build-image.sh; as root, cached): build/image:VERSION.
+# It needs neither the Kubernetes binaries nor PostgreSQL (setup's), only pip: the script
+# makes a small venv of its own when .venv is missing.
+image:
 	bash scripts/build-image.sh

@@ -38,7 +38,8 @@ module: {{ .Chart.Name }}
 
 {{- /* The pull credentials of the registry the image comes from (see the image's). */ -}}
 {{- define "ai-inference.dockercfg" -}}
-{{- dig "registry" "dockercfg" "" .Values.aiInference | default .Values.global.modulesImages.registry.dockercfg -}}
+{{- /* dig, not a field: a missing key printed "<no value>", a true string (an empty Secret). */ -}}
+{{- dig "registry" "dockercfg" "" .Values.aiInference | default (dig "registry" "dockercfg" "" .Values.global.modulesImages) -}}
 {{- end }}
 
 {{- /* "true" when the event log is SQLite: a file one replica writes, on a volume. */ -}}

@@ -207,6 +207,19 @@ def test_a_module_from_its_own_source_pulls_from_its_own_registry() -> None:
     assert pod["imagePullSecrets"] == [{"name": "deckhouse-registry"}]
 
 
+def test_without_pull_credentials_no_pull_secret_is_made() -> None:
+    """No dockercfg anywhere (a public registry): the chart rendered a Secret holding
+    `.dockerconfigjson: null`, which the API server refuses, and with it the release."""
+    values = deckhouse_values()
+    del values["global"]["modulesImages"]["registry"]["dockercfg"]
+    docs = render(values)
+    assert not [
+        d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "deckhouse-registry"
+    ]
+    deployment = one(docs, "Deployment", "ai-inference-controller")
+    assert "imagePullSecrets" not in deployment["spec"]["template"]["spec"]
+
+
 def test_an_image_without_a_digest_is_refused() -> None:
     values = deckhouse_values()
     values["global"]["modulesImages"]["digests"] = {}
@@ -373,6 +386,11 @@ def test_the_module_setting_is_one_deckhouse_accepts() -> None:
         ("postgresql://ai@db/ai?sslmode=require&password=S3cretPw", False),
         ("postgresql://ai@db/ai?password=S3cretPw", False),
         ("postgresql://ai@db.example:5432/ai?sslmode=require", True),
+        ("postgresql:///ai?host=/run/postgresql", True),  # a Unix socket
+        # The driver's name on the short scheme, and a port that is no number.
+        ("postgres+psycopg://ai@db.example:5432/ai", False),
+        ("postgresql://ai@db.example:notaport/ai", False),
+        ("postgresql://ai@db.example:/ai", False),
     ],
 )
 def test_the_store_url_the_schema_admits_is_one_the_controller_opens(
