@@ -386,7 +386,7 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         _F,
         Who.ADMIN,
         "https mode CustomCertificate names a Secret that does not exist where it is read "
-        "(d8-system for a ModuleConfig's or the platform's global block; the controller's "
+        "(d8-system for the module's ModuleConfig block; the controller's "
         "namespace for a class's, the settings file's or the flags'), or one that is not a "
         "kubernetes.io/tls Secret with tls.crt and tls.key (nothing else is ever copied), so "
         "no copy can be made for the order's Ingress; nothing is applied until it is one (what "

@@ -238,7 +238,7 @@ class Controller:
         custom = self.settings().https.custom_certificate
         return certificates.sources(
             self.namespace,
-            custom.secret_name,
+            None if custom.platform_wide else custom.secret_name,  # never copied: not read
             specs,
             settings_namespace=custom.secret_namespace,
         )

@@ -123,6 +123,8 @@ class Https:
     cluster_issuer_name: str | None = None
     # CustomCertificate: the source Secret, in `secret_namespace` (None: the controller's
     # namespace); the Ingress names the order's copy of it (identity.custom_tls_secret_name).
+    # None with CustomCertificate: the platform's global certificate, which is never
+    # copied; the Ingress names no Secret and the ingress controller's default one serves.
     secret_name: str | None = None
     secret_namespace: str | None = None
 
@@ -212,6 +214,9 @@ def effective_https(policy: EffectivePolicy, settings: Settings) -> Https:
     if mode is HttpsMode.CERT_MANAGER:
         return Https(mode, cluster_issuer_name=issuer)
     if mode is HttpsMode.CUSTOM_CERTIFICATE:
+        if not named and settings.https.custom_certificate.platform_wide:
+            # The platform's own certificate: its key stays out of tenants' namespaces.
+            return Https(mode)
         if not custom:
             raise RenderError("https mode CustomCertificate names no Secret (class nor settings)")
         return Https(mode, secret_name=custom, secret_namespace=custom_namespace)
@@ -663,6 +668,11 @@ def _ingress(order: OrderRef, policy: EffectivePolicy, settings: Settings, host:
     if https.mode is HttpsMode.CERT_MANAGER:
         annotations["cert-manager.io/cluster-issuer"] = https.cluster_issuer_name or ""
         spec["tls"] = [{"hosts": [host], "secretName": identity.tls_secret_name(order.name)}]
+    elif https.mode is HttpsMode.CUSTOM_CERTIFICATE and https.secret_name is None:
+        # The platform's global certificate is not copied: TLS for the host, on the ingress
+        # controller's default certificate (Deckhouse: IngressNginxController's
+        # defaultSSLCertificate, which a platform with a wildcard sets to it).
+        spec["tls"] = [{"hosts": [host]}]
     elif https.mode is HttpsMode.CUSTOM_CERTIFICATE:
         # The copy in the order's namespace: an Ingress reads TLS Secrets of its own only.
         spec["tls"] = [{"hosts": [host], "secretName": identity.custom_tls_secret_name(order.name)}]

@@ -112,15 +112,25 @@ class CustomCertificateSettings(Frozen):
     # the ModuleConfig or the platform's global one names a Secret of
     # PLATFORM_CERTIFICATE_NAMESPACE, where Deckhouse has every module read it.
     _secret_namespace: str | None = PrivateAttr(default=None)
+    # The platform's global block: its certificate (the wildcard of the platform's own
+    # sites, Dex's among them) is never copied into a tenant's namespace, where the
+    # namespace's editors would read its key; Ingresses get the ingress controller's
+    # default certificate instead (rendering.effective_https).
+    _platform_wide: bool = PrivateAttr(default=False)
 
     @property
     def secret_namespace(self) -> str | None:
         return self._secret_namespace
 
-    def kept_in(self, namespace: str) -> CustomCertificateSettings:
-        """The same block, its Secret in `namespace`."""
+    @property
+    def platform_wide(self) -> bool:
+        return self._platform_wide
+
+    def kept_in(self, namespace: str, *, platform_wide: bool = False) -> CustomCertificateSettings:
+        """The same block, its Secret in `namespace`; `platform_wide`: the global one's."""
         moved = self.model_copy()
         moved._secret_namespace = namespace
+        moved._platform_wide = platform_wide
         return moved
 
 
@@ -392,7 +402,10 @@ class Source:
         resolved = Settings.from_settings(with_fallbacks(mine, fallbacks or {}))
         if _kept_by_the_platform(module_config, mine, self.overrides, fallbacks or {}):
             https = resolved.https
-            kept = https.custom_certificate.kept_in(PLATFORM_CERTIFICATE_NAMESPACE)
+            kept = https.custom_certificate.kept_in(
+                PLATFORM_CERTIFICATE_NAMESPACE,
+                platform_wide=mine.get("https") is None,  # the global block's, not the module's
+            )
             moved = https.model_copy(update={"custom_certificate": kept})
             resolved = resolved.model_copy(update={"https": moved})
         return resolved

@@ -3,11 +3,11 @@ CustomCertificate Secret an order's Ingress names.
 
 Against the real API server: the ModuleConfigs `global` and `ai-inference` are made and
 edited as an administrator would, the certificate Secret a class names lives in the
-controller's namespace (d8-ai-inference) and the one the global block names in
-d8-system, and every answer is read from the live objects and the
-order's status. ModuleConfigs, classes and Secrets made here are removed afterwards.
-Last, a ModuleConfig the platform's schema admits and the controller refuses: told on
-the object itself.
+controller's namespace (d8-ai-inference), the ones the module's and the global block
+name in d8-system (the global one, the platform's own, is never copied), and every
+answer is read from the live objects and the order's status. ModuleConfigs, classes
+and Secrets made here are removed afterwards. Last, a ModuleConfig the platform's
+schema admits and the controller refuses: told on the object itself.
 """
 
 from __future__ import annotations
@@ -329,12 +329,15 @@ def test_a_custom_certificate_is_copied_kept_equal_repaired_and_pruned(
                 raise
 
 
-def test_the_platforms_custom_certificate_is_copied_from_d8_system(
+def test_the_modules_certificate_is_copied_from_d8_system_the_platforms_never(
     platform: LocalPlatform, alice: Orders, admin: client.ApiClient, orders: Any
 ) -> None:
-    """The global `modules.https` block names a Secret Deckhouse keeps in d8-system: the
-    copy is made from there, and follows it. So does the one the module's own ModuleConfig
-    names: Deckhouse keeps that one in d8-system too."""
+    """The module's own ModuleConfig names a certificate Deckhouse keeps in d8-system: the
+    copy is made from there and follows it. The global `modules.https` block's certificate
+    is the platform's own (its sites' wildcard, Dex's among them) and is never copied into
+    a tenant's namespace, where its editors would read the key: without the module's
+    block, the copy goes and the Ingress asks for TLS on the ingress controller's default
+    certificate."""
     core = client.CoreV1Api(admin)
     source, class_name, name = "ex-platform-wildcard", "ex-settings-https", "ex-platform-tls"
     module_source = "ex-module-wildcard"
@@ -349,40 +352,46 @@ def test_the_platforms_custom_certificate_is_copied_from_d8_system(
     )
     custom_https = {"mode": "CustomCertificate", "customCertificate": {"secretName": source}}
     platform_block = {"modules": {"publicDomainTemplate": "%s.global.test", "https": custom_https}}
+    module_https = {**custom_https, "customCertificate": {"secretName": module_source}}
     try:
         with module_config(admin, "global", platform_block, version=2):
-            orders(name)
-            alice.create(NS, name, _spec(class_name))
-            made = wait_for(lambda: _copy(core, name), timeout=90, what="the copy")
-            assert _decoded(made) == CERT_1
-            annotations = made.metadata.annotations
-            assert annotations["ai.deckhouse.io/certificate-source"] == f"{PLATFORM_NS}/{source}"
-            ingress = wait_for(lambda: _ingress(platform, name), timeout=30, what="the Ingress")
-            assert ingress.spec.tls[0].secret_name == f"{name}-certificate"
-
-            # The platform's rotation reaches the copy.
-            core.replace_namespaced_secret(
-                source, PLATFORM_NS, _tls_secret(source, CERT_2, PLATFORM_NS)
-            )
-            wait_for(
-                lambda: (c := _copy(core, name)) is not None and _decoded(c) == CERT_2,
-                timeout=90,
-                what="the copy to follow the platform's Secret",
-            )
-
-            # The module's own block replaces the global one: its Secret is in d8-system too.
-            module_https = {**custom_https, "customCertificate": {"secretName": module_source}}
             with module_config(admin, "ai-inference", {"https": module_https}):
-                wait_for(
-                    lambda: (
-                        (c := _copy(core, name)) is not None
-                        and c.metadata.annotations["ai.deckhouse.io/certificate-source"]
-                        == f"{PLATFORM_NS}/{module_source}"
-                    ),
-                    timeout=90,
-                    what="the copy made from the module's Secret in d8-system",
+                orders(name)
+                alice.create(NS, name, _spec(class_name))
+                made = wait_for(lambda: _copy(core, name), timeout=90, what="the copy")
+                assert _decoded(made) == CERT_1
+                annotations = made.metadata.annotations
+                assert annotations["ai.deckhouse.io/certificate-source"] == (
+                    f"{PLATFORM_NS}/{module_source}"
                 )
-                assert _decoded(_copy(core, name)) == CERT_1
+                ingress = wait_for(
+                    lambda: _ingress(platform, name), timeout=30, what="the Ingress"
+                )
+                assert ingress.spec.tls[0].secret_name == f"{name}-certificate"
+
+                # The platform's rotation reaches the copy.
+                core.replace_namespaced_secret(
+                    module_source, PLATFORM_NS, _tls_secret(module_source, CERT_2, PLATFORM_NS)
+                )
+                wait_for(
+                    lambda: (c := _copy(core, name)) is not None and _decoded(c) == CERT_2,
+                    timeout=90,
+                    what="the copy to follow the module's Secret",
+                )
+
+            # The global block in force: its certificate is not copied, the copy goes.
+            wait_for(
+                lambda: (
+                    (i := _ingress(platform, name)) is not None
+                    and i.spec.tls is not None
+                    and i.spec.tls[0].secret_name is None
+                ),
+                timeout=90,
+                what="the Ingress on the default certificate",
+            )
+            served = _ingress(platform, name)
+            assert [t.hosts for t in served.spec.tls] == [[served.spec.rules[0].host]]
+            wait_for(lambda: _copy(core, name) is None, timeout=90, what="the copy pruned")
     finally:
         core.delete_namespaced_secret(source, PLATFORM_NS)
         core.delete_namespaced_secret(module_source, PLATFORM_NS)

@@ -133,6 +133,7 @@ def test_deckhouses_certificates_are_read_where_the_platform_keeps_them() -> Non
     fallbacks = global_settings.exposure_of(global_config({"https": CUSTOM}))
     platform = Source().resolve(None, fallbacks).https.custom_certificate
     assert (platform.secret_namespace, platform.secret_name) == ("d8-system", "wild")
+    assert platform.platform_wide  # the platform's own: never copied to a tenant
     own_https = {"mode": "CustomCertificate", "customCertificate": {"secretName": "own"}}
     for source, config, namespace in (
         (Source({"https": own_https}), None, None),  # the file's block
@@ -144,9 +145,11 @@ def test_deckhouses_certificates_are_read_where_the_platform_keeps_them() -> Non
         for globally in (fallbacks, {}):
             mine = source.resolve(config, globally).https.custom_certificate
             assert (mine.secret_namespace, mine.secret_name) == (namespace, "own")
+            assert not mine.platform_wide  # the module's own: named for its orders
     # A ModuleConfig without a block: the global one, from d8-system.
     unset = Source().resolve(module_config({}), fallbacks).https.custom_certificate
     assert (unset.secret_namespace, unset.secret_name) == ("d8-system", "wild")
+    assert unset.platform_wide
     # A block the module sets in another mode replaces the global one whole: none read.
     moved_away = Source({"https": {"mode": "OnlyInURI"}}).resolve(None, fallbacks)
     assert moved_away.https.custom_certificate.secret_name is None

@@ -293,6 +293,25 @@ PLATFORM_CUSTOM = Source().resolve(
 )
 
 
+def test_the_platforms_own_certificate_is_served_by_default_never_copied() -> None:
+    """The global block's CustomCertificate is the platform's own (the wildcard of its
+    sites, Dex's among them): copied next to the order, the namespace's editors read its
+    key. The Ingress asks for TLS on its host with no Secret: the ingress controller's
+    default certificate serves it. A class naming a certificate of its own still gets it."""
+    host = "support-llm-support.example.com"
+    for https in (None, HttpsPolicy(mode=HttpsMode.CUSTOM_CERTIFICATE)):
+        ingress = render(policy(https=https), settings=PLATFORM_CUSTOM)["Ingress"]
+        assert ingress["spec"]["tls"] == [{"hosts": [host]}]
+        assert rendering.endpoint_url(ORDER, policy(https=https), PLATFORM_CUSTOM) == (
+            f"https://{host}"
+        )
+    own = HttpsPolicy.model_validate(
+        {"mode": "CustomCertificate", "customCertificate": {"secretName": "own"}}
+    )
+    ingress = render(policy(https=own), settings=PLATFORM_CUSTOM)["Ingress"]
+    assert ingress["spec"]["tls"] == [{"hosts": [host], "secretName": "support-llm-certificate"}]
+
+
 @pytest.mark.parametrize(
     ("https", "settings", "source"),
     [
@@ -301,9 +320,9 @@ PLATFORM_CUSTOM = Source().resolve(
         (HttpsPolicy(mode=HttpsMode.CUSTOM_CERTIFICATE),
          Settings(https={"mode": "CustomCertificate", "customCertificate": {"secretName": "wild"}},
                   publicDomainTemplate=DOMAIN), (None, "wild")),
-        # The platform's global block names a Secret of the platform's namespace.
-        (HttpsPolicy(mode=HttpsMode.CUSTOM_CERTIFICATE), PLATFORM_CUSTOM,
-         ("d8-system", "platform-wild")),
+        # The platform's global block names the platform's own certificate: never copied.
+        (HttpsPolicy(mode=HttpsMode.CUSTOM_CERTIFICATE), PLATFORM_CUSTOM, None),
+        (None, PLATFORM_CUSTOM, None),
         # The class's own name wins over the settings', and is the controller's.
         (HttpsPolicy.model_validate({"mode": "CustomCertificate",
                                      "customCertificate": {"secretName": "own"}}),
@@ -318,7 +337,8 @@ PLATFORM_CUSTOM = Source().resolve(
          None),
     ],
     ids=["cert-manager", "only-in-uri", "custom-from-settings", "custom-from-the-platform",
-         "custom-from-class", "custom-from-class-over-the-platform", "no-host"],
+         "custom-from-the-platform-classless", "custom-from-class",
+         "custom-from-class-over-the-platform", "no-host"],
 )  # fmt: skip
 def test_the_certificate_to_copy_is_the_custom_one_an_ingress_names(
     https: HttpsPolicy | None, settings: Settings, source: tuple[str | None, str] | None
