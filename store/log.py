@@ -35,7 +35,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
 
@@ -267,12 +267,37 @@ class EventLog:
             return int(conn.execute(_FENCE_EPOCH).scalar_one())
 
     def writable_epoch(self) -> int:
-        """`epoch`, read as an append reads it: in a write transaction, the fence held
-        for share. Writes nothing; raises as an append would where the database takes
+        """`epoch`, read as an append reads it, with an append rehearsed: in a write
+        transaction, the fence held for share, a stream and an event inserted, then all
+        rolled back. Writes nothing; raises as an append would where the database takes
         reads but no writes (a PostgreSQL standby, an old primary after a fail-over),
-        which a plain read does not notice."""
-        with _translated(), self._writing() as conn:
-            return int(conn.execute(_SEEN_FENCE).scalar_one())
+        which a plain read does not notice, and where no append can be made at all (a
+        table gone, the insert privilege revoked: StoreUnusable), which a read of the fence
+        alone did not meet."""
+        with _translated(), self._engine.connect() as conn:
+            conn.execution_options(**{connecting.WRITE: True})
+            transaction = conn.begin()
+            try:
+                epoch = int(conn.execute(_SEEN_FENCE).scalar_one())
+                uid, now = f"rehearsal-{uuid4()}", datetime.now(UTC)
+                conn.execute(
+                    sa.insert(schema.streams).values(uid=uid, namespace="", name="", created_at=now)
+                )
+                conn.execute(
+                    sa.insert(schema.events).values(
+                        stream_uid=uid,
+                        version=1,
+                        event_id=uuid4(),
+                        type="rehearsal",
+                        schema_version=1,
+                        recorded_at=now,
+                        leader_epoch=epoch,
+                        payload=b"",
+                    )
+                )
+                return epoch
+            finally:
+                transaction.rollback()
 
     def mark_deleted(self, uid: str, at: datetime) -> None:
         """Mark the order gone; its history stays readable. The first deletion time is kept."""

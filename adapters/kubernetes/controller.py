@@ -57,7 +57,7 @@ from adapters.models import HubResolver, HubSettings
 from adapters.probes.targets import ServiceTarget, TargetResolver
 from fsm.placement import recipes
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS
-from store import EventLog, StaleEpoch, StoreUnavailable, StreamConflict
+from store import EventLog, StaleEpoch, StoreUnavailable, StoreUnusable, StreamConflict
 
 __all__ = [
     "LEASE_NAME",
@@ -511,10 +511,29 @@ class Controller:
         except StoreUnavailable as exc:
             self.log_gate.failed(uid, exc)  # parked: enqueued again once the log answers
             return queueing.Done()
+        except StoreUnusable as exc:
+            return self._log_unusable(uid, exc)
         except StaleEpoch as exc:
             # A newer controller appends to the log: end leadership as a lost Lease would.
             self._abdicate(f"a newer controller leads ({exc})")
             return queueing.Terminal(exc)
+
+    def _log_unusable(self, uid: str, exc: StoreUnusable) -> queueing.Outcome:
+        """A pass met a log that answers but refused it. Either no append can be made (a
+        table dropped, a privilege revoked, a corrupt file: leadership ends, as when the
+        gate's probe meets it, and the restart says why) or only this order's cannot (its
+        own data: retried on its own backoff, the others go on — one order must not end
+        every order's leader). An append rehearsed without the order's data tells which.
+        Before, every pass failed and retried for ever behind a leader that looked alive."""
+        try:
+            self._log.writable_epoch()
+        except StoreUnavailable as down:
+            self.log_gate.failed(uid, down)
+            return queueing.Done()
+        except StoreUnusable as unusable:
+            self._abdicate(f"the event log cannot be written: {unusable}")
+            return queueing.Terminal(unusable)
+        return queueing.Retry(exc)
 
 
 def own_namespace() -> str:

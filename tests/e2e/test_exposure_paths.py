@@ -364,9 +364,7 @@ def test_the_modules_certificate_is_copied_from_d8_system_the_platforms_never(
                 assert annotations["ai.deckhouse.io/certificate-source"] == (
                     f"{PLATFORM_NS}/{module_source}"
                 )
-                ingress = wait_for(
-                    lambda: _ingress(platform, name), timeout=30, what="the Ingress"
-                )
+                ingress = wait_for(lambda: _ingress(platform, name), timeout=30, what="the Ingress")
                 assert ingress.spec.tls[0].secret_name == f"{name}-certificate"
 
                 # The platform's rotation reaches the copy.

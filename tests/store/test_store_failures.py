@@ -121,6 +121,26 @@ def test_the_writable_probe_finds_a_read_only_node_a_plain_read_does_not(
         assert log.writable_epoch() == 1  # a new connection reaches a writable node
 
 
+@pytest.mark.parametrize("table", ["events", "streams"])
+def test_the_writable_probe_rehearses_an_append_and_writes_nothing(
+    log: store.EventLog, table: str
+) -> None:
+    """The probe (the gate's, the elector's, the one after a pass met StoreUnusable)
+    inserts a stream and an event and rolls them back: a table an append needs gone, or
+    its insert privilege revoked, is StoreUnusable there, where a read of the fence alone
+    answered and the gate opened to passes that all failed."""
+    log.append(KEY, things(1), 0, 1, at(0))
+    before = (log.streams(), log.read(KEY.uid), log.event_types())
+    assert log.writable_epoch() == 1
+    assert (log.streams(), log.read(KEY.uid), log.event_types()) == before  # nothing kept
+    assert log.append(KEY, things(2), 1, 1, at(1)) == 2  # the stream goes on
+    with log.engine.begin() as conn:  # gone, as far as the log can tell
+        conn.exec_driver_sql(f"ALTER TABLE {table} RENAME TO {table}_gone")
+    assert log.epoch() == 1  # the fence still answers
+    with pytest.raises(store.StoreUnusable, match=table):
+        log.writable_epoch()
+
+
 class _Sqlite(sqlite3.OperationalError):
     def __init__(self, name: str) -> None:
         super().__init__(name.lower())
