@@ -300,16 +300,29 @@ def _allocation(obj: Mapping[str, Any], priorities: Mapping[str, int]) -> Alloca
 
 
 def _claim_share(obj: Mapping[str, Any], labels: Mapping[str, str]) -> int:
+    """The share of its devices a claim holds: our label, else an MPS config's thread
+    percentage, else the whole device.
+
+    Any claim of the cluster is read, and Kubernetes asks of an opaque config's
+    `parameters` only that it be an object: another driver's (or a hostile tenant's)
+    `sharing: "x"` is as valid as NVIDIA's mapping. So every level is checked for what it
+    is; before, one such claim raised in every order's planning pass, cluster-wide."""
     raw = labels.get(SHARE_PERCENT_LABEL, "")
-    if raw.isdigit() and 1 <= int(raw) <= FULL_SHARE:
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit() and 1 <= int(raw) <= FULL_SHARE:
         return int(raw)
-    for config in ((obj.get("spec") or {}).get("devices") or {}).get("config") or ():
-        sharing = ((config.get("opaque") or {}).get("parameters") or {}).get("sharing") or {}
-        percent = (sharing.get("mpsConfig") or {}).get("defaultActiveThreadPercentage")
+    configs = _mapping(_mapping(obj.get("spec")).get("devices")).get("config")
+    for config in configs if isinstance(configs, list) else ():
+        parameters = _mapping(_mapping(_mapping(config).get("opaque")).get("parameters"))
+        sharing = _mapping(parameters.get("sharing"))
+        percent = _mapping(sharing.get("mpsConfig")).get("defaultActiveThreadPercentage")
         if (
             sharing.get("strategy") == "MPS"
-            and isinstance(percent, int)
+            and type(percent) is int  # not a bool, which is an int to isinstance
             and 1 <= percent <= FULL_SHARE
         ):
             return percent
     return FULL_SHARE
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}

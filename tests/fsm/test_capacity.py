@@ -495,3 +495,72 @@ def test_at_equal_priority_a_waiting_place_goes_before_a_running_replica() -> No
     snap = replace(base, allocations=(running, waiting))
     place = find_place(snap, snap.devices, count=1, priority=1000)
     assert place is not None and place.reclaims == ("team/waiting-w-planned-0",)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+_SHAPED = st.fixed_dictionaries(
+    {},
+    optional={
+        "requests": _JSON,
+        "opaque": st.fixed_dictionaries(
+            {},
+            optional={
+                "driver": _JSON,
+                "parameters": _JSON
+                | st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "sharing": _JSON
+                        | st.fixed_dictionaries(
+                            {},
+                            optional={
+                                "strategy": st.just("MPS") | _JSON,
+                                "mpsConfig": _JSON
+                                | st.fixed_dictionaries(
+                                    {}, optional={"defaultActiveThreadPercentage": _JSON}
+                                ),
+                            },
+                        )
+                    },
+                ),
+            },
+        ),
+    },
+)
+
+
+@given(config=st.lists(_SHAPED | _JSON, max_size=3) | _JSON)
+def test_any_claims_opaque_config_is_read_and_a_device_held_whole_or_in_share(
+    config: Any,
+) -> None:
+    """Any claim of the cluster is read, and Kubernetes asks of an opaque config's
+    parameters only that they be an object: another driver's `sharing: "x"` (or a
+    tenant's) raised in every order's planning pass, cluster-wide."""
+    held = claim("other-driver", "node1", "gpu-0")
+    held["spec"]["devices"]["config"] = config
+    (allocation,) = inventory.parse_allocations([held])
+    assert allocation.devices == _ids("gpu-0")
+    assert 1 <= allocation.share_percent <= FULL_SHARE
+
+
+@pytest.mark.parametrize(
+    ("sharing", "share"),
+    [
+        ("x", FULL_SHARE),
+        (True, FULL_SHARE),
+        ({"strategy": "MPS", "mpsConfig": "half"}, FULL_SHARE),
+        ({"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": True}}, FULL_SHARE),
+        ({"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 30}}, 30),
+    ],
+)
+def test_a_sharing_config_of_another_shape_holds_the_whole_device(sharing: Any, share: int) -> None:
+    held = claim("other", "node1", "gpu-0", mps_percent=50)
+    held["spec"]["devices"]["config"][0]["opaque"]["parameters"]["sharing"] = sharing
+    (allocation,) = inventory.parse_allocations([held])
+    assert allocation.share_percent == share
