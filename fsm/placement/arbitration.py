@@ -27,6 +27,8 @@ from fsm.placement.capacity import FULL_SHARE, ORDER_UID_LABEL, Allocation, Plac
 from fsm.reasons import Reason
 from fsm.values import Plan
 
+_MOST_REPLICAS = 2**31 - 1  # a Deployment's replicas are an int32
+
 __all__ = [
     "TAKEN_ANNOTATION",
     "GiveBack",
@@ -105,19 +107,33 @@ class Taking:
 
     @classmethod
     def parse(cls, raw: str | None) -> Taking | None:
-        """The record from its text; None without one, or for one that cannot be read."""
+        """The record from its text; None without one, or for one that is not the shape
+        this module writes. Whoever edits Deployments in the victim's namespace can write
+        it: `replicas: 1e400` overflowed int() and a priority class that was no string
+        failed the CapacityTaken event, each on every pass of the victim and of any
+        order that would take from it (another tenant's)."""
         if not raw:
             return None
         try:
             data = json.loads(raw)
-            taking = cls(
-                takers=tuple(
-                    Taker(str(t["order"]), t.get("priorityClassName"), int(t["replicas"]))
-                    for t in data["takers"]
-                ),
-            )
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, RecursionError):  # not JSON; nested past the parser's depth
             return None
+        listed = data.get("takers") if isinstance(data, dict) else None
+        if not isinstance(listed, list) or not all(isinstance(t, dict) for t in listed):
+            return None
+        takers = []
+        for t in listed:
+            order, priority, replicas = (
+                t.get("order"),
+                t.get("priorityClassName"),
+                t.get("replicas"),
+            )
+            if not isinstance(order, str) or not (priority is None or isinstance(priority, str)):
+                return None
+            if type(replicas) is not int or not 0 <= replicas <= _MOST_REPLICAS:
+                return None
+            takers.append(Taker(order, priority, replicas))
+        taking = cls(tuple(takers))
         return taking if taking.replicas > 0 else None
 
     @classmethod

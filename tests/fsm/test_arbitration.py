@@ -69,8 +69,44 @@ def test_a_victim_names_no_taker_of_another_namespace() -> None:
 
 @pytest.mark.parametrize(
     "annotation",
-    [None, "", "not json", '{"takers": [{"order": "x"}]}', '{"takers": []}'],
-    ids=["absent", "empty", "garbage", "no-replicas", "nothing-taken"],
+    [
+        None,
+        "",
+        "not json",
+        '{"takers": [{"order": "x"}]}',
+        '{"takers": []}',
+        # Written by whoever edits the victim's Deployments: each raised on every pass of
+        # the victim and of any order that would take from it.
+        '{"takers": [{"order": "x", "replicas": 1e400}]}',
+        '{"takers": [{"order": "x", "replicas": Infinity}]}',
+        '{"takers": [{"order": "x", "replicas": 1, "priorityClassName": ["high"]}]}',
+        '{"takers": [{"order": ["x"], "replicas": 1}]}',
+        '{"takers": [{"order": "x", "replicas": 1.5}]}',
+        '{"takers": [{"order": "x", "replicas": true}]}',
+        '{"takers": [{"order": "x", "replicas": 4294967296}]}',
+        '{"takers": ["x"]}',
+        '{"takers": {"order": "x", "replicas": 1}}',
+        "[1, 2]",
+        "[" * 100_000 + "]" * 100_000,
+    ],
+    ids=[
+        "absent",
+        "empty",
+        "garbage",
+        "no-replicas",
+        "nothing-taken",
+        "replicas-overflow",
+        "replicas-infinite",
+        "priority-not-text",
+        "order-not-text",
+        "replicas-fraction",
+        "replicas-bool",
+        "replicas-past-int32",
+        "taker-not-a-mapping",
+        "takers-not-a-list",
+        "not-a-mapping",
+        "nested-past-the-parser",
+    ],
 )
 def test_no_record_or_an_unreadable_one_is_no_taking(annotation: str | None) -> None:
     assert Taking.of(deployment(annotation)) is None
