@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from adapters.models.lookup import ModelFound, ModelLookup, ModelUnavailable
+from adapters.models.lookup import ModelFound, ModelLookup, ModelUnavailable, short_name
 from fsm.reasons import Reason
 from fsm.values import (
     INT64_MAX,
@@ -179,13 +179,13 @@ def facts_from_catalog(obj: Mapping[str, Any]) -> ModelLookup:
             quantization=_quantization(resolved.get("quantization"), fmt),
             parameter_count=_count(resolved.get("parameterCount"), "parameterCount"),
             weights_bytes=_count(artifact.get("sizeBytes"), "artifact.sizeBytes"),
-            architecture=_text(resolved.get("architecture")),
+            architecture=short_name(resolved.get("architecture")),
             context_window_tokens=_count(
                 resolved.get("contextWindowTokens"), "contextWindowTokens"
             ),
             supports_tool_calling=TOOL_CALLING
             in _strings(resolved.get("supportedFeatures"), "supportedFeatures"),
-            revision=_text(artifact.get("digest")),
+            revision=short_name(artifact.get("digest")),
         )
     except _Invalid as invalid:
         return ModelUnavailable(
@@ -251,10 +251,6 @@ def _clip(value: object, limit: int = 60) -> str:
     """A value's repr short enough for a condition message."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
-
-
-def _text(value: object) -> str | None:
-    return str(value) if value else None
 
 
 class CustomObjects(Protocol):

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from adapters.models.lookup import short_name
 from fsm.values import INT64_MAX, EndpointType, ModelFormat, Quantization
 
 __all__ = [
@@ -308,7 +309,7 @@ def _clip(value: object, limit: int = 60) -> str:
 def torch_dtype(config: Mapping[str, Any] | None) -> str | None:
     # transformers >= 4.56 writes `dtype`; older configs `torch_dtype`.
     value = (config or {}).get("torch_dtype") or (config or {}).get("dtype")
-    return str(value) if value else None
+    return short_name(value)
 
 
 def context_window(config: Mapping[str, Any] | None) -> int | None:

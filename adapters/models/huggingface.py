@@ -74,7 +74,7 @@ from huggingface_hub.utils._http import default_client_factory
 from adapters.models import hub_facts
 from adapters.models.caching import Flights, TtlCache, token_fingerprint
 from adapters.models.hub_network import hold_to_deadlines
-from adapters.models.lookup import ModelFound, ModelLookup, ModelUnavailable
+from adapters.models.lookup import ModelFound, ModelLookup, ModelUnavailable, short_name
 from adapters.probes import deadlines
 from adapters.probes.http import shown_url
 from fsm.reasons import Reason
@@ -489,7 +489,7 @@ class _Resolution:
                 weights_bytes=hub_facts.weights_bytes(weights, sizes),
                 weights_file=hub_facts.served_file(fmt, names),
                 dtype=hub_facts.torch_dtype(config),
-                architecture=(
+                architecture=short_name(
                     architectures[0]
                     if isinstance(architectures, list) and architectures
                     else gguf.get("architecture")

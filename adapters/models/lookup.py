@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from fsm.reasons import CATALOGUE, ConditionStatus, ConditionType, Reason
 from fsm.values import ModelFacts
 
-__all__ = ["TRANSIENT_REASONS", "ModelFound", "ModelLookup", "ModelUnavailable"]
+__all__ = ["TRANSIENT_REASONS", "ModelFound", "ModelLookup", "ModelUnavailable", "short_name"]
+
+# Longer than any architecture, dtype or digest a source reports.
+NAME_LIMIT = 128
 
 # Failures that resolve by themselves: the controller retries with backoff.
 TRANSIENT_REASONS = frozenset({Reason.MODEL_SOURCE_UNREACHABLE, Reason.MODEL_NOT_READY})
@@ -51,3 +54,15 @@ class ModelUnavailable:
 
 
 ModelLookup = ModelFound | ModelUnavailable
+
+
+def short_name(value: object) -> str | None:
+    """A name a source reports (an architecture, a dtype, a digest), if it is one: a
+    string of at most NAME_LIMIT characters. Anything else is not recorded: the facts go
+    into the order's event log and stay in the controller's memory, and a public repo's
+    config.json whose `architectures[0]` held 3.5 MB made a 6 MB event an order (every
+    edit another; 80 such orders past the controller's memory limit)."""
+    if not isinstance(value, str):
+        return None
+    value = value.strip()
+    return value if 0 < len(value) <= NAME_LIMIT else None

@@ -173,6 +173,15 @@ MAPPINGS = [
 ]  # fmt: skip
 
 
+def test_names_past_any_real_ones_length_are_not_recorded() -> None:
+    """The catalog copies a repo's metadata into the Model's status: an architecture of a
+    megabyte would be an event of a megabyte for each order, held in memory."""
+    found = facts_from_catalog(ready(architecture="X" * 1_000_000))
+    assert isinstance(found, ModelFound) and found.facts.architecture is None
+    found = facts_from_catalog(ready(architecture="Qwen2ForCausalLM"))
+    assert isinstance(found, ModelFound) and found.facts.architecture == "Qwen2ForCausalLM"
+
+
 @pytest.mark.parametrize("count", [0, "0"], ids=["int", "string"])
 def test_a_count_of_zero_is_judged_by_the_size_as_a_missing_one_is(count: object) -> None:
     """parameterCount 0 passed a class's maxParameterCount for a 70B model, which the

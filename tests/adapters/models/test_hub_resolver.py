@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -19,8 +20,10 @@ from adapters.models.caching import token_fingerprint
 from adapters.models.huggingface import HubResolver, HubSettings
 from adapters.models.lookup import ModelFound, ModelUnavailable
 from adapters.simulator.hub import HubFile, HubFixture, StandInHub
+from fsm.events import ModelResolved
 from fsm.reasons import Reason
 from fsm.values import EndpointType, ModelFormat, Quantization
+from store import codec
 
 GATED = "meta-llama/Llama-3.1-8B"
 PUBLIC = "Qwen/Qwen2.5-7B-Instruct"
@@ -413,6 +416,26 @@ def with_config(hub: StandInHub, name: str, **config: Any) -> dict[str, HubFile]
     content = json.dumps(config).encode()
     files["config.json"] = HubFile("config.json", len(content), content)
     return files
+
+
+def test_names_a_repo_reports_past_any_real_ones_length_are_not_recorded(
+    hub: StandInHub,
+) -> None:
+    """Anyone may publish a config.json whose `architectures[0]` or `torch_dtype` holds
+    megabytes: copied into the facts, each order of that model logged a 6 MB event and
+    held it in memory. Names longer than any real one, or no strings, are left out."""
+    name = "Qwen/Qwen2.5-0.5B-Instruct"
+    huge = "Qwen2ForCausalLM" * 200_000  # 3.2 MB
+    changed = with_config(hub, name, architectures=[huge], torch_dtype=huge)
+    with altered_hub(hub, name, files=changed) as odd:
+        facts = found(HubResolver(HubSettings(endpoint=odd.url)).resolve(name)).facts
+    assert (facts.architecture, facts.dtype) == (None, None)
+    resolved = ModelResolved(observed_at=datetime(2026, 1, 1, tzinfo=UTC), facts=facts)
+    assert len(codec.encode(resolved).payload) < 4096
+    changed = with_config(hub, name, architectures=[{"a": 1}], torch_dtype=["bfloat16"])
+    with altered_hub(hub, name, files=changed) as odd:
+        facts = found(HubResolver(HubSettings(endpoint=odd.url)).resolve(name)).facts
+    assert (facts.architecture, facts.dtype) == (None, None)
 
 
 def test_a_gated_gguf_repo_checks_access_on_the_weights_it_would_serve(
