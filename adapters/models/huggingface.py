@@ -65,7 +65,10 @@ from huggingface_hub.errors import (
 from huggingface_hub.hf_api import ModelInfo
 
 # Public (documented) API; the package's lazy re-export hides it from type checkers.
-from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
+from huggingface_hub.utils import (  # type: ignore[attr-defined]
+    build_hf_headers,
+    parse_ratelimit_headers,
+)
 
 # The library's own client factory (its request hook, redirects, no timeout of its own):
 # not re-exported, and what `set_client_factory` replaces, so it is wrapped, not copied.
@@ -269,9 +272,16 @@ class _Quiet:
 
 
 def _retry_after(response: Any) -> float | None:
-    """The seconds a Retry-After header asks for (a number, or an HTTP date), or None."""
-    value = str((getattr(response, "headers", None) or {}).get("Retry-After") or "").strip()
+    """The seconds the hub asks to be left alone, or None: its Retry-After (a number, or
+    an HTTP date), else its rate limit spent (`RateLimit: "api";r=0;t=N`, the IETF
+    draft's header, which huggingface.co's 429 carries without a Retry-After: read
+    only the other, every order asked again on its own backoff an account told to wait)."""
+    headers = getattr(response, "headers", None) or {}
+    value = str(headers.get("Retry-After") or "").strip()
     if not value:
+        limit = parse_ratelimit_headers(headers)
+        if limit is not None and limit.remaining == 0 and limit.reset_in_seconds > 0:
+            return float(limit.reset_in_seconds)
         return None
     if value.isdigit():
         return float(value)

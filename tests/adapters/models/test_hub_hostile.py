@@ -99,6 +99,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif mode.startswith("quiet-"):  # quiet-<status>-<Retry-After>
             _, status, wait = mode.split("-", 2)
             self._answer(b'{"error": "slow down"}', status=int(status), retry_after=wait)
+        elif mode.startswith("ratelimit-"):  # ratelimit-<status>-<remaining>-<reset>
+            _, status, left, reset = mode.split("-", 3)
+            limit = f'"api";r={left};t={reset}'
+            self._answer(b'{"error": "rate limited"}', status=int(status), ratelimit=limit)
         elif mode.startswith("late-quiet-"):  # the same, a second late
             _, _, status, wait = mode.split("-", 3)
             time.sleep(1.0)
@@ -123,8 +127,12 @@ class _Handler(BaseHTTPRequestHandler):
         status: int = 200,
         location: str | None = None,
         retry_after: str | None = None,
+        ratelimit: str | None = None,
     ) -> None:
         self.send_response(status)
+        if ratelimit is not None:
+            self.send_header("RateLimit", ratelimit)
+            self.send_header("RateLimit-Policy", '"fixed window";"api";q=500;w=300')
         if cookie is not None:
             self.send_header("Set-Cookie", cookie)
         if retry_after is not None:
@@ -290,8 +298,10 @@ def test_a_proxys_try_again_is_an_outage_not_the_models_fault(
         ("quiet-429-120", 120),
         ("quiet-503-86400", 900),  # kept for at most the quarter hour
         ("quiet-429-Wed, 21 Oct 2099 07:28:00 GMT", 900),  # an HTTP date
+        # huggingface.co's own 429: no Retry-After, its rate limit spent for 300 s.
+        ("ratelimit-429-0-300", 300),
     ],
-    ids=["seconds", "capped", "http-date"],
+    ids=["seconds", "capped", "http-date", "rate-limit-spent"],
 )
 def test_a_hub_that_asks_for_quiet_is_left_alone_until_then(
     hostile: HostileHub, clock: FakeClock, mode: str, quiet: int
@@ -317,6 +327,19 @@ def test_a_hub_that_asks_for_quiet_is_left_alone_until_then(
     clock.now += quiet + 1
     unavailable(resolver.resolve(MODEL))
     assert hostile.requests > asked  # asked again once the quiet is over
+
+
+def test_a_rate_limit_not_spent_asks_for_no_quiet(hostile: HostileHub, clock: FakeClock) -> None:
+    """A 503 that says requests are left is no request to wait: asked again as any."""
+    hostile.mode = "ratelimit-503-7-300"
+    resolver = HubResolver(
+        HubSettings(endpoint=hostile.url, request_timeout=0.5, total_timeout=2.0), clock=clock
+    )
+    said = unavailable(resolver.resolve(MODEL)).message
+    assert "answered HTTP 503" in said and "without requests" not in said
+    asked = hostile.requests
+    unavailable(resolver.resolve("org/another-model"))
+    assert hostile.requests > asked
 
 
 def test_one_tokens_quiet_leaves_the_other_tenants_asking(
