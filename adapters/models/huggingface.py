@@ -48,7 +48,6 @@ import pydantic
 from huggingface_hub import (
     HfApi,
     constants,
-    get_hf_file_metadata,
     get_session,
     hf_hub_url,
     hf_raise_for_status,
@@ -269,6 +268,10 @@ class _Quiet:
             f"{self.hub} answered HTTP {self.status} and asked for {self.seconds:.0f} s "
             f"without requests; {name!r} is read after that.",
         )
+
+
+def _origin(url: httpx2.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port
 
 
 def _retry_after(response: Any) -> float | None:
@@ -574,16 +577,27 @@ class _Resolution:
             return ModelInfo(**data)  # type: ignore[no-untyped-call]
 
     def head(self, filename: str) -> None:
+        """Whether the token may read `filename`: a HEAD of it that is not refused.
+
+        Redirects are followed within the endpoint's origin only; one elsewhere (the hub's
+        CDN) is the answer itself, as for the library's HEAD. But the library follows, with
+        the token, any redirect to what it counts as the hub (huggingface.co, hf.co): a
+        mirror that redirected there sent the tenant's token to huggingface.co, and in an
+        air-gapped cluster the order read "could not be reached"."""
         url = hf_hub_url(self.name, filename, revision=self.sha, endpoint=self.settings.endpoint)
+        headers = build_hf_headers(
+            token=self.send_token(), library_name=_LIBRARY, library_version=_VERSION
+        )
+        headers["Accept-Encoding"] = "identity"  # as the library's HEAD: the file's own size
         with self.errors(filename):
-            get_hf_file_metadata(
-                url,
-                token=self.send_token(),
-                timeout=self.budget(),
-                library_name=_LIBRARY,
-                library_version=_VERSION,
-                endpoint=self.settings.endpoint,
-            )
+            session = get_session()
+            request = session.build_request("HEAD", url, headers=headers)
+            response = self.follow(session, request, same_origin=True)
+            try:
+                if response.status_code >= 400:
+                    hf_raise_for_status(self.with_capped_body(response))
+            finally:
+                response.close()
 
     def fetch(self, filename: str) -> bytes | None:
         """A small file's bytes at the resolved commit, None when the repo lacks it."""
@@ -622,17 +636,22 @@ class _Resolution:
             finally:
                 response.close()
 
-    def follow(self, session: httpx2.Client, request: httpx2.Request) -> httpx2.Response:
+    def follow(
+        self, session: httpx2.Client, request: httpx2.Request, *, same_origin: bool = False
+    ) -> httpx2.Response:
         """`request` sent, its redirects followed as the client would (Authorization
         dropped across origins), but no redirect's body read: the client reads each one
-        whole, and a mirror's 302 with a 300 MB body took 600 MB of the controller."""
+        whole, and a mirror's 302 with a 300 MB body took 600 MB of the controller.
+        `same_origin`: a redirect to another origin is not followed but answered."""
+        origin = _origin(request.url)
         for _ in range(_MAX_REDIRECTS + 1):
             request.extensions["timeout"] = httpx2.Timeout(self.budget()).as_dict()
             response = session.send(request, stream=True, follow_redirects=False)
-            if response.next_request is None:
+            following = response.next_request
+            if following is None or (same_origin and _origin(following.url) != origin):
                 return response
             response.close()
-            request = response.next_request
+            request = following
         raise _Failed(
             Reason.MODEL_SOURCE_UNREACHABLE,
             f"{self.the_hub} redirected {self.name!r} more than {_MAX_REDIRECTS} times; "

@@ -418,6 +418,40 @@ def with_config(hub: StandInHub, name: str, **config: Any) -> dict[str, HubFile]
     return files
 
 
+def test_a_heads_redirect_to_huggingface_co_is_the_answer_and_gets_no_token(
+    hub: StandInHub, tokens: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The access check's HEAD, redirected (a mirror, or the hub sending a file to its
+    CDN): the library followed, with the tenant's token, any redirect to what it counts as
+    the hub, huggingface.co included, whatever endpoint the settings name. The redirect
+    to another origin is now the answer itself: nothing is sent there."""
+    name = "Qwen/Qwen2.5-7B-Instruct-GGUF"
+    with altered_hub(hub, name, gated="auto", granted=frozenset({"alice"})) as mirror:
+        served = mirror.answer
+
+        def to_huggingface_co(method: str, target: str, authorization: str | None) -> Any:
+            answer = served(method, target, authorization)
+            if method == "HEAD" and answer.status == 200:
+                location = f"https://huggingface.co{target}"
+                return dataclasses.replace(answer, status=302, headers={"Location": location})
+            return answer
+
+        monkeypatch.setattr(mirror, "answer", to_huggingface_co)
+        looked_up: list[str] = []
+        guarded = socket.getaddrinfo  # the conftest's: loopback only
+
+        def recorded(host: Any, *args: Any, **kwargs: Any) -> Any:
+            looked_up.append(host.decode() if isinstance(host, bytes) else str(host))
+            return guarded(host, *args, **kwargs)
+
+        monkeypatch.setattr(socket, "getaddrinfo", recorded)
+        resolver = HubResolver(HubSettings(endpoint=mirror.url))
+        assert found(resolver.resolve(name, token=tokens["alice"])).facts.gated
+        assert unavailable(resolver.resolve(name)).reason is Reason.MODEL_ACCESS_DENIED
+        assert any(r.method == "HEAD" for r in mirror.requests)
+    assert set(looked_up) <= {"127.0.0.1", "localhost"}
+
+
 def test_names_a_repo_reports_past_any_real_ones_length_are_not_recorded(
     hub: StandInHub,
 ) -> None:
