@@ -78,14 +78,29 @@ class DeadlineBackend(httpcore2.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore2.NetworkStream:
-        stream = self._inner.connect_tcp(
-            host,
-            port,
-            _left(timeout, httpcore2.ConnectTimeout),
-            local_address,
-            typing.cast(Any, socket_options),
-        )
-        return _Stream(stream)
+        # The name looked up within the time left (getaddrinfo takes no timeout), then
+        # each address tried as socket.create_connection would.
+        try:
+            found = deadlines.addresses(host, port, _left(timeout, httpcore2.ConnectTimeout))
+        except TimeoutError as slow:
+            raise httpcore2.ConnectTimeout(str(slow)) from slow
+        except OSError as unknown:
+            raise httpcore2.ConnectError(str(unknown)) from unknown
+        error: Exception | None = None
+        for address in found:
+            try:
+                stream = self._inner.connect_tcp(
+                    str(address[0]),
+                    port,
+                    _left(timeout, httpcore2.ConnectTimeout),
+                    local_address,
+                    typing.cast(Any, socket_options),
+                )
+            except httpcore2.ConnectError as failed:
+                error = failed
+                continue
+            return _Stream(stream)
+        raise error or httpcore2.ConnectError(f"no address for {host}")
 
     def connect_unix_socket(
         self,

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import http.client
 import io
+import ipaddress
 import math
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["DeadlineResponse", "left", "until"]
+__all__ = ["DeadlineResponse", "addresses", "create_connection", "left", "until"]
 
 _DEADLINE: ContextVar[float] = ContextVar("deadline", default=math.inf)
 
@@ -49,6 +51,57 @@ def left(timeout: float | None) -> float | None:
     if remaining <= 0:
         raise TimeoutError("timed out (deadline)")
     return remaining if timeout is None else min(timeout, remaining)
+
+
+def addresses(host: str, port: int, timeout: float | None) -> list[tuple[Any, ...]]:
+    """`host`'s socket addresses (getaddrinfo's last field), waited for at most `timeout`
+    cut to the deadline: TimeoutError after that.
+
+    getaddrinfo takes no timeout, and a resolver that does not answer holds its caller for
+    its own attempts times the search list (a minute and more with the cluster's ndots:5):
+    a hub lookup ran 12 s past a `total_timeout` of 3 s, holding a background thread. So a
+    name is looked up on a daemon thread of its own, which ends when the resolver gives up;
+    the caller waits no longer than it may. An address is returned at once."""
+    try:
+        ipaddress.ip_address(host)
+        return [(host, port)]
+    except ValueError:
+        pass
+    wait = left(timeout)
+    found: list[Any] = []
+    done = threading.Event()
+
+    def look_up() -> None:
+        try:
+            found.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except OSError as error:
+            found.append(error)
+        finally:
+            done.set()
+
+    threading.Thread(target=look_up, name="lookup", daemon=True).start()
+    if not done.wait(wait):
+        raise TimeoutError(f"looking up {host} took longer than {wait:g}s")
+    if isinstance(found[0], OSError):
+        raise found[0]
+    return [info[4] for info in found[0]]
+
+
+def create_connection(
+    address: tuple[str, int],
+    timeout: float | None = None,
+    source_address: tuple[str, int] | None = None,
+    **kwargs: Any,
+) -> socket.socket:
+    """`socket.create_connection`, its name looked up within the timeout (`addresses`)."""
+    host, port = address
+    error: OSError | None = None
+    for resolved in addresses(host, port, timeout):
+        try:
+            return socket.create_connection(resolved[:2], left(timeout), source_address, **kwargs)
+        except OSError as failed:
+            error = failed
+    raise error or OSError(f"no address for {host}")
 
 
 class _Reader(io.RawIOBase):

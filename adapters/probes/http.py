@@ -126,9 +126,19 @@ def _connection(origin: _Origin, timeout: float) -> http.client.HTTPConnection:
 class _HTTPConnection(http.client.HTTPConnection):
     response_class = deadlines.DeadlineResponse  # reads end by the probe's deadline
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The Service's name looked up within the probe's timeout: getaddrinfo takes
+        # none. http.client sets the attribute in its __init__, so it is replaced here.
+        self._create_connection = deadlines.create_connection
+
 
 class _HTTPSConnection(http.client.HTTPSConnection):
     response_class = deadlines.DeadlineResponse
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._create_connection = deadlines.create_connection
 
 
 @dataclass(slots=True)
