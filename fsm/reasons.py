@@ -363,9 +363,11 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         Who.ADMIN,
         "A runtime container does not start: its image cannot be pulled (ImagePullBackOff), "
         "it exits as it starts (CrashLoopBackOff; the message gives the last exit, such as "
-        "OOMKilled for a model that does not fit the memory planned), or Kubernetes cannot "
-        "create it. The message quotes Kubernetes; the recipe, the registry or the plan is "
-        "the administrator's.",
+        "OOMKilled for a model that does not fit the memory planned), Kubernetes cannot "
+        "create it, or the namespace refuses its pods (a LimitRange, a ResourceQuota, an "
+        "admission webhook: the Deployment's ReplicaFailure). The message quotes Kubernetes; "
+        "the recipe, the registry, the plan or the namespace's limits are the "
+        "administrator's.",
     ),
     Reason.WORKLOAD_APPLY_FAILED: ReasonInfo(
         _C.WORKLOAD_READY,

@@ -17,7 +17,7 @@ from adapters.kubernetes.planning import Planning
 from adapters.kubernetes.rendering import RenderError, endpoint_url
 from adapters.kubernetes.settings import CatalogMode, Settings
 from adapters.kubernetes.watching import Obj
-from adapters.kubernetes.world import ClusterCache
+from adapters.kubernetes.world import REPLICA_FAILURE, ClusterCache
 from adapters.models import (
     HubResolver,
     ModelFound,
@@ -169,6 +169,14 @@ def old_pods_gone(deployment: Obj) -> bool:
     return int(status.get("observedGeneration", 0)) >= generation and int(
         status.get("updatedReplicas", 0)
     ) >= int(status.get("replicas", 0))
+
+
+def _pods_refused(status: Obj) -> str | None:
+    """Why the ReplicaSet cannot create the runtime's pods (the Deployment's ReplicaFailure,
+    world.trim_deployment): no pod comes to say anything, and without this the order said
+    "0/1 replicas available" — a rollout under way, to wait for — for ever."""
+    failure = status.get(REPLICA_FAILURE)
+    return f"the runtime's pods cannot be created: {failure}" if failure else None
 
 
 def rollout_of(deployment: Obj) -> str:
@@ -366,7 +374,7 @@ class Observer:
             unallocated_since=pods.unallocated_since,
             grace_seconds=grace_seconds,
             unschedulable=pods.unschedulable,
-            not_starting=pods.not_starting,
+            not_starting=pods.not_starting or _pods_refused(status),
             free_units=free,
             rollout=rollout_of(deployment),
             rolled_out=rollout_complete(deployment),

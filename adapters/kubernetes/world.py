@@ -7,6 +7,7 @@ decisions it can change, so exactly those are re-evaluated.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -221,6 +222,30 @@ def trimming(shape: Shape) -> Callable[[Obj], None]:
     return trim
 
 
+# Kept of a Deployment's conditions: its ReplicaFailure's message (a pod its ReplicaSet
+# cannot create: a LimitRange, a ResourceQuota, an admission webhook), the pod's name
+# (new at every try) taken out. The others change at every step of a rollout, and are
+# not kept (each change woke the order for nothing).
+REPLICA_FAILURE = "replicaFailure"
+_POD_REFUSED = re.compile(r'^pods "[^"]*" is ')
+
+
+def trim_deployment(obj: Obj) -> None:
+    failure = next(
+        (
+            str(c.get("message") or c.get("reason") or "FailedCreate")
+            for c in (obj.get("status") or {}).get("conditions") or ()
+            if isinstance(c, dict)
+            and c.get("type") == "ReplicaFailure"
+            and c.get("status") == "True"
+        ),
+        None,
+    )
+    trimming(DEPLOYMENT_SHAPE)(obj)
+    if failure is not None:
+        obj.setdefault("status", {})[REPLICA_FAILURE] = _POD_REFUSED.sub("a pod is ", failure)[:500]
+
+
 def _taken_from(obj: Obj) -> list[str]:
     """A Deployment that gave replicas to a higher priority: they come back on capacity."""
     return _owner(obj) if (_meta(obj).get("annotations") or {}).get(TAKEN_ANNOTATION) else []
@@ -283,7 +308,7 @@ class ClusterCache:
             kinds.DEPLOYMENTS,
             label_selector=UID_LABEL,
             indexers={BY_ORDER: by_label(UID_LABEL), BY_TAKEN: _taken_from},
-            trim=trimming(DEPLOYMENT_SHAPE),
+            trim=trim_deployment,
         )
         self.pods = informer(
             kinds.PODS,

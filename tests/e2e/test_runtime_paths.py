@@ -162,3 +162,33 @@ def test_a_runtime_that_exits_as_it_starts_says_its_last_exit_once(
         wait_for(lambda: restarts() >= seen + 2 or None, timeout=30, what="two more restarts")
         assert forced_passes(platform, uid) == 0
         assert len(events_of(platform, uid, ev.WorkloadObserved)) == observed
+
+
+@pytest.mark.timeout(240)
+def test_pods_the_namespace_refuses_say_why_not_a_rollout_to_wait_for(
+    platform: LocalPlatform, alice: Orders, orders: Any
+) -> None:
+    """A LimitRange (a ResourceQuota, an admission webhook alike) refuses the runtime's
+    pods: no pod comes to say anything, and the order said "0/1 replicas available", a
+    rollout to wait for, for ever. The Deployment's ReplicaFailure says why."""
+    core = client.CoreV1Api(platform.api("admin"))
+    limit = {
+        "metadata": {"name": "e2e-container-memory"},
+        "spec": {"limits": [{"type": "Container", "max": {"memory": "1Gi"}}]},
+    }
+    core.create_namespaced_limit_range("support", limit)
+    try:
+        orders("rt-refused", {"inferenceServiceClassName": "default-llm", "model": hf(QWEN_SMALL)})
+        obj = wait_order(
+            alice,
+            "rt-refused",
+            waiting("Pending", condition="WorkloadReady", reason="RuntimeNotStarting"),
+            timeout=90,
+        )
+        (cond,) = [c for c in obj["status"]["conditions"] if c["type"] == "WorkloadReady"]
+        assert cond["message"].startswith(
+            "the runtime's pods cannot be created: a pod is forbidden: maximum memory usage "
+            "per Container is 1Gi"
+        )
+    finally:
+        core.delete_namespaced_limit_range("e2e-container-memory", "support")

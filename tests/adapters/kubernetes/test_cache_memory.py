@@ -25,7 +25,7 @@ from workload_samples import FACTS, HF_REF, ORDER, PLAN, RECIPE, SETTINGS, polic
 
 from adapters.kubernetes import converging, oldservers, sharing
 from adapters.kubernetes.rendering import render_workload
-from adapters.kubernetes.world import DEPLOYMENT_SHAPE, ClusterCache
+from adapters.kubernetes.world import DEPLOYMENT_SHAPE, REPLICA_FAILURE, ClusterCache
 from fsm.values import (
     Authentication,
     CatalogKind,
@@ -148,6 +148,34 @@ def test_a_cached_deployment_holds_only_what_its_readers_need() -> None:
     assert cached["status"] == {k: live["status"][k] for k in (*counters, "availableReplicas")}
     assert cached["metadata"] == {k: v for k, v in live["metadata"].items() if k != "managedFields"}
     assert cached["spec"]["template"]["metadata"] == live["spec"]["template"]["metadata"]
+
+
+def test_a_cached_deployment_keeps_why_its_pods_cannot_be_created_and_no_pod_name() -> None:
+    """The ReplicaFailure condition (a LimitRange, a quota refusing the runtime's pods) is
+    what the order says then; each try names a new pod, which the cache leaves out, so
+    the tries change nothing the order reads."""
+    kept = []
+    for pod in ("llm-6c9f7d-x2b4k", "llm-6c9f7d-q9zzt"):
+        live = _live("Deployment")
+        live["status"]["conditions"] = [
+            {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"},
+            {
+                "type": "ReplicaFailure",
+                "status": "True",
+                "reason": "FailedCreate",
+                "message": f'pods "{pod}" is forbidden: maximum memory usage per Container '
+                "is 1Gi, but limit is 8Gi",
+            },
+        ]
+        cache = fakes.world()
+        cache.deployments._apply("MODIFIED", live)
+        (cached,) = cache.deployments.objects(copy_=False)
+        kept.append(cached["status"])
+    assert kept[0] == kept[1]
+    assert kept[0][REPLICA_FAILURE] == (
+        "a pod is forbidden: maximum memory usage per Container is 1Gi, but limit is 8Gi"
+    )
+    assert "conditions" not in kept[0]
 
 
 def test_a_cached_claim_keeps_its_holder_devices_and_sharing() -> None:
