@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from adapters.kubernetes import certificates, converging, errors, kinds, tokens
+from adapters.kubernetes import certificates, converging, errors, kinds, taken_records, tokens
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.converged import Converged
 from adapters.kubernetes.observing import old_pods_gone, secret_value
@@ -453,7 +453,12 @@ class Actor:
         body: dict[str, Any] = {
             "metadata": {
                 "resourceVersion": resource_version or None,
-                "annotations": {TAKEN_ANNOTATION: record.dump() if record else None},
+                "annotations": {
+                    # Takers by UID: the victim's tenant reads this (taken_records.py).
+                    TAKEN_ANNOTATION: taken_records.text(record, self._world.orders)
+                    if record
+                    else None
+                },
             },
             "spec": {"replicas": replicas},
         }

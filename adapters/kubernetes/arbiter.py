@@ -13,14 +13,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from adapters.kubernetes import kinds
+from adapters.kubernetes import kinds, taken_records
 from adapters.kubernetes.rendering import UID_LABEL
 from adapters.kubernetes.watching import Obj
 from adapters.kubernetes.world import ClusterCache
 from adapters.kubernetes.writing import Writer
 from fsm.identity import OrderRef
 from fsm.placement import arbitration, planner
-from fsm.placement.arbitration import Holding, OrderView, Ruling, Take, Taking
+from fsm.placement.arbitration import Holding, OrderView, Ruling, Take
 from fsm.placement.capacity import FULL_SHARE, Snapshot, find_place
 from fsm.reasons import ConditionType, Reason
 from fsm.state import OrderState
@@ -80,13 +80,13 @@ class Arbiter:
         deployment = self._world.deployments.get_by_name(order.namespace, order.name, copy_=False)
         if deployment is None:
             return None
-        taking = Taking.of(deployment)
+        taking = taken_records.read(deployment, self._world.orders)
         logged = state.scaling is not None and (
             state.scaling.reason is Reason.CAPACITY_TAKEN_BY_PRIORITY
         )
         if taking is not None or logged:  # judged from a live read, never a stale copy
             deployment = self._writer.get(kinds.DEPLOYMENTS, order.namespace, order.name)
-            taking = Taking.of(deployment)
+            taking = taken_records.read(deployment, self._world.orders)
         if taking is None and logged and self._take_pending(state, now):
             # The log says replicas were taken and the taker has not scaled this order
             # yet (it records first, then scales): judging now would flap the verdict.
@@ -189,7 +189,7 @@ class Arbiter:
                 key=f"{namespace}/{name}",
                 desired=_replicas(live),
                 held=sum(1 for a in allocated.allocations if a.holder == victim_uid),
-                taking=Taking.of(live),
+                taking=taken_records.read(live, self._world.orders),
                 resource_version=str(live["metadata"].get("resourceVersion")),
             )
             decided = arbitration.take(

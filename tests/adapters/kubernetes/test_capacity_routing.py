@@ -162,6 +162,9 @@ def test_a_pod_not_on_a_node_is_woken_by_capacity_only_where_the_arbiter_may_act
     assert (
         taken is not None and "ai.deckhouse.io/capacity-taken" in taken["metadata"]["annotations"]
     )
+    # The taker by UID only: the victim's tenant reads its own Deployment.
+    record = taken["metadata"]["annotations"]["ai.deckhouse.io/capacity-taken"]
+    assert "llm-2" not in record and f"uid:{high}" in record
 
     deployment = bed.child("Deployment", "llm-1")
     assert deployment is not None
