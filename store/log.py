@@ -267,13 +267,14 @@ class EventLog:
             return int(conn.execute(_FENCE_EPOCH).scalar_one())
 
     def writable_epoch(self) -> int:
-        """`epoch`, read as an append reads it, with an append rehearsed: in a write
-        transaction, the fence held for share, a stream and an event inserted, then all
-        rolled back. Writes nothing; raises as an append would where the database takes
-        reads but no writes (a PostgreSQL standby, an old primary after a fail-over),
-        which a plain read does not notice, and where no append can be made at all (a
-        table gone, the insert privilege revoked: StoreUnusable), which a read of the fence
-        alone did not meet."""
+        """`epoch`, read as an append reads it, with a pass's writes rehearsed: in a write
+        transaction, the fence held for share, a stream, an event and its type inserted,
+        a projection and a snapshot kept (the upserts a pass's status and fold make),
+        the stream marked deleted, then all rolled back. Writes nothing; raises as an
+        append would where the database takes reads but no writes (a PostgreSQL standby,
+        an old primary after a fail-over), which a plain read does not notice, and where
+        one of a pass's writes cannot be made at all (a table gone, a privilege revoked:
+        StoreUnusable), which a read of the fence alone did not meet."""
         with _translated(), self._engine.connect() as conn:
             conn.execution_options(**{connecting.WRITE: True})
             transaction = conn.begin()
@@ -294,6 +295,20 @@ class EventLog:
                         leader_epoch=epoch,
                         payload=b"",
                     )
+                )
+                conn.execute(
+                    _insert_absent_types(conn.dialect.name),
+                    [{"type": "rehearsal", "schema_version": 1}],
+                )
+                for table, column in ((schema.projections, "status"), (schema.snapshots, "state")):
+                    conn.execute(
+                        _upsert_latest(conn.dialect.name, table, column),
+                        {"stream_uid": uid, "version": 1, column: {}},
+                    )
+                conn.execute(
+                    sa.update(schema.streams)
+                    .where(schema.streams.c.uid == uid)
+                    .values(deleted_at=now)
                 )
                 return epoch
             finally:

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 import store
 from store import connecting
+from tests.store.conftest import admin_connection
 from tests.store.store_samples import at, things
 
 KEY = store.StreamKey("7f0c1d2e-0000-4000-8000-0000000000f1", "support", "support-llm")
@@ -121,7 +122,7 @@ def test_the_writable_probe_finds_a_read_only_node_a_plain_read_does_not(
         assert log.writable_epoch() == 1  # a new connection reaches a writable node
 
 
-@pytest.mark.parametrize("table", ["events", "streams"])
+@pytest.mark.parametrize("table", ["events", "streams", "event_types", "projections", "snapshots"])
 def test_the_writable_probe_rehearses_an_append_and_writes_nothing(
     log: store.EventLog, table: str
 ) -> None:
@@ -139,6 +140,47 @@ def test_the_writable_probe_rehearses_an_append_and_writes_nothing(
     assert log.epoch() == 1  # the fence still answers
     with pytest.raises(store.StoreUnusable, match=table):
         log.writable_epoch()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("revoked", "on"),
+    [
+        ("INSERT", "events"),
+        ("UPDATE", "projections"),
+        ("UPDATE", "snapshots"),
+        ("UPDATE", "streams"),
+    ],
+)
+def test_the_writable_probe_meets_a_privilege_a_pass_needs_revoked(
+    postgres_database: str, revoked: str, on: str
+) -> None:
+    """A pass's status and fold are upserts (INSERT … ON CONFLICT DO UPDATE, which needs
+    UPDATE), its order's deletion an UPDATE: a privilege revoked on any of them failed
+    every pass while the probe, rehearsing only the append, passed."""
+    role, schema_name = f"r_{uuid.uuid4().hex[:10]}", f"s_{uuid.uuid4().hex[:10]}"
+    with admin_connection(postgres_database) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        admin.execute(f'CREATE SCHEMA "{schema_name}" AUTHORIZATION "{role}"')
+    url = (
+        f"postgresql+psycopg://{role}@127.0.0.1:5432/{postgres_database}"
+        f"?options=-csearch_path%3D{schema_name}"
+    )
+    try:
+        with store.open_log(url) as log:
+            assert log.writable_epoch() == 0
+            with admin_connection(postgres_database) as admin:
+                # The table a DBA took over, granting back all but one privilege.
+                admin.execute(f'ALTER TABLE "{schema_name}".{on} OWNER TO CURRENT_USER')
+                admin.execute(f'GRANT ALL ON "{schema_name}".{on} TO "{role}"')
+                admin.execute(f'GRANT ALL ON ALL SEQUENCES IN SCHEMA "{schema_name}" TO "{role}"')
+                admin.execute(f'REVOKE {revoked} ON "{schema_name}".{on} FROM "{role}"')
+            with pytest.raises(store.StoreUnusable, match="permission denied"):
+                log.writable_epoch()
+    finally:
+        with admin_connection(postgres_database) as admin:
+            admin.execute(f'DROP SCHEMA "{schema_name}" CASCADE')
+            admin.execute(f'DROP ROLE "{role}"')
 
 
 class _Sqlite(sqlite3.OperationalError):
