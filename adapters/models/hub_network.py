@@ -96,7 +96,9 @@ class DeadlineBackend(httpcore2.NetworkBackend):
                     local_address,
                     typing.cast(Any, socket_options),
                 )
-            except httpcore2.ConnectError as failed:
+            except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as failed:
+                # The next address while time is left, as socket.create_connection goes on
+                # (a node of a round-robin name that drops SYNs, an IPv6 route to nowhere).
                 error = failed
                 continue
             return _Stream(stream)

@@ -387,6 +387,8 @@ def test_the_module_setting_is_one_deckhouse_accepts() -> None:
         ("postgresql://ai@db/ai?password=S3cretPw", False),
         ("postgresql://ai@db.example:5432/ai?sslmode=require", True),
         ("postgresql:///ai?host=/run/postgresql", True),  # a Unix socket
+        ("postgresql://ai@[fd00::5]:5432/ai", True),  # an IPv6 address
+        ("postgresql://ai@[fd00::5/ai", False),
         # The driver's name on the short scheme, and a port that is no number.
         ("postgres+psycopg://ai@db.example:5432/ai", False),
         ("postgresql://ai@db.example:notaport/ai", False),

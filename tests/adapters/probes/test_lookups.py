@@ -13,8 +13,10 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import httpcore2
 import pytest
 
+from adapters.models.hub_network import DeadlineBackend
 from adapters.models.huggingface import HubResolver, HubSettings
 from adapters.models.lookup import ModelUnavailable
 from adapters.probes import deadlines
@@ -85,3 +87,35 @@ def test_a_hub_lookup_of_a_name_never_looked_up_ends_by_its_bound(
     assert isinstance(answer, ModelUnavailable)
     assert answer.reason is Reason.MODEL_SOURCE_UNREACHABLE
     assert HUNG in hung_lookups.asked and not hung_lookups.ended  # answered while it hangs
+
+
+class _Refusing(httpcore2.NetworkBackend):
+    """Connects to 127.0.0.1 only; 127.0.0.2 times out, as a node dropping SYNs does."""
+
+    def __init__(self) -> None:
+        self.tried: list[str] = []
+
+    def connect_tcp(self, host: str, port: int, *args: Any, **kwargs: Any) -> Any:
+        self.tried.append(host)
+        if host == "127.0.0.2":
+            raise httpcore2.ConnectTimeout("timed out")
+        return httpcore2.MockStream([])
+
+
+def test_a_hub_connection_goes_on_to_the_next_address_after_a_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """socket.create_connection, the library's own way, goes on to a name's next address
+    after any failure: a timeout ended the connection instead."""
+
+    def two_addresses(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        assert host == "dual.test"
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.2", port)),
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)),
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", two_addresses)
+    inner = _Refusing()
+    DeadlineBackend(inner).connect_tcp("dual.test", 443, timeout=1.0)
+    assert inner.tried == ["127.0.0.2", "127.0.0.1"]
