@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from fractions import Fraction
@@ -420,28 +419,12 @@ def _args(recipe: Recipe, plan: Plan, model_ref: ModelRef, facts: ModelFacts) ->
         args += [
             flag.format_map(filled) for flag in _VLLM_FLAGS if flag.split("=")[0] not in present
         ]
-        pinned = _pinned_commit(model_ref, facts)
-        if pinned is not None and "--revision" not in present:
-            # The commit the facts were read at, which the class's policy judged: left to
-            # the default branch, a repo's owner could get a small model admitted and push
-            # a large one that every later pod (a restart, a scale-out) downloads.
-            args.append(f"--revision={pinned}")
     if recipe.runtime.lower() == "llama.cpp" and model_ref.src is ModelSource.HUGGING_FACE:
         args = _hub_repo_for_llama_cpp(args, facts.weights_file)
     return args
 
 
 _HF_FILE_FLAGS = ("--hf-file", "-hff")  # a recipe's own choice of file wins
-
-
-def _pinned_commit(model_ref: ModelRef, facts: ModelFacts) -> str | None:
-    """The hub commit the facts were read at, when it is one (40 hex digits)."""
-    if model_ref.src is not ModelSource.HUGGING_FACE or facts.revision is None:
-        return None
-    return facts.revision if _COMMIT.fullmatch(facts.revision) else None
-
-
-_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 def _hub_repo_for_llama_cpp(args: list[str], weights_file: str | None) -> list[str]:

@@ -468,32 +468,6 @@ def test_catalog_models_come_through_the_annotation(ref: ModelRef, annotation: s
     assert not any(p.startswith("/data/modelcache") for p in mounts), "the catalog's path"
 
 
-def test_the_runtime_loads_the_commit_the_facts_were_read_at() -> None:
-    """The class's policy judged the repo at one commit; the runtime downloaded the
-    default branch's head, whatever its owner pushed since (a small model admitted, a
-    large one served by every pod started later)."""
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    pinned = FACTS.model_copy(update={"revision": commit})
-    objects = render_workload(
-        ORDER, PLAN, RECIPE, policy(), HF_REF, settings=SETTINGS, facts=pinned
-    )
-    args = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"][
-        "containers"
-    ][0]["args"]
-    assert flag(args, "--revision") == commit
-    # No commit read (older facts), or not a commit: the runtime's default, as before.
-    for revision in (None, "main", "0123; rm -rf /"):
-        facts = FACTS.model_copy(update={"revision": revision})
-        objects = render_workload(
-            ORDER, PLAN, RECIPE, policy(), HF_REF, settings=SETTINGS, facts=facts
-        )
-        deployment = next(o for o in objects if o["kind"] == "Deployment")
-        assert not any(
-            a.startswith("--revision")
-            for a in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-        )
-
-
 def test_hugging_face_model_args() -> None:
     args = container(render())["args"]
     assert flag(args, "--model") == "Qwen/Qwen2.5-7B-Instruct-AWQ"
