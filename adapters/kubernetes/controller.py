@@ -57,6 +57,7 @@ from adapters.models import HubResolver, HubSettings
 from adapters.probes.targets import ServiceTarget, TargetResolver
 from fsm.placement import recipes
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS
+from fsm.values import HttpsMode
 from store import EventLog, StaleEpoch, StoreUnavailable, StoreUnusable, StreamConflict
 
 __all__ = [
@@ -270,7 +271,21 @@ class Controller:
                 return
 
         with self._settings_lock:
-            self._settings = fresh
+            previous, self._settings = self._settings, fresh
+        custom = fresh.https.custom_certificate
+        platform_wide = custom.platform_wide and fresh.https.mode is HttpsMode.CUSTOM_CERTIFICATE
+        if platform_wide and previous.https != fresh.https:
+            # Said once a block in force (a start, an edit): an upgrade from a release that
+            # copied it removes the copies, and the administrator reads why here.
+            log.warning(
+                "the platform's global https certificate (%s/%s) is not copied into "
+                "tenants' namespaces: External orders without a class certificate are "
+                "served on the ingress controller's default certificate (set "
+                "IngressNginxController spec.defaultSSLCertificate, or name a "
+                "certificate in ModuleConfig ai-inference)",
+                custom.secret_namespace,
+                custom.secret_name,
+            )
         # The resolver and the rendered workload (HF_ENDPOINT) read the same hub.
         self._hub.use_endpoint(fresh.hugging_face.endpoint)
 

@@ -330,7 +330,11 @@ def test_a_custom_certificate_is_copied_kept_equal_repaired_and_pruned(
 
 
 def test_the_modules_certificate_is_copied_from_d8_system_the_platforms_never(
-    platform: LocalPlatform, alice: Orders, admin: client.ApiClient, orders: Any
+    platform: LocalPlatform,
+    alice: Orders,
+    admin: client.ApiClient,
+    orders: Any,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The module's own ModuleConfig names a certificate Deckhouse keeps in d8-system: the
     copy is made from there and follows it. The global `modules.https` block's certificate
@@ -353,6 +357,7 @@ def test_the_modules_certificate_is_copied_from_d8_system_the_platforms_never(
     custom_https = {"mode": "CustomCertificate", "customCertificate": {"secretName": source}}
     platform_block = {"modules": {"publicDomainTemplate": "%s.global.test", "https": custom_https}}
     module_https = {**custom_https, "customCertificate": {"secretName": module_source}}
+    caplog.set_level(logging.WARNING, logger="adapters.kubernetes.controller")
     try:
         with module_config(admin, "global", platform_block, version=2):
             with module_config(admin, "ai-inference", {"https": module_https}):
@@ -390,6 +395,8 @@ def test_the_modules_certificate_is_copied_from_d8_system_the_platforms_never(
             served = _ingress(platform, name)
             assert [t.hosts for t in served.spec.tls] == [[served.spec.rules[0].host]]
             wait_for(lambda: _copy(core, name) is None, timeout=90, what="the copy pruned")
+            # The administrator reads why in the controller's log.
+            assert "is not copied into tenants' namespaces" in caplog.text
     finally:
         core.delete_namespaced_secret(source, PLATFORM_NS)
         core.delete_namespaced_secret(module_source, PLATFORM_NS)
