@@ -183,7 +183,8 @@ def test_readme_install_commands_are_accepted(cluster: Any) -> None:
             case ["make", "image"]:
                 # tests/deploy/test_image.py builds and runs it through the same script.
                 makefile = (REPO / "Makefile").read_text(encoding="utf-8")
-                assert "\nimage: setup\n\tbash scripts/build-image.sh\n" in makefile
+                # It needs neither setup's Kubernetes build nor its PostgreSQL.
+                assert "\nimage:\n\tbash scripts/build-image.sh\n" in makefile
             case ["skopeo", "copy", source, destination]:
                 # No registry here to push to: the source is what `make image` writes and
                 # the destination what deploy/controller.yaml pulls.
