@@ -5,10 +5,10 @@ that never answers for its models, runtimes that accept and never reply) held ev
 for their timeouts while another tenant's call waited behind all of them — a hub lookup
 answered in milliseconds waited 30 s behind 48 of another namespace's. Here each tenant
 (an order's namespace) has a queue of its own. A free thread takes the next call of the
-tenant whose turn it is (the one served longest ago among those with calls waiting), and no tenant
-holds more than `workers - reserve` threads at once: with one tenant's calls hung, another
-tenant's call starts at once on a reserved thread. A tenant alone still has most of the
-pool (the bench's 500 orders of one namespace probe on six threads of eight).
+tenant whose turn it is (of those with calls waiting, the one served longest ago), and no
+tenant holds more than `workers - reserve` threads at once: with one tenant's calls hung,
+another tenant's call starts at once on a reserved thread. A tenant alone still has most
+of the pool (the bench's 500 orders of one namespace probe on six threads of eight).
 
 With more tenants hung than the reserve covers, a newcomer waits for one hung call to end
 (each is bounded by its own timeout: a probe's, or the hub lookup's total), not for every
