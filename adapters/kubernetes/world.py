@@ -231,6 +231,7 @@ _POD_REFUSED = re.compile(r'^pods "[^"]*" is ')
 
 
 def trim_deployment(obj: Obj) -> None:
+    """`DEPLOYMENT_SHAPE`, and the ReplicaFailure's message without the pod's name."""
     failure = next(
         (
             str(c.get("message") or c.get("reason") or "FailedCreate")
@@ -241,9 +242,12 @@ def trim_deployment(obj: Obj) -> None:
         ),
         None,
     )
-    trimming(DEPLOYMENT_SHAPE)(obj)
+    _trim_deployment_shape(obj)
     if failure is not None:
         obj.setdefault("status", {})[REPLICA_FAILURE] = _POD_REFUSED.sub("a pod is ", failure)[:500]
+
+
+_trim_deployment_shape = trimming(DEPLOYMENT_SHAPE)  # made once: this runs on every event
 
 
 def _taken_from(obj: Obj) -> list[str]:

@@ -114,7 +114,7 @@ def gguf_variant(filenames: Iterable[str]) -> tuple[str, tuple[str, ...]] | None
     """
     variants: dict[str, list[str]] = {}
     for name in filenames:
-        if not name.lower().endswith(".gguf") or "/" in name or "mmproj" in name.lower():
+        if not name.lower().endswith(".gguf") or "/" in name or _projector(name):
             continue
         stem = _GGUF_SPLIT.sub("", name)
         stem = stem.removesuffix(".gguf").removesuffix(".GGUF")
@@ -126,12 +126,17 @@ def gguf_variant(filenames: Iterable[str]) -> tuple[str, tuple[str, ...]] | None
     return chosen, tuple(sorted(variants[chosen]))
 
 
+def _projector(filename: str) -> bool:
+    """A multimodal model's projector (`mmproj-*.gguf`), which loads beside the model."""
+    return "mmproj" in filename.lower()
+
+
 def served_file(fmt: ModelFormat, filenames: Sequence[str]) -> str | None:
     """The one file a GGUF runtime is told to open: the served variant's first part. None
     for a repository with a multimodal projector: llama.cpp finds the projector only when
     it chooses the file itself (`-hf` without `--hf-file`), and a vision model loaded
     without it answers text alone."""
-    if fmt is not ModelFormat.GGUF or any("mmproj" in name.lower() for name in filenames):
+    if fmt is not ModelFormat.GGUF or any(_projector(name) for name in filenames):
         return None
     files = weight_files(fmt, filenames)
     return files[0] if files else None

@@ -585,9 +585,7 @@ class _Resolution:
         mirror that redirected there sent the tenant's token to huggingface.co, and in an
         air-gapped cluster the order read "could not be reached"."""
         url = hf_hub_url(self.name, filename, revision=self.sha, endpoint=self.settings.endpoint)
-        headers = build_hf_headers(
-            token=self.send_token(), library_name=_LIBRARY, library_version=_VERSION
-        )
+        headers = self.headers()
         headers["Accept-Encoding"] = "identity"  # as the library's HEAD: the file's own size
         with self.errors(filename):
             session = get_session()
@@ -607,13 +605,19 @@ class _Resolution:
         except RemoteEntryNotFoundError:
             return None
 
+    def headers(self) -> dict[str, str]:
+        """The library's headers for a request of this resolution (its token, if any)."""
+        return dict(
+            build_hf_headers(
+                token=self.send_token(), library_name=_LIBRARY, library_version=_VERSION
+            )
+        )
+
     def read_capped(self, url: str, what: str, params: dict[str, Any] | None = None) -> bytes:
         """The body of a GET, read in chunks: never more than `max_file_bytes` of it, and
         never past the resolution's deadline (a hub that trickles bytes still meets it).
         An error's body and a redirect's are capped too: the client reads both whole."""
-        headers = build_hf_headers(
-            token=self.send_token(), library_name=_LIBRARY, library_version=_VERSION
-        )
+        headers = self.headers()
         limit = self.settings.max_file_bytes
         with self.errors(what):
             session = get_session()
