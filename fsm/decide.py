@@ -59,7 +59,8 @@ def needs_plan(state: OrderState) -> bool:
     if state.deleted or not _resolved(state):
         return False
     a = state.attempt
-    if a is None or not a.ok or not a.basis.asks_as(plan_basis(state)):
+    # Rendered otherwise, too: the plan the order has may answer it (`_plan`).
+    if a is None or not a.ok or not a.basis.renders_as(plan_basis(state)):
         return True
     return any(dc not in a.excluded_device_classes for dc in state.tried_device_classes)
 
@@ -158,7 +159,8 @@ def _class(s: OrderState, o: ob.ClassJudged) -> list[ev.Event]:
 # keeps the facts it resolved (SPEC §3.1 — a Ready order is not demoted by a blip).
 TRANSIENT_MODEL_REASONS = frozenset({Reason.MODEL_SOURCE_UNREACHABLE})
 PLAN_IN_FORCE_ANSWERS = (
-    "the plan in force was computed for this model and class: the order stays where it runs"
+    "the plan in force was computed for what the planner reads of this spec: the order "
+    "stays where it runs"
 )
 STALE_FACTS_NOTE = "the model source is unreachable, keeping the facts read earlier"
 
@@ -234,10 +236,15 @@ def _plan(s: OrderState, o: ob.PlanJudged) -> list[ev.Event]:
     excluded = excluded_device_classes(s)
     basis = plan_basis(s)
     held, applied_with = s.plan_in_force, s.applied_basis
-    if held is not None and applied_with is not None and applied_with.asks_as(basis):
-        # The spec came back to what the plan in force was computed for (an edit undone
-        # after its replan failed or waited): that plan answers it. A replan would have
-        # to move the order, since no replan is offered the place it holds.
+    keyed = (
+        not o.held_recipe_keyless or basis.policy is None or not basis.policy.exposure.needs_token
+    )
+    if held is not None and applied_with is not None and applied_with.asks_as(basis) and keyed:
+        # The spec asks the planner nothing the plan in force was not computed for: an
+        # edit of what it does not read (the exposure, the replica ceiling), or one
+        # undone after its replan failed or waited. That plan answers it, rendered for
+        # the spec. A replan would have to move the order, since no replan is offered the
+        # place it holds, and on a full cluster would fail for room the order has.
         return [
             ev.PlanComputed(
                 observed_at=o.at,

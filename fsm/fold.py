@@ -124,19 +124,34 @@ def _attempt(
     )
 
 
+def _new_question(s: OrderState, e: ev.PlanComputed | ev.PlanFailed) -> bool:
+    """Is this verdict a recalculation: the first for the spec, policy and facts as they
+    are now, or with other device classes excluded? A retry of the same question (capacity
+    may have appeared; its message counts what it found) is the same recalculation."""
+    a = s.attempt
+    return (
+        a is None
+        or not a.basis.renders_as(plan_basis(s))
+        or a.excluded_device_classes != e.excluded_device_classes
+    )
+
+
 def _plan_computed(s: OrderState, e: ev.PlanComputed) -> Updates:
-    # The plan in force chosen again for what it was applied with (the spec came back to
-    # it): nothing new to apply. The same place for an edited model is a new workload.
-    again = (
-        s.plan_in_force is not None
-        and e.plan == s.plan_in_force
+    # The plan in force chosen for a spec whose edit asks the planner nothing new: the
+    # same place, no recalculation. Rendered as it was applied (the spec came back to
+    # it), nothing new to apply; rendered otherwise (the exposure, the replica ceiling),
+    # a new revision of the workload on that place.
+    held = s.plan_in_force
+    answered = (
+        held is not None
+        and e.plan == held
         and s.applied_basis is not None
         and s.applied_basis.asks_as(plan_basis(s))
     )
+    again = answered and s.applied_basis is not None and s.applied_basis.renders_as(plan_basis(s))
     return {
         "plan_attempts": s.plan_attempts + 1,
-        # The plan in force chosen again is no recalculation: the planner's was set aside.
-        "replans": s.replans + (s.plan_revision > 0 and not again),
+        "replans": s.replans + (s.plan_revision > 0 and not answered and _new_question(s, e)),
         "attempt": _attempt(s, e, True, Reason.PLAN_COMPUTED),
         "plan": e.plan,
         "plan_revision": s.applied_revision if again else s.plan_revision + 1,
@@ -146,7 +161,7 @@ def _plan_computed(s: OrderState, e: ev.PlanComputed) -> Updates:
 def _plan_failed(s: OrderState, e: ev.PlanFailed) -> Updates:
     updates: Updates = {
         "plan_attempts": s.plan_attempts + 1,
-        "replans": s.replans + (s.plan_revision > 0),
+        "replans": s.replans + (s.plan_revision > 0 and _new_question(s, e)),
         "attempt": _attempt(s, e, False, e.reason),
         # The order keeps the plan it holds (SPEC §3.1); without one it has no plan.
         "plan": s.plan_in_force,

@@ -73,6 +73,9 @@ class PlanJudged:
 
     at: datetime
     outcome: PlanOutcome
+    # The plan in force's launch recipe cannot be given an API key: that plan cannot
+    # answer a spec whose exposure checks a token, whatever else it asks.
+    held_recipe_keyless: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -55,8 +55,10 @@ __all__ = [
 # Raise when the fold computes a field differently while the state's shape stays.
 # 2: a new plan applied starts its own probe failure streak; 3: but for a Failed order's;
 # 4: Planned answers an edit that asks the planner nothing new (its observedGeneration),
-# and replanCount leaves out the verdicts before the first plan.
-FOLD_REVISION = 5
+# and replanCount leaves out the verdicts before the first plan; 6: an edit the planner
+# reads nothing of is the plan it has rendered again, and replanCount counts the questions
+# asked of the planner, not the retries of one.
+FOLD_REVISION = 6
 
 # After the first Ready, this many consecutive failed probes make the order Failed
 # (ServiceUnhealthy). One or two failures are a blip — a restarting pod, a slow answer —
@@ -110,8 +112,10 @@ class ModelJudgement(_Value):
 
 
 class PlanBasis(_Value):
-    """What a plan was computed from: when any of it but the generation changes, the
-    order replans."""
+    """What a plan was computed from, and its workload rendered from: when what the
+    planner reads of it changes, the order replans; when only the rest changes (how the
+    endpoint is published, the replica ceiling, the update strategy, the model's
+    reference to the same facts), the plan it has is rendered again."""
 
     generation: int
     class_name: str | None
@@ -121,20 +125,43 @@ class PlanBasis(_Value):
     endpoint_type: EndpointType | None
 
     def asks_as(self, other: PlanBasis) -> bool:
-        """Is a plan for this basis a plan for `other`? The spec's generation and the
-        model's upstream commit apart: an edit that changes nothing the planner reads, or
-        that comes back to what a plan was computed for (a typo undone, re-read at a newer
-        commit), asks the planner nothing new. Replanning then would move a serving order
-        off the place it holds, which no replan is offered; and a new commit alone does
-        not replan (decide._kept)."""
+        """Is a plan for this basis a plan for `other`? True when the planner reads the
+        same of both (`PlanRequest`): the model's facts and contract, the accelerator
+        policy, the minimum replicas and the priority class. An edit of anything else, or
+        one that comes back to what a plan was computed for (a typo undone, re-read at a
+        newer commit), asks the planner nothing new. Replanning then would move a serving
+        order off the place it holds, which no replan is offered (SPEC §3.1), or fail for
+        room the order already has; and a new commit alone does not replan
+        (decide._kept). Whether a token is checked is the planner's too, but only through
+        the recipe, which the held plan's may take (decide._plan)."""
         return self == other or self._question() == other._question()
 
-    def _question(self) -> tuple[object, ...]:
+    def renders_as(self, other: PlanBasis) -> bool:
+        """Does a workload rendered for this basis equal one rendered for `other`? All of
+        it, the generation and the model's upstream commit apart."""
+        return self == other or self._rendering() == other._rendering()
+
+    def _facts(self) -> ModelFacts | None:
         # Nor the GGUF file: a stream resolved before facts named it (None) asks what a
         # re-read naming it asks, and a plan in force moves for neither.
         unasked = {"revision": None, "weights_file": None}
-        facts = self.facts.model_copy(update=unasked) if self.facts else None
-        return (self.class_name, self.policy, self.model_ref, facts, self.endpoint_type)
+        return self.facts.model_copy(update=unasked) if self.facts else None
+
+    def _question(self) -> tuple[object, ...]:
+        policy = self.policy
+        asked = (
+            None
+            if policy is None
+            else (
+                policy.accelerator,
+                policy.constraints.min_replicas,
+                policy.constraints.priority_class_name,
+            )
+        )
+        return (asked, self._facts(), self.endpoint_type)
+
+    def _rendering(self) -> tuple[object, ...]:
+        return (self.class_name, self.policy, self.model_ref, self._facts(), self.endpoint_type)
 
 
 class PlanAttempt(_Value):

@@ -94,6 +94,11 @@ class Planning:
             return f"launch recipe {name!r} is refused ({exc})"
         return None  # created since `recipes()` read the cache: usable at the next read
 
+    def keyless(self, name: str) -> bool:
+        """Can the usable recipe `name` not be given an API key? (Not usable: not known.)"""
+        recipe = self.recipe(name)
+        return recipe is not None and recipe.keyless is not None
+
     def keyless_recipe(self, name: str, state: OrderState) -> str | None:
         """Why the usable recipe `name` cannot run the order's workload: its runtime cannot
         be given the API key the workload's Token authentication needs (an admin edited

@@ -289,7 +289,10 @@ class Reconciler:
         if isinstance(command, effects.RequestPlan):
             with self.planning.lock:  # the next plan must see this one: kept before
                 outcome = self.planning.plan(p.order.uid, p.state, command)
-                moved = self._record(p, ob.PlanJudged(at=p.now, outcome=outcome))
+                held = command.plan_in_force
+                keyless = held is not None and self.planning.keyless(held.recipe)
+                judged = ob.PlanJudged(at=p.now, outcome=outcome, held_recipe_keyless=keyless)
+                moved = self._record(p, judged)
                 self._commit(p, tell=False)
             self._tell(p)  # its Events are requests: not while other plans wait
             return moved

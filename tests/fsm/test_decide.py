@@ -200,7 +200,12 @@ NEEDS_PLAN = [
     ("spec-edited-to-the-same-and-rejudged", (*SERVING, spec(10, 2), klass(11), model(12)), False),
     (
         "model-edited-and-rejudged",
-        (*SERVING, spec(10, 2, name="meta-llama/Llama-3.1-8B"), klass(11), model(12)),
+        (
+            *SERVING,
+            spec(10, 2, name="meta-llama/Llama-3.1-8B"),
+            klass(11),
+            model(12, name="meta-llama/Llama-3.1-8B"),
+        ),
         True,
     ),
     ("plan-in-force-after-failure", REPLANNED_AND_FAILED, True),
@@ -339,7 +344,11 @@ def test_apply_carries_what_the_workload_is_built_from() -> None:
 
 def test_an_edited_model_is_applied_even_when_the_plan_is_the_same() -> None:
     edited = run(
-        *SERVING, spec(10, 2, name="meta-llama/Llama-3.1-8B"), klass(11), model(12), planned(13)
+        *SERVING,
+        spec(10, 2, name="meta-llama/Llama-3.1-8B"),
+        klass(11),
+        model(12, name="meta-llama/Llama-3.1-8B"),
+        planned(13),
     )
     assert ApplyWorkload in kinds(edited)
     applied = run(ob.ApplySucceeded(at=at(14), plan=plan()), state=edited)
@@ -423,7 +432,7 @@ def test_a_new_plan_not_yet_applied_gives_way_when_its_edit_is_undone() -> None:
         *SERVING,
         spec(20, 2, name="meta-llama/Llama-3.1-8B"),
         klass(21),
-        model(22),
+        model(22, name="meta-llama/Llama-3.1-8B"),
         planned(23, device_class="nvidia-l4"),
         ob.ApplyFailed(at=at(24), message="quota"),
     )

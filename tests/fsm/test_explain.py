@@ -92,7 +92,11 @@ def test_a_plan_held_in_force_names_who_can_move_its_failed_recalculation(
     """Serving on its plan in force, the recalculation failed: who can act is the
     failure's, not LaunchPlanInForce's "waiting" (the seeds: for PlacementUndecidable,
     waiting is not the answer, the class's selection needs the administrator)."""
-    edited = (spec(20, 2, name="meta-llama/Llama-3.1-8B"), klass(21), model(22))
+    edited = (
+        spec(20, 2, name="meta-llama/Llama-3.1-8B"),
+        klass(21),
+        model(22, name="meta-llama/Llama-3.1-8B"),
+    )
     events = record(*SERVING, *edited, planned(23, failed, "recalculation failed"))
     state = fold(events)
     block = blocking_condition(state)

@@ -333,7 +333,7 @@ def test_a_success_returns_a_failed_order_to_ready() -> None:
 EDITED = (
     spec(20, 2, name="meta-llama/Llama-3.1-8B"),
     klass(21),
-    model(22),
+    model(22, name="meta-llama/Llama-3.1-8B"),
     planned(23, device_class="nvidia-t4"),
     applied(24, "nvidia-t4"),
 )
@@ -408,11 +408,21 @@ def test_last_transition_time_moves_only_when_the_status_does() -> None:
 
 
 def test_replan_count_is_a_fold_of_recalculations() -> None:
+    """One edit, one recalculation: its retries while capacity moves (each message counts
+    what it found) and the plan they end with are that recalculation's verdicts."""
     first = run(*SERVING)
     failed = run(*REPLANNED_AND_FAILED)
-    retried_same = run(planned(30, R.NO_CAPACITY, "no A100 free"), state=failed)
-    succeeded = run(planned(31, device_class="mig-1g10gb"), state=retried_same)
-    assert [s.replan_count for s in (first, failed, retried_same, succeeded)] == [0, 1, 1, 2]
+    retried = failed
+    for t, free in enumerate((2, 3, 2, 3)):
+        retried = run(planned(30 + t, R.NO_CAPACITY, f"no A100 free ({free})"), state=retried)
+    succeeded = run(planned(40, device_class="mig-1g10gb"), state=retried)
+    assert [s.replan_count for s in (first, failed, retried, succeeded)] == [0, 1, 1, 1]
+    assert retried.plan_attempts == failed.plan_attempts + 4
+    # A second edit is a second recalculation.
+    mistral = "mistralai/Mistral-7B-Instruct-v0.3"
+    edited = (spec(50, 3, name=mistral), klass(51), model(52, name=mistral))
+    again = run(*edited, planned(53), state=succeeded)
+    assert again.replan_count == 2
 
 
 def test_verdicts_before_the_first_plan_are_no_recalculation() -> None:
@@ -426,7 +436,12 @@ def test_verdicts_before_the_first_plan_are_no_recalculation() -> None:
         planned(5),
     )
     assert (waited.plan_attempts, waited.replan_count) == (3, 0)
-    edited = run(spec(20, 2, name="meta-llama/Llama-3.1-8B"), klass(21), model(22), state=waited)
+    edited = run(
+        spec(20, 2, name="meta-llama/Llama-3.1-8B"),
+        klass(21),
+        model(22, name="meta-llama/Llama-3.1-8B"),
+        state=waited,
+    )
     assert run(planned(23), state=edited).replan_count == 1
 
 
@@ -441,7 +456,11 @@ def test_a_failed_recalculation_keeps_the_plan_in_force_and_the_phase() -> None:
 
 
 def test_a_failed_replan_without_a_held_plan_drops_the_plan() -> None:
-    edited = (spec(10, 2, name="meta-llama/Llama-3.1-8B"), klass(11), model(12))
+    edited = (
+        spec(10, 2, name="meta-llama/Llama-3.1-8B"),
+        klass(11),
+        model(12, name="meta-llama/Llama-3.1-8B"),
+    )
     state = run(*PLANNED, *edited, planned(13, R.NO_CAPACITY))
     assert state.plan is None
     assert state.condition(C.PLANNED).status is F  # type: ignore[union-attr]

@@ -258,7 +258,9 @@ def test_a_failed_replan_shows_the_contract_and_bounds_of_the_workload_in_force(
         ob.ClassJudged(
             at=at(21),
             outcome=ClassOutcome(
-                reason=R.CLASS_ADMITTED, policy=policy("default-llm", max_replicas=4)
+                # Another priority: a question for the planner, not only a new ceiling.
+                reason=R.CLASS_ADMITTED,
+                policy=policy("default-llm", max_replicas=4, priority="inference-high"),
             ),
         ),
         model(22),

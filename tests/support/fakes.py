@@ -22,6 +22,7 @@ from adapters.kubernetes import errors
 from adapters.kubernetes.rest import Resource
 from adapters.kubernetes.watching import Informer, Obj
 from adapters.kubernetes.world import ClusterCache
+from adapters.kubernetes.writing import FIELD_MANAGER
 from adapters.models import ModelFound, ModelUnavailable
 from fsm.reasons import Reason
 from fsm.values import ModelFacts
@@ -94,6 +95,7 @@ def _merge(live: Any, desired: Any) -> Any:
 class FakeWriter:
     def __init__(self, cache: ClusterCache) -> None:
         self.cache = cache
+        self.field_manager = FIELD_MANAGER  # as the Writer's; the fake keeps no managedFields
         self.calls: Counter[tuple[str, str]] = Counter()  # (verb, kind)
         self.events: list[tuple[str, str]] = []  # (reason, message)
         self.event_types: list[tuple[str, str]] = []  # (reason, Normal or Warning)

@@ -204,13 +204,21 @@ def klass(
     )
 
 
+LLAMA = "meta-llama/Llama-3.1-8B"
+
+
 def model(
-    t: float, reason: Reason = R.MODEL_RESOLVED, endpoint: EndpointType | None = EndpointType.CHAT
+    t: float,
+    reason: Reason = R.MODEL_RESOLVED,
+    endpoint: EndpointType | None = EndpointType.CHAT,
+    *,
+    name: str | None = None,
 ) -> ob.ModelJudged:
+    """The model judged; `name`: the facts of that model (another model's facts ask the
+    planner something new), else the default's."""
     ok = reason is R.MODEL_RESOLVED
-    outcome = ModelOutcome(
-        reason=reason, facts=facts() if ok else None, endpoint_type=endpoint if ok else None
-    )
+    found = (facts(name) if name else facts()) if ok else None
+    outcome = ModelOutcome(reason=reason, facts=found, endpoint_type=endpoint if ok else None)
     return ob.ModelJudged(at=at(t), outcome=outcome)
 
 
@@ -269,9 +277,9 @@ AVAILABLE = (
 SERVING = (*AVAILABLE, probe(8))
 REPLANNED_AND_FAILED = (
     *SERVING,
-    spec(20, 2, name="meta-llama/Llama-3.1-8B"),
+    spec(20, 2, name=LLAMA),
     klass(21),
-    model(22),
+    model(22, name=LLAMA),
     planned(23, R.NO_CAPACITY, "no A100 free"),
 )
 

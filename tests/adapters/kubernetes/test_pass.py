@@ -836,10 +836,14 @@ def test_the_ingress_takes_only_the_tls_secret_issued_for_it(
     bed.log.close()
 
 
-def _exposure(bed: Bed, exposure: dict[str, Any], generation: int) -> None:
+def _exposure(
+    bed: Bed, exposure: dict[str, Any], generation: int, scaling: dict[str, int] | None = None
+) -> None:
     klass = bed.world.classes.get_by_name(None, "conv")
     assert klass is not None
     klass["spec"]["exposurePolicy"] = exposure
+    if scaling is not None:
+        klass["spec"]["scalingPolicy"] = scaling
     klass["metadata"]["generation"] = generation
     fakes.put(bed.world, klass)
 
@@ -854,15 +858,16 @@ NONE_LOCAL = {"type": "ClusterLocal", "authentication": "None"}
 def test_a_failed_replan_leaves_the_status_and_the_token_on_the_workload_in_force(
     bed: Bed, before: dict[str, Any], after: dict[str, Any]
 ) -> None:
-    # One device: the replan the new exposure asks for finds no room, and the order serves
-    # on as it was applied. The status says how to reach that workload (not the new
-    # spec's way), and the token Secret is kept or not as that workload needs: never made
-    # for the new spec and pruned again in every pass.
+    # One device: the replan the new minimum asks for finds no room, and the order serves
+    # on as it was applied, the new exposure with it (an exposure edited alone is the
+    # plan in force rendered again: test_policy_edits.py). The status says how to reach
+    # that workload (not the new spec's way), and the token Secret is kept or not as that
+    # workload needs: never made for the new spec and pruned again in every pass.
     _exposure(bed, before, 1)
     uid = bed.order("llm")
     bed.settle(uid)
     served = bed.world.orders.get(uid)["status"]
-    _exposure(bed, after, 2)
+    _exposure(bed, after, 2, scaling={"minReplicas": 2, "maxReplicas": 2})
     writes = bed.writer.writes
     bed.settle(uid, passes=4)
     status = bed.world.orders.get(uid)["status"]

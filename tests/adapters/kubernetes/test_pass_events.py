@@ -41,7 +41,11 @@ def test_a_held_plan_is_a_warning_when_its_recalculation_needs_someone(
     no room is waited for."""
     bed = Bed(tmp_path)
     serving = run(*SERVING)
-    edited = (spec(20, 2, name="meta-llama/Llama-3.1-8B"), klass(21), model(22))
+    edited = (
+        spec(20, 2, name="meta-llama/Llama-3.1-8B"),
+        klass(21),
+        model(22, name="meta-llama/Llama-3.1-8B"),
+    )
     held = run(*edited, planned(23, failed, "recalculation failed"), state=serving)
     bed.reconciler.actor.tell(OrderRef("llm", "support", "uid-1"), serving, held)
     assert ("LaunchPlanInForce", kind) in bed.writer.event_types
@@ -54,7 +58,11 @@ def test_a_held_plan_whose_failure_comes_to_need_the_admin_is_told_again(tmp_pat
     bed = Bed(tmp_path)
     order = OrderRef("llm", "support", "uid-1")
     serving = run(*SERVING)
-    edited = (spec(20, 2, name="meta-llama/Llama-3.1-8B"), klass(21), model(22))
+    edited = (
+        spec(20, 2, name="meta-llama/Llama-3.1-8B"),
+        klass(21),
+        model(22, name="meta-llama/Llama-3.1-8B"),
+    )
     waiting = run(*edited, planned(23, Reason.NO_CAPACITY, "no room"), state=serving)
     needs_admin = run(
         planned(24, Reason.PLACEMENT_UNDECIDABLE, "the selection cannot be judged"),
