@@ -469,6 +469,24 @@ def _recipe(s: OrderState, o: ob.RecipeUnusable) -> list[ev.Event]:
     return [ev.RecipeReplaced(observed_at=o.at, recipe=o.recipe, plan=plan, message=message)]
 
 
+def _recipe_edited(s: OrderState, o: ob.RecipeEdited) -> list[ev.Event]:
+    """The plan's recipe edited to turn tool calling on or off: the same place on the same
+    recipe, the plan saying what the workload, rendered from the recipe at every apply,
+    carries. Recorded as a recipe replaced by itself (no replan: the planner was not
+    asked); a recipe the plan does not name, or one that says what the plan says, is no
+    news."""
+    if (
+        s.plan is None
+        or s.plan.recipe != o.recipe
+        or s.plan.tool_calling_supported == o.tool_calling_supported
+    ):
+        return []
+    plan = s.plan.model_copy(update={"tool_calling_supported": o.tool_calling_supported})
+    turned = "on" if o.tool_calling_supported else "off"
+    message = f"launch recipe {o.recipe!r} was edited to turn tool calling {turned}"
+    return [ev.RecipeReplaced(observed_at=o.at, recipe=o.recipe, plan=plan, message=message)]
+
+
 def _reclaimed(s: OrderState, o: ob.ReplicasReclaimed) -> list[ev.Event]:
     if s.last_reclaim == (o.at, o.victim):
         return []  # this take is in the log already
@@ -519,6 +537,8 @@ def decide(state: OrderState, observation: ob.Observation) -> list[ev.Event]:
             return _capacity(state, observation)
         case ob.RecipeUnusable():
             return _recipe(state, observation)
+        case ob.RecipeEdited():
+            return _recipe_edited(state, observation)
         case ob.ReplicasReclaimed():
             return _reclaimed(state, observation)
         case ob.Deleted():

@@ -420,7 +420,9 @@ class DeviceClassRetried(Event):
 class RecipeReplaced(Event):
     """The launch recipe the plan named (`recipe`) was deleted, or edited into one the
     controller refuses: `plan` is the same place on the best recipe left, rolled out as a
-    recipe's edit is. Not a replan (the planner was not asked; replanCount stays)."""
+    recipe's edit is. Or it was edited to turn tool calling on or off: `plan` is the same
+    place on the same recipe, saying so. Not a replan (the planner was not asked;
+    replanCount stays)."""
 
     recipe: str
     plan: Plan

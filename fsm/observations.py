@@ -31,6 +31,7 @@ __all__ = [
     "Observation",
     "PlanJudged",
     "ProbeResult",
+    "RecipeEdited",
     "RecipeUnusable",
     "ReplicasReclaimed",
     "ScalingSeen",
@@ -143,6 +144,18 @@ class RecipeUnusable:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RecipeEdited:
+    """The launch recipe `recipe`, still usable, says now what the plan took from it
+    otherwise: whether it turns tool calling on (`tool_calling_supported`). An edit is
+    rendered at the next apply, so the plan follows it or the status would tell clients
+    of a runtime parameter the workload no longer carries (or of none it carries)."""
+
+    at: datetime
+    recipe: str
+    tool_calling_supported: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EndpointSeen:
     at: datetime
     url: str
@@ -217,6 +230,7 @@ Observation = (
     | ScalingSeen
     | CapacitySeen
     | RecipeUnusable
+    | RecipeEdited
     | ReplicasReclaimed
     | Deleted
 )

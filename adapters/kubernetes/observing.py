@@ -403,16 +403,24 @@ class Observer:
         )
 
     @staticmethod
-    def recipe(state: OrderState, at: datetime, planning: Planning) -> ob.RecipeUnusable | None:
+    def recipe(
+        state: OrderState, at: datetime, planning: Planning
+    ) -> ob.RecipeUnusable | ob.RecipeEdited | None:
         """The plan's launch recipe, when it is no longer usable and another recipe can
         take over on the same place (none: the apply says why, and the next change of a
-        recipe asks again)."""
+        recipe asks again); or when it is, and an edit turned its tool calling on or off
+        (the apply renders the recipe as it is now, the plan said it as it was)."""
         plan = state.plan
         if plan is None:
             return None
         why = planning.unusable_recipe(plan.recipe) or planning.keyless_recipe(plan.recipe, state)
         if why is None:
-            return None
+            recipe = planning.recipe(plan.recipe)
+            if recipe is None or recipe.tool_calling.enabled == plan.tool_calling_supported:
+                return None
+            return ob.RecipeEdited(
+                at=at, recipe=recipe.name, tool_calling_supported=recipe.tool_calling.enabled
+            )
         replacement = planning.replacement_recipe(plan, state)
         if replacement is None:
             return None

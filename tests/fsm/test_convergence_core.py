@@ -9,6 +9,7 @@ from fsm import events as ev
 from fsm import observations as ob
 from fsm.decide import STALE_FACTS_NOTE, decide, needs_plan
 from fsm.reasons import ConditionStatus, ConditionType, Phase, Reason
+from fsm.status import render_status
 from fsm.values import ModelOutcome
 from tests.support.strategies import (
     AVAILABLE,
@@ -186,6 +187,60 @@ def test_a_withdrawn_recipe_under_a_failed_replan_is_replaced_in_the_plan_in_for
     assert cond is not None and cond.reason is Reason.LAUNCH_PLAN_IN_FORCE
     assert rolled.plan_in_force == after.plan and needs_plan(rolled)
     assert rolled.applied_basis == failed.applied_basis
+
+
+def _edited(t: float, tools: bool = False, recipe: str = "vllm-nvidia-bf16") -> ob.RecipeEdited:
+    return ob.RecipeEdited(at=at(t), recipe=recipe, tool_calling_supported=tools)
+
+
+def test_a_recipe_edited_to_turn_tool_calling_off_is_followed_by_the_plan() -> None:
+    """An admin turns tool calling off on the recipe a serving order runs on: the
+    workload is rendered from the recipe as it is, so the plan (and the status clients
+    trust) follows it: the same place on the same recipe, one new plan revision to
+    apply, not a replan. A recipe the plan does not name, or an edit that leaves the
+    flag as the plan has it, is no news; the edit seen again adds nothing."""
+    serving = run(*SERVING)
+    assert serving.plan is not None and serving.plan.tool_calling_supported
+    assert render_status(serving)["endpoint"]["toolCallingSupported"] is True
+    assert decide(serving, _edited(20, recipe="llamacpp-nvidia-gguf")) == []
+    assert decide(serving, _edited(20, tools=True)) == []
+    (replaced,) = decide(serving, _edited(20))
+    assert isinstance(replaced, ev.RecipeReplaced) and replaced.recipe == "vllm-nvidia-bf16"
+    assert "turn tool calling off" in replaced.message
+    assert replaced.plan == serving.plan.model_copy(update={"tool_calling_supported": False})
+
+    after = run(_edited(20), state=serving)
+    assert after.plan == replaced.plan and after.plan_revision == serving.plan_revision + 1
+    assert render_status(after)["endpoint"]["toolCallingSupported"] is False
+    assert render_status(after)["resolved"]["replanCount"] == serving.replan_count
+    assert decide(after, _edited(21)) == []
+    assert not needs_plan(after)
+    (apply,) = [c for c in effects.effects(after) if isinstance(c, effects.ApplyWorkload)]
+    assert apply.plan == after.plan and not apply.repair
+    assert after.phase is Phase.READY  # still serving while it rolls out
+    rolled = run(ob.ApplySucceeded(at=at(22), plan=after.plan), state=after)
+    assert rolled.plan_in_force == after.plan and rolled.applied_revision == rolled.plan_revision
+    assert rolled.phase is Phase.READY
+
+    back = run(_edited(30, tools=True), state=rolled)
+    assert back.plan == serving.plan and back.replan_count == serving.replan_count
+    assert render_status(back)["endpoint"]["toolCallingSupported"] is True
+
+
+def test_a_recipe_edited_under_a_failed_replan_is_followed_by_the_plan_in_force() -> None:
+    """The replan keeps failing (LaunchPlanInForce); the plan in force follows its
+    recipe's edit, applied with the basis it was applied with."""
+    failed = run(*REPLANNED_AND_FAILED)
+    assert failed.plan is not None and failed.plan == failed.plan_in_force
+    after = run(_edited(30), state=failed)
+    assert after.plan is not None and not after.plan.tool_calling_supported
+    assert after.plan.devices == failed.plan.devices
+    (apply,) = [c for c in effects.effects(after) if isinstance(c, effects.ApplyWorkload)]
+    assert apply.plan == after.plan and apply.model_ref == failed.applied_basis.model_ref  # type: ignore[union-attr]
+    rolled = run(ob.ApplySucceeded(at=at(31), plan=after.plan), state=after)
+    cond = rolled.condition(ConditionType.PLANNED)
+    assert cond is not None and cond.reason is Reason.LAUNCH_PLAN_IN_FORCE
+    assert rolled.plan_in_force == after.plan and rolled.replan_count == failed.replan_count
 
 
 def test_an_apply_error_under_a_failed_replan_applies_the_plan_in_force_as_it_was() -> None:

@@ -430,6 +430,13 @@ def _observation(kind: str, when: datetime, state: OrderState, draw: Any) -> ob.
                 replacement=draw(st.sampled_from(("vllm-spare", "vllm-nvidia-bf16"))),
                 tool_calling_supported=draw(st.booleans()),
             )
+        case "recipe_edited":  # the plan's recipe (or another) edited: tool calling
+            named = state.plan.recipe if state.plan is not None else "vllm-nvidia-bf16"
+            return ob.RecipeEdited(
+                at=when,
+                recipe=draw(st.sampled_from((named, "llamacpp-nvidia-gguf"))),
+                tool_calling_supported=draw(st.booleans()),
+            )
         case "deleted":
             return ob.Deleted(at=when)
     raise AssertionError(kind)
@@ -439,7 +446,7 @@ def _observation(kind: str, when: datetime, state: OrderState, draw: Any) -> ob.
 _KINDS = (
     ["spec"] * 2
     + ["class", "model", "plan", "apply", "workload", "probe", "probe"] * 3
-    + ["endpoint", "secret", "scaling", "scaling", "apply_failed", "recipe"]
+    + ["endpoint", "secret", "scaling", "scaling", "apply_failed", "recipe", "recipe_edited"]
     + ["deleted"]
 )
 

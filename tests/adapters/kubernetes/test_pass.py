@@ -1391,6 +1391,64 @@ def test_a_recipe_made_unusable_is_replaced_on_the_same_place(bed: Bed) -> None:
     assert len(bed.events(uid, ev.RecipeReplaced)) == 1
 
 
+def _tool_flags(deployment: dict[str, Any] | None) -> list[str]:
+    assert deployment is not None
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return [
+        a for a in args if a.split("=")[0] in ("--enable-auto-tool-choice", "--tool-call-parser")
+    ]
+
+
+def test_a_recipe_edited_to_turn_tool_calling_off_is_said_in_the_status(bed: Bed) -> None:
+    """An admin turns tool calling off on the recipe an order runs on. The Deployment is
+    rendered from the recipe as it is, so its runtime lost the flags, and the status went
+    on saying `toolCallingSupported: true` (the plan's, from the recipe as it was) to the
+    clients that trust it. The plan follows the recipe (`RecipeReplaced` by itself, not a
+    replan), the Deployment rolled once; turned on again, the same."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    (planned,) = bed.events(uid, ev.PlanComputed)
+    assert planned.plan.tool_calling_supported
+    assert _tool_flags(bed.child("Deployment", "llm"))
+    recipe = bed.world.recipes.get_by_name(None, planned.plan.recipe)
+    assert recipe is not None
+    enabled = copy.deepcopy(recipe["spec"]["toolCalling"])
+    applies = bed.writer.calls[("apply", "Deployment")]
+
+    recipe["spec"]["toolCalling"] = {"enabled": False}
+    fakes.put(bed.world, recipe)
+    bed.settle(uid)
+    status = bed.world.orders.get(uid)["status"]
+    assert status["endpoint"]["toolCallingSupported"] is False
+    assert _tool_flags(bed.child("Deployment", "llm")) == []
+    assert bed.writer.calls[("apply", "Deployment")] == applies + 1  # rolled once
+    (replaced,) = bed.events(uid, ev.RecipeReplaced)
+    assert replaced.recipe == replaced.plan.recipe == planned.plan.recipe
+    assert replaced.plan == planned.plan.model_copy(update={"tool_calling_supported": False})
+    assert status["resolved"]["recipe"] == planned.plan.recipe
+    assert status["resolved"]["replanCount"] == 0 and len(bed.events(uid, ev.PlanComputed)) == 1
+    writes = bed.writer.writes
+    bed.settle(uid)
+    assert bed.writer.writes == writes  # followed once: the passes after write nothing
+
+    recipe["spec"]["toolCalling"] = enabled
+    fakes.put(bed.world, recipe)
+    bed.settle(uid)
+    status = bed.world.orders.get(uid)["status"]
+    assert status["endpoint"]["toolCallingSupported"] is True
+    assert _tool_flags(bed.child("Deployment", "llm"))
+    assert bed.writer.calls[("apply", "Deployment")] == applies + 2
+    assert len(bed.events(uid, ev.RecipeReplaced)) == 2
+    assert status["resolved"]["replanCount"] == 0
+
+    recipe["spec"]["image"] = "vllm/vllm-openai:edited"  # an edit the plan says nothing of
+    fakes.put(bed.world, recipe)
+    bed.settle(uid)
+    assert _image(bed.child("Deployment", "llm")) == "vllm/vllm-openai:edited"
+    assert bed.writer.calls[("apply", "Deployment")] == applies + 3
+    assert len(bed.events(uid, ev.RecipeReplaced)) == 2
+
+
 def test_a_status_written_but_not_recorded_is_recorded_by_the_next_pass(bed: Bed) -> None:
     """The log fails between the status write and its record (the projection `list` and
     `verify` read): the next passes find the live status already right and wrote
