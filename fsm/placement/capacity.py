@@ -9,7 +9,9 @@ lower-priority claims would have to go for it?* The scheduler never preempts for
 Accounting is in share units: every device holds 100. A Dedicated claim takes all 100; a
 Shared claim takes its share percent, but only on a device that allows multiple
 allocations (Kubernetes' consumable-capacity model) — anywhere else any claim takes the
-whole device.
+whole device. A Dedicated claim asks no capacity, which takes a shareable device whole
+only where no requestPolicy default says otherwise (`Device.shared_by_default`): the
+planner plans no Dedicated order where its claim could be given such a device.
 """
 
 from __future__ import annotations
@@ -83,6 +85,11 @@ class Device:
     attributes: tuple[tuple[str, AttributeValue], ...] = ()
     capacity: tuple[tuple[str, Fraction], ...] = ()
     allow_multiple_allocations: bool = False
+    # Shareable, and a claim that asks no capacity of it (`capacity.requests`) takes only a
+    # part: each capacity's requestPolicy `default`, below its value (KEP-5075; a capacity
+    # without a default is taken whole). A Dedicated claim asks none, so it would not hold
+    # such a device alone: inventory.py reads it, the planner keeps Dedicated plans off it.
+    shared_by_default: bool = False
     id: str = field(init=False, compare=False, repr=False)
     product_name: str = field(init=False, compare=False, repr=False)
     device_type: str = field(init=False, compare=False, repr=False)

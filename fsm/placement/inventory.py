@@ -262,6 +262,7 @@ def _device(driver: str, pool: str, spec: Mapping[str, Any], dev: Mapping[str, A
             continue  # a driver's bug, not a device: as good as unpublished too
         capacity.append((qualified, amount))
     node = spec.get("nodeName") or f"{driver}/{pool}"
+    shareable = bool(body.get("allowMultipleAllocations", False))
     return Device(
         driver=driver,
         pool=pool,
@@ -269,8 +270,36 @@ def _device(driver: str, pool: str, spec: Mapping[str, Any], dev: Mapping[str, A
         node=str(node),
         attributes=tuple(sorted(attributes)),
         capacity=tuple(sorted(capacity)),
-        allow_multiple_allocations=bool(body.get("allowMultipleAllocations", False)),
+        allow_multiple_allocations=shareable,
+        shared_by_default=shareable and _shared_by_default(body.get("capacity") or {}),
     )
+
+
+def _shared_by_default(capacity: Mapping[str, Any]) -> bool:
+    """Whether a claim that asks no capacity of a shareable device leaves room on it.
+
+    Such a claim consumes each capacity's requestPolicy `default`, else all of it
+    (KEP-5075, as the 1.34 allocator and the simulator's do). A capacity taken whole keeps
+    every other claim off the device; with none taken whole, two Dedicated claims (which
+    ask no capacity) were given one GPU, each runtime set to use 90% of its memory. A
+    default that cannot be read counts as taking less than all (the simulator drops such
+    a capacity, and the planner promises no device it cannot tell is whole)."""
+    for cap in capacity.values():
+        try:
+            value = parse_quantity(cap.get("value", 0))
+        except QuantityError:
+            continue  # unpublished, as above: nothing of it is taken
+        if value <= 0 or value > _MOST_CAPACITY:
+            continue
+        default = (cap.get("requestPolicy") or {}).get("default")
+        if default is None:
+            return False
+        try:
+            if parse_quantity(default) >= value:
+                return False
+        except QuantityError:
+            continue
+    return True
 
 
 def _allocation(obj: Mapping[str, Any], priorities: Mapping[str, int]) -> Allocation | None:

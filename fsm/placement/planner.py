@@ -12,14 +12,18 @@ candidates and all — so a recorded PlanComputed can be explained and replayed.
 2. Per class, devices are grouped by (product, memory). For each group: a recipe
    (recipes.choose_recipe), then the smallest power-of-two count up to
    maxAcceleratorCount whose memory holds the model (sizing.fits; a partition is never
-   combined), then — unless the class was already tried — a place for minReplicas
-   replicas (capacity.find_place: free shares first, else lower-priority claims).
+   combined), then — unless a Dedicated class selects a device of the product that a
+   claim would share (capacity.Device.shared_by_default) or the class was already
+   tried — a place for minReplicas replicas (capacity.find_place: free shares first,
+   else lower-priority claims).
 3. The winner: no preemption over preemption, then the class's own order of device
    classes, placements and sharing modes, fewer devices, the tightest memory, the
    recipe's preference, names. Every other option is a Candidate saying why it lost.
 4. No winner: the reason of the option that got furthest — NoCapacity (busy) >
-   ResourceClaimExhausted (tried) > NoAcceleratorWithEnoughMemory > QuantizationMismatch
-   > NoCompatibleRuntimeAvailable > PlacementUndecidable (nothing to try at all).
+   ResourceClaimExhausted (tried) > PlacementUndecidable (a Dedicated class that selects
+   devices of the product a claim asking no capacity would share) >
+   NoAcceleratorWithEnoughMemory > QuantizationMismatch > NoCompatibleRuntimeAvailable >
+   PlacementUndecidable (nothing to try at all).
 
 The order's held place is never offered to its own replan; replanCount and
 LaunchPlanInForce belong to the fold, not here.
@@ -28,7 +32,7 @@ LaunchPlanInForce belong to the fold, not here.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -66,10 +70,14 @@ _PROGRESS: dict[Reason, int] = {
     Reason.NO_COMPATIBLE_RUNTIME_AVAILABLE: 2,
     Reason.QUANTIZATION_MISMATCH: 3,
     Reason.NO_ACCELERATOR_WITH_ENOUGH_MEMORY: 4,
-    Reason.RESOURCE_CLAIM_EXHAUSTED: 5,
-    Reason.NO_CAPACITY: 6,
+    Reason.RESOURCE_CLAIM_EXHAUSTED: 6,
+    Reason.NO_CAPACITY: 7,
 }
 _EMPTY_CLASS = 1  # a class selecting no device: NoCapacity, but below every real option
+# A Dedicated option that has a recipe and fits, but whose claim could be given a share
+# (_shared_products): PlacementUndecidable, the class's to mend, and told over the
+# options that got less far (no recipe, too little memory), not as "nothing to try".
+_SHARED_BY_DEFAULT = 5
 
 
 class PlanRequest(Frozen):
@@ -164,8 +172,12 @@ def plan(request: PlanRequest, snapshot: Snapshot, recipes: Sequence[Recipe]) ->
             )
             continue
         context = _Context(request, snapshot, tuple(recipes), priority)
+        shared = _shared_products(devices) if mode.sharing is SharingMode.DEDICATED else {}
         for group in _groups(devices):
-            outcome = _consider(context, info, mode, group, class_index=index)
+            outcome = _consider(
+                context, info, mode, group,
+                class_index=index, shared=shared.get(group[0].product_name),
+            )  # fmt: skip
             if isinstance(outcome, _Option):
                 options.append(outcome)
             else:
@@ -220,6 +232,10 @@ def room_for(
     group = plan_devices(snapshot, current)
     if group is None:
         return None
+    if current.sharing_mode is SharingMode.DEDICATED and any(
+        device.shared_by_default for device in group
+    ):
+        return None  # a claim there could be given a share: see _shared_products
     return find_place(
         snapshot,
         group,
@@ -304,6 +320,39 @@ def _placements(devices: Sequence[Device]) -> frozenset[PlacementMode]:
 _KINDS: KeptFor[frozenset[PlacementMode]] = KeptFor()
 
 
+def _shared_products(devices: tuple[Device, ...]) -> Mapping[str, str]:
+    """The products of a Dedicated class's selection that its claims could be stacked on,
+    each with why: a device of theirs is shared by default (`Device.shared_by_default`).
+
+    A Dedicated claim asks no capacity, which takes such a device only in part, and the
+    scheduler may give it any device of the plan's product the class selects: the whole
+    product is no Dedicated place, or two orders the planner counted on two GPUs ran on
+    one. The claim cannot steer clear by itself: a selector sees no requestPolicy, and one
+    on `device.allowMultipleAllocations` does not compile on a server without
+    DRAConsumableCapacity (every Dedicated order there would fail). The class's can."""
+    return _SHARED.get(devices, None, lambda: _shared_by_product(devices))
+
+
+def _shared_by_product(devices: Sequence[Device]) -> dict[str, str]:
+    found: dict[str, list[str]] = {}
+    for device in devices:
+        if device.shared_by_default:
+            found.setdefault(device.product_name, []).append(f"{device.pool}/{device.name}")
+    notes = {}
+    for product, names in found.items():
+        shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
+        notes[product] = (
+            f"selects {len(names)} device(s) a Dedicated claim would only share ({shown}: "
+            "they allow multiple allocations, and a claim that asks no capacity takes their "
+            "requestPolicy default, not all of them); keep them out of the class for "
+            "Dedicated orders (device.allowMultipleAllocations == false)"
+        )
+    return notes
+
+
+_SHARED: KeptFor[Mapping[str, str]] = KeptFor()
+
+
 def _groups(devices: Sequence[Device]) -> tuple[tuple[Device, ...], ...]:
     """The devices by (product, memory); kept for the class's selection (`kept.py`): it
     was O(devices) a plan, and a group kept the same tuple lets the search find its
@@ -351,6 +400,7 @@ def _consider(
     group: tuple[Device, ...],
     *,
     class_index: int,
+    shared: str | None = None,
 ) -> _Option | _Loss:
     request, facts = context.request, context.request.facts
     product = group[0].product_name
@@ -394,6 +444,11 @@ def _consider(
         return _lose(
             _PROGRESS[too_small], too_small, info.name, mode,
             f"needs {count} devices on one node; nodes have at most {per_node}",
+            product_name=product, accelerator_count=count,
+        )  # fmt: skip
+    if shared is not None:  # a Dedicated claim could be given a share (_shared_products)
+        return _lose(
+            _SHARED_BY_DEFAULT, Reason.PLACEMENT_UNDECIDABLE, info.name, mode, shared,
             product_name=product, accelerator_count=count,
         )  # fmt: skip
     if info.name in request.tried_device_classes:

@@ -70,6 +70,68 @@ def test_a_capacity_no_device_has_is_as_good_as_unpublished(memory: str) -> None
 
 
 @pytest.mark.parametrize(
+    ("shareable", "capacity_", "shared"),
+    [
+        pytest.param(False, {"memory": {"value": "16Gi"}}, False, id="exclusive-device"),
+        pytest.param(True, {"memory": {"value": "16Gi"}}, False, id="no-policy-taken-whole"),
+        pytest.param(
+            True,
+            {"memory": {"value": "16Gi", "requestPolicy": {"validValues": ["4Gi", "16Gi"]}}},
+            False,
+            id="no-default-taken-whole",
+        ),
+        pytest.param(
+            True,
+            {"memory": {"value": "16Gi", "requestPolicy": {"default": "16Gi"}}},
+            False,
+            id="default-of-all-of-it",
+        ),
+        pytest.param(
+            True,
+            {"memory": {"value": "16Gi", "requestPolicy": {"default": "1Gi"}}},
+            True,
+            id="default-below-the-capacity",
+        ),
+        pytest.param(
+            True,
+            {
+                "memory": {"value": "16Gi", "requestPolicy": {"default": "1Gi"}},
+                "cores": {"value": "40"},
+            },
+            False,
+            id="another-capacity-taken-whole",
+        ),
+        pytest.param(
+            True,
+            {
+                "memory": {"value": "16Gi", "requestPolicy": {"default": "1Gi"}},
+                "cores": {"value": "40", "requestPolicy": {"default": "4"}},
+            },
+            True,
+            id="every-capacity-in-part",
+        ),
+        pytest.param(
+            True,
+            {"memory": {"value": "16Gi", "requestPolicy": {"default": "a lot"}}},
+            True,
+            id="an-unreadable-default-is-no-promise",
+        ),
+        pytest.param(True, {}, True, id="no-capacity-nothing-taken"),
+    ],
+)
+def test_a_device_a_claim_asking_no_capacity_would_share(
+    shareable: bool, capacity_: dict[str, Any], shared: bool
+) -> None:
+    """A claim with no `capacity.requests` (every Dedicated one) consumes each capacity's
+    requestPolicy default, else all of it (KEP-5075): it holds a shareable device alone
+    only if it takes some capacity whole."""
+    device = gpu("gpu-0", T4, "16Gi", shareable=shareable)
+    device["capacity"] = capacity_
+    (parsed,) = snapshot(slices=[resource_slice("node1", device)]).devices
+    assert parsed.shared_by_default is shared
+
+
+@pytest.mark.parametrize(
     ("slices", "devices", "problem"),
     [
         pytest.param(

@@ -32,6 +32,7 @@ from tests.support.planner_inputs import (
     SDXL,
     T4,
     T4_MPS,
+    T4_ONLY,
     claim,
     classes,
     cluster,
@@ -406,6 +407,99 @@ def test_unlabeled_mixed_class_cannot_be_judged() -> None:
         outcome.reason is Reason.PLACEMENT_UNDECIDABLE
         and "ai.deckhouse.io/placement" in outcome.message
     )
+
+
+def _t4(name: str, *, shareable: bool = True, default: str | None = None) -> dict[str, Any]:
+    device = gpu(name, T4, "16Gi", shareable=shareable)
+    if default is not None:
+        device["capacity"]["memory"]["requestPolicy"] = {"default": default}
+    return device
+
+
+WHOLE_ONLY = f"{T4_ONLY} && device.allowMultipleAllocations == false"
+
+
+@pytest.mark.parametrize(
+    ("devices", "selector", "plans"),
+    [
+        pytest.param([_t4("gpu-0"), _t4("gpu-1")], T4_ONLY, True, id="shareable-no-policy"),
+        pytest.param(
+            [_t4("gpu-0", default="16Gi"), _t4("gpu-1", default="16Gi")],
+            T4_ONLY,
+            True,
+            id="default-of-the-whole-memory",
+        ),
+        pytest.param(
+            [_t4("gpu-0", default="1Gi"), _t4("gpu-1", default="1Gi")],
+            T4_ONLY,
+            False,
+            id="default-below-the-memory",
+        ),
+        pytest.param(
+            [_t4("gpu-0", shareable=False), _t4("gpu-1", default="1Gi")],
+            T4_ONLY,
+            False,
+            id="the-claim-could-be-given-the-shared-one",
+        ),
+        pytest.param(
+            [_t4("gpu-0", shareable=False), _t4("gpu-1", default="1Gi")],
+            WHOLE_ONLY,
+            True,
+            id="a-class-of-whole-devices-only",
+        ),
+    ],
+)
+def test_dedicated_is_planned_only_where_its_claim_gets_the_device_whole(
+    devices: list[dict[str, Any]], selector: str, plans: bool
+) -> None:
+    """A Dedicated claim asks no capacity, which takes a shareable device's requestPolicy
+    default: with a default below the memory, two Dedicated orders counted on two T4s
+    were given one, each runtime set to use 90% of it. The scheduler may give the claim
+    any T4 of the class, so one such T4 in the class is enough to plan none there."""
+    snap = snapshot([device_class("t4", selector)], [resource_slice("node-t4", *devices)])
+    outcome = plan(request(QWEN_05B), snap, RECIPES)
+    if plans:
+        assert outcome.plan is not None and outcome.plan.sharing_mode is DED
+        assert outcome.plan.devices == ("gpu.nvidia.com/node-t4/gpu-0",)
+    else:
+        assert outcome.reason is Reason.PLACEMENT_UNDECIDABLE
+        assert "node-t4/gpu-1" in outcome.message
+        assert "device.allowMultipleAllocations == false" in outcome.message
+    # A Shared class's claims ask their share of the memory: the default does not matter.
+    shared = snapshot(
+        [device_class("t4", selector, sharing="Shared", share_percent="50")],
+        [resource_slice("node-t4", *devices)],
+    )
+    both = accel(allowedSharingModes=["Shared", "Dedicated"])
+    assert plan(request(QWEN_05B, accelerator=both), shared, RECIPES).plan is not None
+
+
+def test_the_reason_a_dedicated_class_cannot_be_had_whole_is_told_over_lesser_ones() -> None:
+    """Above an empty class (mig.nvidia.com on every NVIDIA cluster) and a model too big
+    for another product: it is the one an admin can mend."""
+    snap = snapshot(
+        classes(),
+        [
+            resource_slice("node-t4", _t4("gpu-0", default="1Gi")),
+            resource_slice("node-small", gpu("gpu-0", "NVIDIA T400", "2Gi")),
+        ],
+    )
+    outcome = plan(request(QWEN_05B), snap, RECIPES)
+    assert outcome.reason is Reason.PLACEMENT_UNDECIDABLE
+    assert outcome.message.startswith("gpu.nvidia.com (Tesla T4): selects 1 device(s)")
+
+
+def test_a_dedicated_order_does_not_grow_onto_a_device_it_would_share() -> None:
+    """The class came to select a T4 shared by default after the plan was made."""
+    snap = snapshot([device_class("t4", T4_ONLY)], [resource_slice("node-t4", _t4("gpu-0"))])
+    current = plan(request(QWEN_05B), snap, RECIPES).plan
+    assert current is not None and room_for(snap, current) is not None
+    later = snapshot(
+        [device_class("t4", T4_ONLY)],
+        [resource_slice("node-t4", _t4("gpu-0"), _t4("gpu-1", default="1Gi"))],
+        [claim("me-0", "node-t4", "gpu-0", holder="me")],
+    )
+    assert room_for(later, current, order_uid="me") is None
 
 
 def test_a_device_publishing_an_absurd_memory_is_no_place_and_the_order_says_so() -> None:

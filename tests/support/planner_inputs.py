@@ -41,6 +41,7 @@ __all__ = [
     "SEED_CLASSES",
     "T4",
     "T4_MPS",
+    "T4_ONLY",
     "Obj",
     "claim",
     "classes",
