@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from adapters.simulator import allocation, capacity
+from fsm.placement.inventory import parse_snapshot
 
 GPU = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
 MIG = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"
@@ -290,6 +291,31 @@ def test_a_dedicated_claim_on_a_shared_device_excludes_sharers() -> None:
     assert whole is not None and whole[0]["consumedCapacity"] == {"memory": "16Gi"}
     half = claim(exactly("gpu", "t4", capacity={"requests": {"memory": "8Gi"}}))
     assert allocation.allocate_claim("ns/b", half, "n", inv, usage) is None
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        pytest.param(None, id="no-policy"),
+        pytest.param({"default": "16Gi"}, id="default-of-all-of-it"),
+        pytest.param({"validValues": ["4Gi", "16Gi"]}, id="no-default"),
+        pytest.param({"default": "1Gi"}, id="default-1Gi"),
+        pytest.param({"default": "2Gi", "validRange": {"min": "2Gi", "step": "2Gi"}}, id="range"),
+    ],
+)
+def test_the_planner_knows_which_devices_a_claim_asking_no_capacity_would_share(
+    policy: dict[str, Any] | None,
+) -> None:
+    """`Device.shared_by_default`, which keeps Dedicated plans off a device, is true
+    exactly where this allocator gives two claims that ask no capacity one device."""
+    shared = {**T4_SHARED, "requestPolicy": policy} if policy else T4_SHARED
+    slices = [capacity.render_slice(node("n", shared), "gpu.nvidia.com", name="n", generation=1)]
+    (device,) = parse_snapshot((), slices, ()).devices
+    inv, usage = inventory(node("n", shared)), allocation.Usage()
+    dedicated = claim(exactly("gpu", "t4"))
+    assert allocation.allocate_claim("ns/a", dedicated, "n", inv, usage) is not None
+    stacked = allocation.allocate_claim("ns/b", dedicated, "n", inv, usage) is not None
+    assert device.shared_by_default is stacked
 
 
 @pytest.mark.parametrize(
