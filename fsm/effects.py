@@ -34,6 +34,7 @@ __all__ = [
     "ProbeTimings",
     "PublishStatus",
     "Recheck",
+    "ReleaseWorkload",
     "RequestPlan",
     "ScheduleProbe",
     "auth_secret_name",
@@ -80,6 +81,15 @@ class ApplyWorkload:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseWorkload:
+    """Delete the order's Deployment: it runs no plan. Its plan's device class was tried
+    (its pods waited past the grace period, nothing served) and no plan replaced it. Its
+    pods, still waiting for that class's devices, would take one the moment it frees,
+    while the planner counts it free for other orders and this one, exhausted, never
+    learns it has it. A plan made later creates the Deployment anew."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EnsureAuthSecret:
     """Create the order's token Secret (random token, key `token`) unless it exists.
 
@@ -109,7 +119,15 @@ class PublishStatus:
     status: Mapping[str, Any]
 
 
-Command = RequestPlan | ApplyWorkload | EnsureAuthSecret | ScheduleProbe | Recheck | PublishStatus
+Command = (
+    RequestPlan
+    | ApplyWorkload
+    | ReleaseWorkload
+    | EnsureAuthSecret
+    | ScheduleProbe
+    | Recheck
+    | PublishStatus
+)
 
 
 def auth_secret_name(state: OrderState) -> str:
@@ -179,6 +197,13 @@ def _apply(state: OrderState) -> ApplyWorkload | None:
         reclaims=a.reclaims if a is not None and a.ok and not repair else (),
         repair=repair,
     )
+
+
+def dropped_plan(state: OrderState) -> bool:
+    """Was a workload applied for a plan the order no longer holds? Only a device class
+    marked tried drops the plan in force (fold._device_class_tried), and only while none
+    of its replicas is available; until a new plan is applied there is none."""
+    return state.plan_in_force is None and state.applied_revision > 0
 
 
 def _probe_after(state: OrderState, timings: ProbeTimings) -> float | None:
@@ -258,6 +283,8 @@ def effects(
     apply = _apply(state)
     if apply is not None:
         commands.append(apply)
+    elif dropped_plan(state):
+        commands.append(ReleaseWorkload())
     after = _probe_after(state, timings)
     if after is not None:
         commands.append(ScheduleProbe(after_seconds=after))

@@ -306,7 +306,8 @@ CATALOGUE: dict[Reason, ReasonInfo] = {
         Who.ADMIN,
         "Every device class the order could try was tried and none held it: look for capacity. "
         "A tried class is tried again by itself once it offers more free capacity than when "
-        "it was tried (a ResourceSlice added, a claim freed).",
+        "it was tried (a ResourceSlice added, a claim freed). Meanwhile the order runs no "
+        "workload: its Deployment is made anew with the next plan.",
     ),
     Reason.PLACEMENT_UNDECIDABLE: ReasonInfo(
         _C.PLANNED,

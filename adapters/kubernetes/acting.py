@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 # Seconds until an order whose token's name is taken by a Secret not its own looks again
 # (fsm/reasons.py says 30 s to the user).
 AUTH_SECRET_CONFLICT_RECHECK = 30.0
+# Seconds until a refused release of a dropped plan's Deployment is tried again.
+RELEASE_RETRY = 5.0
 # The field manager that holds a Deployment's replica count between our last apply that
 # set it and the HPA's first scale (Actor._hand_replicas_over).
 REPLICAS_HANDOVER = "ai-inference-handover-to-hpa"
@@ -127,6 +129,8 @@ class Actor:
                 return self._token(order, state, now)
             case effects.ApplyWorkload():
                 return Acted(self._workload(order, state, command, now))
+            case effects.ReleaseWorkload():
+                return self._release(order)
             case effects.ScheduleProbe():
                 return self._probe(order, state, command.after_seconds, now)
             case effects.Recheck():
@@ -297,6 +301,22 @@ class Actor:
                 log.info("%s: repaired %s", order.key, repaired)
             return None
         return ob.ApplySucceeded(at=now, plan=command.plan)
+
+    def _release(self, order: OrderRef) -> Acted:
+        """Delete the Deployment of a plan the order no longer holds (effects.dropped_plan):
+        its pods go, and the devices they waited for stay with the planner's count."""
+        live = self._world.deployments.get_by_name(order.namespace, order.name, copy_=False)
+        if live is None or not converging.owned_by(live, order.uid):
+            return Acted()
+        try:
+            self._writer.delete(
+                kinds.DEPLOYMENTS, order.namespace, order.name, live["metadata"]["uid"]
+            )
+        except errors.APIError as exc:
+            log.warning("%s: releasing the workload of a dropped plan: %s", order.key, exc)
+            return Acted(requeue=[RELEASE_RETRY])
+        log.info("%s: released the workload of a plan whose device class was tried", order.key)
+        return Acted()
 
     def _order_gone(self, order: OrderRef) -> bool:
         """A live read of the order before a child is created for it. The cache can be

@@ -144,6 +144,12 @@ def test_device_classes_that_never_allocate_are_tried_one_by_one_then_exhausted(
             assert tried[1].observed_at - tried[0].observed_at >= timedelta(seconds=grace)
             plans = [e.plan.device_class for e in events_of(platform, uid, ev.PlanComputed)]
             assert plans == ["e2e-exh-l4", "e2e-exh-l40s"]
+            # No plan, no workload: a pod left waiting would take the next device to free.
+            wait_for(
+                lambda: admin.deployment("support", "cap-exhausted") is None or None,
+                timeout=30,
+                what="the exhausted order's Deployment deleted",
+            )
     finally:
         reconciler.allocation_grace_seconds = before
 

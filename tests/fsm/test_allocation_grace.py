@@ -14,6 +14,7 @@ from fsm import effects
 from fsm import events as ev
 from fsm import observations as ob
 from fsm.decide import decide
+from fsm.reasons import Reason
 from fsm.state import DEVICE_ALLOCATION_GRACE_SECONDS, OrderState
 from tests.support.strategies import ROLLING, applied, at, planned, run
 
@@ -58,3 +59,23 @@ def test_a_replanned_class_gets_its_grace_from_its_own_apply() -> None:
     )
     # The last event is the apply at 12 (the pod's wait is not news): look again at 15.
     assert recheck.after_seconds == pytest.approx(3.0)
+
+
+def test_a_workload_whose_plan_was_dropped_is_released_until_a_plan_is_applied() -> None:
+    """Its pods waited past the grace and no plan replaced it: its Deployment goes, or its
+    pods take a device the planner counts free for others the moment one frees."""
+    waited = DEVICE_ALLOCATION_GRACE_SECONDS + 10
+    dropped = run(*ROLLING, waiting(waited, 5))
+    assert dropped.plan_in_force is None
+    exhausted = run(planned(waited + 1, Reason.RESOURCE_CLAIM_EXHAUSTED), state=dropped)
+    assert exhausted.plan is None
+    commands = effects.effects(exhausted)
+    assert effects.ReleaseWorkload() in commands
+    assert not [c for c in commands if isinstance(c, effects.ApplyWorkload)]
+    # A plan on another class replaces it: applied, not released.
+    replanned = run(planned(waited + 2, device_class="nvidia-l4"), state=dropped)
+    assert effects.ReleaseWorkload() not in effects.effects(replanned)
+    # Until anything is applied there is nothing to release.
+    assert effects.ReleaseWorkload() not in effects.effects(run(*ROLLING[:-1]))
+    back = run(applied(waited + 3, "nvidia-l4"), state=replanned)
+    assert effects.ReleaseWorkload() not in effects.effects(back)
