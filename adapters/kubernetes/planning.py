@@ -51,7 +51,10 @@ class Planning:
         self._recipes: tuple[str | None, tuple[recipes.Recipe, ...]] = ("", ())
         self._parts: dict[str, tuple[str | None, Any]] = {}  # by kind: (version, parsed)
         self._parsed_at: tuple[tuple[Any, ...], capacity.Snapshot] | None = None
-        self._free: tuple[capacity.Snapshot | None, dict[str, int]] = (None, {})
+        self._free: tuple[capacity.Snapshot | None, dict[tuple[str, str | None], int]] = (
+            None,
+            {},
+        )
         self._claims = inventory.ClaimReader()
         # Read by plans (under the lock) and the arbiter (not): an entry is used only for
         # its very claim at the same priority, so a race costs a copy, never a wrong one.
@@ -167,16 +170,18 @@ class Planning:
         """Devices and the claims the scheduler allocated: what a device class offers."""
         return self._parsed()
 
-    def free_units(self, device_class: str) -> int:
-        """Free share units on the class's devices; counted once per capacity change (a
-        pass of every order that runs or waits reads it: O(devices + claims) each time)."""
+    def free_units(self, device_class: str, besides: str | None = None) -> int:
+        """Free share units on the class's devices, the claims of order `besides` counted
+        free (demand.free_units); counted once per capacity change (a pass of every order
+        that runs or waits reads it: O(devices + claims) each time)."""
         parsed = self._parsed()
         known = self._free
         if known[0] is not parsed:
             known = self._free = (parsed, {})
-        if device_class not in known[1]:
-            known[1][device_class] = demand.free_units(parsed, device_class)
-        return known[1][device_class]
+        key = (device_class, besides)
+        if key not in known[1]:
+            known[1][key] = demand.free_units(parsed, device_class, besides=besides)
+        return known[1][key]
 
     def could_reclaim(self) -> Callable[[str | None], bool]:
         """Could an order at a priority (a PriorityClass's name; None: the cluster

@@ -12,6 +12,7 @@ idempotent, so a crash between any two steps is repaired by the next pass.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import Counter
@@ -191,7 +192,7 @@ class Reconciler:
         if model is not None:
             p.transient = model.outcome.reason is Reason.MODEL_SOURCE_UNREACHABLE
             self._record(p, model)
-        self._record(p, self._observer.capacity(p.state, now, self.planning.free_units))
+        self._record(p, self._observer.capacity(p.state, now, self._free_units_for(p)))
         self._record(p, self._observer.recipe(p.state, now, self.planning))
         self._observe_serving(p)
         self._arbitrate(p)  # priority and growth: takes on both streams, then scaled
@@ -219,10 +220,14 @@ class Reconciler:
             p.state,
             p.now,
             grace_seconds=self.allocation_grace_seconds,
-            free_units=self.planning.free_units,
+            free_units=self._free_units_for(p),
         )
         self._record(p, workload)
         self._record(p, self._observer.endpoint(p.order, p.state, p.now))
+
+    def _free_units_for(self, p: _Pass) -> Callable[[str], int]:
+        """What a device class offers the order: its own claims count as free."""
+        return functools.partial(self.planning.free_units, besides=p.order.uid)
 
     def _arbitrate(self, p: _Pass) -> None:
         ruling = self._arbiter.ruling(p.order, p.state, p.now)

@@ -150,8 +150,14 @@ def _named(demand: Demand) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(devices[i : i + count]) for i in range(0, len(devices), count))
 
 
-def free_units(snapshot: Snapshot, device_class: str) -> int:
-    """Free share units (100 a whole device) on the devices `device_class` selects."""
+def free_units(snapshot: Snapshot, device_class: str, *, besides: str | None = None) -> int:
+    """Free share units (100 a whole device) on the devices `device_class` selects.
+
+    `besides`: an order's UID, whose own allocated claims count as free. A device class
+    is marked tried, and tried again, on what it offers the order: what the order holds
+    itself is none of that, and its claims going with its released workload
+    (effects.ReleaseWorkload) are no new capacity. Counted as used, they were: the class
+    was tried again at once, the workload made again and released again, for ever."""
     info = snapshot.device_class(device_class)
     if info is None:
         return 0
@@ -160,4 +166,10 @@ def free_units(snapshot: Snapshot, device_class: str) -> int:
     except cel.SelectorError:
         return 0
     used = usage_by_device(snapshot)
+    if besides is not None:
+        used = dict(used)
+        for alloc in snapshot.allocations:
+            if alloc.holder == besides:
+                for device_id in alloc.devices:
+                    used[device_id] = used.get(device_id, 0) - alloc.share_percent
     return sum(max(FULL_SHARE - used.get(d.id, 0), 0) for d in devices)

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from fsm import events as ev
-from tests.adapters.kubernetes.test_pass import NOW, Bed
+from tests.adapters.kubernetes.test_pass import NOW, Bed, external_token_class
 from tests.support import fakes
-from tests.support.planner_inputs import claim
+from tests.support.planner_inputs import A100, claim, gpu, resource_slice
 
 
 def _deleted(bed: Bed, obj: dict[str, Any]) -> None:
@@ -74,4 +74,37 @@ def test_an_exhausted_orders_workload_is_released_and_its_device_promised_once(
     bed.settle(y, passes=1)
     (planned,) = bed.events(y, ev.PlanComputed)
     assert planned.plan.devices
+    bed.log.close()
+
+
+def test_the_claims_a_released_workload_gives_back_are_no_new_capacity(tmp_path: Path) -> None:
+    """Two replicas: one allocated (still loading), one waiting for a device the scheduler
+    will not give (its node cordoned). Past the grace the class is tried and the workload
+    released, which frees the order's own claim: counted as the class offering more, it
+    was tried again at once, the workload made again and released again, for ever."""
+    bed = Bed(tmp_path, a100s=1)
+    fakes.put(bed.world, resource_slice("node-b", gpu("gpu-1", A100, "80Gi")))
+    klass = external_token_class("two")
+    klass["spec"]["scalingPolicy"] = {"minReplicas": 2, "maxReplicas": 2}
+    fakes.put(bed.world, klass)
+    bed.reconciler.allocation_grace_seconds = 0
+    x = bed.order("x", klass="two")
+    bed.settle(x, passes=1)
+    own = fakes.put(bed.world, claim("x-gpu", "node-a", "gpu-0", holder=x, namespace="support"))
+    loading = _waiting_pod(x, "x")
+    loading["metadata"].update(name="x-1", uid="x-1-pod")
+    loading["spec"] = {"nodeName": "node-a"}
+    loading["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
+    fakes.put(bed.world, loading)
+    fakes.put(bed.world, _waiting_pod(x, "x"))
+    bed.settle(x)
+    assert bed.child("Deployment", "x") is None
+    # The garbage collector takes the pods, and the loading pod's claim with them.
+    for pod in ("x-0", "x-1"):
+        _deleted(bed, bed.world.pods.get_by_name("support", pod) or {})
+    _deleted(bed, own)
+    bed.settle(x)
+    assert bed.child("Deployment", "x") is None
+    assert not bed.events(x, ev.DeviceClassRetried)
+    assert len(bed.events(x, ev.PlanComputed)) == 1
     bed.log.close()
