@@ -19,7 +19,13 @@ from fsm import observations as ob
 from fsm.fold import plan_basis
 from fsm.identity import shown_to
 from fsm.reasons import Reason
-from fsm.state import PROBE_FAILURE_THRESHOLD, OrderState, grace_start, probe_error_text
+from fsm.state import (
+    PROBE_FAILURE_THRESHOLD,
+    OrderState,
+    grace_start,
+    probe_error_text,
+    same_place,
+)
 from fsm.values import ClassOutcome, ModelOutcome, PlanOutcome
 
 __all__ = [
@@ -236,23 +242,25 @@ def _plan(s: OrderState, o: ob.PlanJudged) -> list[ev.Event]:
     excluded = excluded_device_classes(s)
     basis = plan_basis(s)
     held, applied_with = s.plan_in_force, s.applied_basis
-    keyed = (
-        not o.held_recipe_keyless or basis.policy is None or not basis.policy.exposure.needs_token
-    )
-    if held is not None and applied_with is not None and applied_with.asks_as(basis) and keyed:
+    if held is not None and applied_with is not None and applied_with.asks_as(basis, token=False):
         # The spec asks the planner nothing the plan in force was not computed for: an
         # edit of what it does not read (the exposure, the replica ceiling), or one
         # undone after its replan failed or waited. That plan answers it, rendered for
-        # the spec. A replan would have to move the order, since no replan is offered the
-        # place it holds, and on a full cluster would fail for room the order has.
-        return [
-            ev.PlanComputed(
-                observed_at=o.at,
-                plan=held,
-                excluded_device_classes=excluded,
-                message=PLAN_IN_FORCE_ANSWERS,
-            )
-        ]
+        # the spec, on its recipe replaced since if it was (not applied yet: kept). A
+        # replan would have to move the order, since no replan is offered the place it
+        # holds, and on a full cluster would fail for room the order has. But not a
+        # token asked of a recipe that cannot take one: that is the planner's to find.
+        answer = s.plan if s.plan is not None and same_place(s.plan, held) else held
+        token = basis.policy is not None and basis.policy.exposure.needs_token
+        if not (token and answer.recipe in o.keyless_recipes):
+            return [
+                ev.PlanComputed(
+                    observed_at=o.at,
+                    plan=answer,
+                    excluded_device_classes=excluded,
+                    message=PLAN_IN_FORCE_ANSWERS,
+                )
+            ]
     a = s.attempt
     same_question = (
         a is not None and a.basis.asks_as(basis) and a.excluded_device_classes == excluded

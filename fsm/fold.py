@@ -33,6 +33,7 @@ from fsm.state import (
     Workload,
     plan_basis,
     probe_error_text,
+    same_place,
 )
 from fsm.status import Verdict, judge, rejudge
 
@@ -125,30 +126,35 @@ def _attempt(
 
 
 def _new_question(s: OrderState, e: ev.PlanComputed | ev.PlanFailed) -> bool:
-    """Is this verdict a recalculation: the first for the spec, policy and facts as they
-    are now, or with other device classes excluded? A retry of the same question (capacity
-    may have appeared; its message counts what it found) is the same recalculation."""
+    """Is this verdict a recalculation: the first for what the planner reads of the spec,
+    policy and facts now, or with other device classes excluded? A retry of the same
+    question (capacity may have appeared; its message counts what it found) is the same
+    recalculation, and so is one after an edit the planner reads nothing of."""
     a = s.attempt
     return (
         a is None
-        or not a.basis.renders_as(plan_basis(s))
+        or not a.basis.asks_as(plan_basis(s))
         or a.excluded_device_classes != e.excluded_device_classes
     )
 
 
 def _plan_computed(s: OrderState, e: ev.PlanComputed) -> Updates:
-    # The plan in force chosen for a spec whose edit asks the planner nothing new: the
-    # same place, no recalculation. Rendered as it was applied (the spec came back to
-    # it), nothing new to apply; rendered otherwise (the exposure, the replica ceiling),
-    # a new revision of the workload on that place.
+    # The place held answers a spec whose edit asks the planner nothing new: no
+    # recalculation. Rendered as it was applied (the spec came back to it), nothing new to
+    # apply; rendered otherwise (the exposure, the ceiling, a recipe replaced under it
+    # and not applied yet), a new revision of the workload on that place.
     held = s.plan_in_force
+    basis = plan_basis(s)
+    applied_with = s.applied_basis
     answered = (
         held is not None
-        and e.plan == held
-        and s.applied_basis is not None
-        and s.applied_basis.asks_as(plan_basis(s))
+        and same_place(e.plan, held)
+        and applied_with is not None
+        and applied_with.asks_as(basis, token=False)
     )
-    again = answered and s.applied_basis is not None and s.applied_basis.renders_as(plan_basis(s))
+    again = (
+        answered and e.plan == held and applied_with is not None and applied_with.renders_as(basis)
+    )
     return {
         "plan_attempts": s.plan_attempts + 1,
         "replans": s.replans + (s.plan_revision > 0 and not answered and _new_question(s, e)),
@@ -159,14 +165,19 @@ def _plan_computed(s: OrderState, e: ev.PlanComputed) -> Updates:
 
 
 def _plan_failed(s: OrderState, e: ev.PlanFailed) -> Updates:
+    held, current = s.plan_in_force, s.plan
+    # The order keeps the plan it holds (SPEC §3.1), on its recipe replaced since if it
+    # was (not applied yet: still to be); without one it has no plan.
+    kept = (
+        current if current is not None and held is not None and same_place(current, held) else held
+    )
     updates: Updates = {
         "plan_attempts": s.plan_attempts + 1,
         "replans": s.replans + (s.plan_revision > 0 and _new_question(s, e)),
         "attempt": _attempt(s, e, False, e.reason),
-        # The order keeps the plan it holds (SPEC §3.1); without one it has no plan.
-        "plan": s.plan_in_force,
+        "plan": kept,
     }
-    if s.plan_in_force is not None:
+    if held is not None and kept == held:
         updates["plan_revision"] = s.applied_revision  # nothing new to apply
     return updates
 

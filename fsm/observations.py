@@ -74,9 +74,10 @@ class PlanJudged:
 
     at: datetime
     outcome: PlanOutcome
-    # The plan in force's launch recipe cannot be given an API key: that plan cannot
-    # answer a spec whose exposure checks a token, whatever else it asks.
-    held_recipe_keyless: bool = False
+    # Launch recipes of the plans the order has (in force, and its replacement not
+    # applied yet) that cannot be given an API key: such a plan cannot answer a spec
+    # whose exposure checks a token, whatever else it asks.
+    keyless_recipes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

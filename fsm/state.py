@@ -48,6 +48,7 @@ __all__ = [
     "grace_start",
     "plan_basis",
     "probe_error_text",
+    "same_place",
     "serving_basis",
     "state_layout",
 ]
@@ -111,6 +112,9 @@ class ModelJudgement(_Value):
     generation: int
 
 
+_NO_AUTH = {"auth_secret_name": None, "auth_secret_key": "token"}
+
+
 class PlanBasis(_Value):
     """What a plan was computed from, and its workload rendered from: when what the
     planner reads of it changes, the order replans; when only the rest changes (how the
@@ -124,7 +128,7 @@ class PlanBasis(_Value):
     facts: ModelFacts | None
     endpoint_type: EndpointType | None
 
-    def asks_as(self, other: PlanBasis) -> bool:
+    def asks_as(self, other: PlanBasis, *, token: bool = True) -> bool:
         """Is a plan for this basis a plan for `other`? True when the planner reads the
         same of both (`PlanRequest`): the model's facts and contract, the accelerator
         policy, the minimum replicas and the priority class. An edit of anything else, or
@@ -132,9 +136,10 @@ class PlanBasis(_Value):
         newer commit), asks the planner nothing new. Replanning then would move a serving
         order off the place it holds, which no replan is offered (SPEC §3.1), or fail for
         room the order already has; and a new commit alone does not replan
-        (decide._kept). Whether a token is checked is the planner's too, but only through
-        the recipe, which the held plan's may take (decide._plan)."""
-        return self == other or self._question() == other._question()
+        (decide._kept). Whether a token is checked is asked too, as the planner keeps to
+        recipes that take a key; `token=False` sets it aside, for a plan whose recipe
+        takes one answers either (decide._plan)."""
+        return self == other or self._question(token) == other._question(token)
 
     def renders_as(self, other: PlanBasis) -> bool:
         """Does a workload rendered for this basis equal one rendered for `other`? All of
@@ -147,7 +152,26 @@ class PlanBasis(_Value):
         unasked = {"revision": None, "weights_file": None}
         return self.facts.model_copy(update=unasked) if self.facts else None
 
-    def _question(self) -> tuple[object, ...]:
+    def _question(self, token: bool) -> tuple[object, ...]:
+        facts, ref = self.facts, self.model_ref
+        # Which model (another is a replan, SPEC §3, whatever its facts; the Secret its
+        # hub token is read from is not), and what the planner and its sizing read of its
+        # facts: a context window or a chat template re-read upstream is no question.
+        model = None if ref is None else ref.model_copy(update=_NO_AUTH)
+        planned = (
+            None
+            if facts is None
+            else (
+                facts.source,
+                facts.name,
+                facts.endpoint_types,
+                facts.format,
+                facts.quantization,
+                facts.parameter_count,
+                facts.weights_bytes,
+                facts.dtype,
+            )
+        )
         policy = self.policy
         asked = (
             None
@@ -156,9 +180,10 @@ class PlanBasis(_Value):
                 policy.accelerator,
                 policy.constraints.min_replicas,
                 policy.constraints.priority_class_name,
+                token and policy.exposure.needs_token,
             )
         )
-        return (asked, self._facts(), self.endpoint_type)
+        return (asked, model, planned, self.endpoint_type)
 
     def _rendering(self) -> tuple[object, ...]:
         return (self.class_name, self.policy, self.model_ref, self._facts(), self.endpoint_type)
@@ -284,6 +309,13 @@ class OrderState(_Value):
             if cond.type is type_:
                 return cond
         return None
+
+
+def same_place(plan: Plan, other: Plan) -> bool:
+    """The same plan but for its launch recipe (replaced under it, or edited to turn tool
+    calling on or off: decide._recipe): the same place, asked the same."""
+    recipe = {"recipe": other.recipe, "tool_calling_supported": other.tool_calling_supported}
+    return plan.model_copy(update=recipe) == other
 
 
 def plan_basis(state: OrderState) -> PlanBasis:

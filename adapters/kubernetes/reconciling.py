@@ -294,9 +294,9 @@ class Reconciler:
         if isinstance(command, effects.RequestPlan):
             with self.planning.lock:  # the next plan must see this one: kept before
                 outcome = self.planning.plan(p.order.uid, p.state, command)
-                held = command.plan_in_force
-                keyless = held is not None and self.planning.keyless(held.recipe)
-                judged = ob.PlanJudged(at=p.now, outcome=outcome, held_recipe_keyless=keyless)
+                had = {plan.recipe for plan in (command.plan_in_force, p.state.plan) if plan}
+                keyless = tuple(sorted(r for r in had if self.planning.keyless(r)))
+                judged = ob.PlanJudged(at=p.now, outcome=outcome, keyless_recipes=keyless)
                 moved = self._record(p, judged)
                 self._commit(p, tell=False)
             self._tell(p)  # its Events are requests: not while other plans wait

@@ -22,13 +22,28 @@ from fsm.status import render_status
 from fsm.values import (
     ClassOutcome,
     EffectivePolicy,
+    EndpointType,
     ExposurePolicy,
     ExposureType,
+    ModelOutcome,
     ModelRef,
     ModelSource,
+    PlanOutcome,
     UpdateStrategy,
 )
-from tests.support.strategies import SERVING, at, klass, model, plan, planned, policy, run, spec
+from tests.support.strategies import (
+    REPLANNED_AND_FAILED,
+    SERVING,
+    at,
+    facts,
+    klass,
+    model,
+    plan,
+    planned,
+    policy,
+    run,
+    spec,
+)
 
 NO_ROOM = (Reason.NO_CAPACITY, "no A100 free")
 
@@ -92,7 +107,7 @@ def test_a_token_asked_of_a_held_recipe_that_cannot_take_one_is_a_replan() -> No
     judged = ob.PlanJudged(
         at=at(21),
         outcome=planned(21, *NO_ROOM).outcome,
-        held_recipe_keyless=True,
+        keyless_recipes=(plan().recipe,),
     )
     edited = run(*_class_edit(20, tokened), judged, state=done)
     assert _planned(edited) == (ConditionStatus.TRUE, Reason.LAUNCH_PLAN_IN_FORCE)
@@ -134,3 +149,67 @@ def test_an_edit_undone_is_still_nothing_to_apply() -> None:
     back = run(*_class_edit(30, policy()), planned(31, *NO_ROOM), state=edited)
     assert _apply(back).repair
     assert back.plan_revision == back.applied_revision
+
+
+def test_a_fact_the_planner_does_not_read_changing_upstream_moves_nothing() -> None:
+    """The hub re-read: a new chat template or context window at a new commit. Not a
+    question for the planner: the order stays where it runs, room elsewhere or not."""
+    serving = run(*SERVING)
+    for changed in (
+        {"context_window_tokens": 131072},
+        {"supports_tool_calling": False},
+        {"architecture": "Qwen2ForCausalLM"},
+    ):
+        reread = facts().model_copy(update={"revision": "new-commit", **changed})
+        judged = ob.ModelJudged(
+            at=at(20),
+            outcome=ModelOutcome(
+                reason=Reason.MODEL_RESOLVED, facts=reread, endpoint_type=EndpointType.CHAT
+            ),
+        )
+        elsewhere = PlanOutcome(
+            reason=Reason.PLAN_COMPUTED, plan=plan(devices=("gpu.nvidia.com/n1/a100-1",))
+        )
+        moved = run(judged, ob.PlanJudged(at=at(21), outcome=elsewhere), state=serving)
+        assert _apply(moved).plan == serving.plan_in_force, changed
+        assert moved.replan_count == 0
+
+
+def test_a_recipe_replaced_and_not_applied_yet_is_kept_by_the_plan_that_answers() -> None:
+    """A pass sees the recipe withdrawn (its replacement planned, not applied) and a class
+    edit the planner reads nothing of: the answer is the place held on the new recipe,
+    not the withdrawn one (whose apply would fail), nor a tool-calling flag gone stale."""
+    serving = run(*SERVING)
+    local = policy().model_copy(
+        update={"exposure": ExposurePolicy(type=ExposureType.CLUSTER_LOCAL)}
+    )
+    withdrawn = ob.RecipeUnusable(
+        at=at(20),
+        recipe=plan().recipe,
+        message="launch recipe gone",
+        replacement="vllm-nvidia-twin",
+        tool_calling_supported=False,
+    )
+    edited = run(*_class_edit(20, local), withdrawn, planned(21, *NO_ROOM), state=serving)
+    apply = _apply(edited)
+    assert (apply.plan.recipe, apply.plan.tool_calling_supported) == ("vllm-nvidia-twin", False)
+    assert apply.plan.devices == plan().devices and apply.policy == local
+    assert edited.replan_count == 0
+
+
+def test_a_recipe_replaced_under_a_failed_replan_survives_its_retries() -> None:
+    failed = run(*REPLANNED_AND_FAILED)
+    edited = ob.RecipeEdited(at=at(30), recipe=plan().recipe, tool_calling_supported=False)
+    retried = run(edited, planned(31, Reason.NO_CAPACITY, "no A100 free (2 seen)"), state=failed)
+    assert retried.plan is not None and retried.plan.tool_calling_supported is False
+    assert _apply(retried).plan.tool_calling_supported is False
+    assert _planned(retried) == (ConditionStatus.TRUE, Reason.LAUNCH_PLAN_IN_FORCE)
+
+
+def test_an_edit_the_planner_reads_nothing_of_is_no_recalculation_whatever_the_retry_says() -> None:
+    failed = run(*REPLANNED_AND_FAILED)
+    assert failed.replan_count == 1
+    wider = policy(max_replicas=4)
+    for message in ("no A100 free", "no A100 free (3 seen)"):
+        retried = run(*_class_edit(30, wider), planned(31, *NO_ROOM[:1], message), state=failed)
+        assert retried.replan_count == 1, message

@@ -289,7 +289,14 @@ REPLANNED_AND_FAILED = (
 
 _REFS = (model_ref(), model_ref("meta-llama/Llama-3.1-8B"))
 _CLASS_NAMES = ("default-llm", "support", None)
-_POLICIES = (policy(), policy("support", token=False, max_replicas=4), policy(None))
+# Edits the planner reads nothing of (the token aside, the ceiling) and one it does (the
+# priority class): answered by the plan the order has, or recalculated.
+_POLICIES = (
+    policy(),
+    policy("support", token=False, max_replicas=4),
+    policy(None),
+    policy(priority="inference-high"),
+)
 _FACTS = (facts(), facts("meta-llama/Llama-3.1-8B", parameters=8_000_000_000))
 _PLANS = (plan(), plan("nvidia-t4-mps", share=50, tools=False), plan("mig-1g10gb"))
 _CANDIDATES = (
@@ -361,7 +368,8 @@ def _observation(kind: str, when: datetime, state: OrderState, draw: Any) -> ob.
         case "model":
             return ob.ModelJudged(at=when, outcome=draw(_model_outcomes))
         case "plan":
-            return ob.PlanJudged(at=when, outcome=draw(_plan_outcomes))
+            keyless = draw(st.sampled_from(((), (plan().recipe,))))
+            return ob.PlanJudged(at=when, outcome=draw(_plan_outcomes), keyless_recipes=keyless)
         case "apply":
             applied = state.plan if state.plan is not None else draw(st.sampled_from(_PLANS))
             return ob.ApplySucceeded(at=when, plan=applied)
