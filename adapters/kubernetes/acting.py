@@ -482,7 +482,10 @@ class Actor:
             },
             "spec": {"replicas": replicas},
         }
-        self._writer.patch(kinds.DEPLOYMENTS, order.namespace, order.name, body)
+        # Read back: other orders' plans count the order's demand from the cached replicas.
+        self._read_own_write(
+            self._writer.patch(kinds.DEPLOYMENTS, order.namespace, order.name, body)
+        )
         log.info("%s: scaled to %d for priority (%s)", order.key, replicas, record and record.by)
 
     # -- probing -----------------------------------------------------------------------

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from adapters.kubernetes.rendering import UID_LABEL
 from adapters.kubernetes.watching import Informer, Obj
 from adapters.kubernetes.world import ClusterCache
 from fsm import effects
@@ -229,11 +230,11 @@ class Planning:
             if running is None:
                 continue
             plan, policy = running
-            if state.workload is not None and state.workload.desired_replicas == 0:
+            desired = self._desired(other, state)
+            if desired == 0:
                 continue  # scaled to zero for a higher-priority order: it holds no place
-            wanted = policy.constraints.min_replicas
-            if state.workload is not None:
-                wanted = max(wanted, state.workload.desired_replicas)
+            bounds = policy.constraints
+            wanted = min(max(bounds.min_replicas, desired or 0), bounds.max_replicas)
             replicas = wanted - on_plan.count(held.get(other, ()), plan)
             if replicas <= 0:
                 continue  # allocated: its claims are in the snapshot already
@@ -250,6 +251,22 @@ class Planning:
                 )
             )
         return demand.with_demand(base, demands, for_uid=uid, held=holding)
+
+    def _desired(self, uid: str, state: OrderState) -> int | None:
+        """The replicas order `uid`'s Deployment asks for now, as cached; else as its last
+        pass saw them; None: it has no workload yet.
+
+        The cache's, not the pass's: a give-back (or an HPA) scales a Deployment between
+        its order's passes. Counted from its last pass, a victim given back a device held
+        no place there until its next pass, and the next plan, or another victim's
+        give-back, was handed the same device; nor did a new leader, its log saying zero,
+        count it until then. The give-back reads its own write before the planning lock
+        is released (reconciling.py, `_arbitrate`)."""
+        deployment = self._world.deployments.get_by_name(state.namespace, state.name, copy_=False)
+        labels = ((deployment or {}).get("metadata") or {}).get("labels") or {}
+        if deployment is not None and labels.get(UID_LABEL) == uid:
+            return int((deployment.get("spec") or {}).get("replicas", 1))
+        return state.workload.desired_replicas if state.workload is not None else None
 
     def plan(self, uid: str, state: OrderState, command: effects.RequestPlan) -> PlanOutcome:
         """The planner's verdict for the order; call it holding `lock`."""

@@ -231,6 +231,17 @@ class Reconciler:
 
     def _arbitrate(self, p: _Pass) -> None:
         ruling = self._arbiter.ruling(p.order, p.state, p.now)
+        if ruling is not None and ruling.give_back is not None:
+            # A give-back hands out free room, as a plan does: ruled again and carried out
+            # under the planning lock, its scale in the cache before the lock is released
+            # (the demand counts from there: Planning._desired). Ruled outside it, a plan
+            # made meanwhile, or another victim's give-back, was handed the same device.
+            with self.planning.lock:
+                self._carry_out_ruling(p, self._arbiter.ruling(p.order, p.state, p.now))
+            return
+        self._carry_out_ruling(p, ruling)
+
+    def _carry_out_ruling(self, p: _Pass, ruling: arbitration.Ruling | None) -> None:
         if ruling is None:
             return
         self._take(p, ruling.reclaims)

@@ -27,7 +27,7 @@ from adapters.models import ModelFound, ModelUnavailable
 from fsm.reasons import Reason
 from fsm.values import ModelFacts
 
-__all__ = ["FakeHub", "FakeWriter", "drop", "put", "world"]
+__all__ = ["FakeHub", "FakeWriter", "delete", "drop", "put", "world"]
 
 _RV = itertools.count(1000)
 
@@ -80,6 +80,15 @@ def drop(cache: ClusterCache, obj: Mapping[str, Any]) -> None:
     informer_for(cache, str(obj["kind"]), labelled)._apply("DELETED", copy.deepcopy(dict(obj)))
     if obj["kind"] == "Secret" and labelled:
         cache.secrets._apply("DELETED", copy.deepcopy(dict(obj)))
+
+
+def delete(cache: ClusterCache, obj: Mapping[str, Any]) -> None:
+    """Delete `obj` as the API server would: its DELETED event carries a new
+    resourceVersion, so what is parsed per version of a kind (the capacity) is parsed
+    again. (`drop` replays the object's own version.)"""
+    gone = copy.deepcopy(dict(obj))
+    gone["metadata"]["resourceVersion"] = str(next(_RV))
+    drop(cache, gone)
 
 
 def _merge(live: Any, desired: Any) -> Any:

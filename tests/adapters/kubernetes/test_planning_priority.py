@@ -1,0 +1,119 @@
+"""Capacity promised once across priorities: what a take and a give-back hand out is seen
+by the next plan (adapters/kubernetes/planning.py, reconciling.py; docs/priority.md).
+
+Against the pass's fake seams: one or two A100s, orders of a low and a high priority
+class. Each test hands one device to one order and asserts that no other plan, and no
+other victim's give-back, is handed it too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsm import events as ev
+from tests.adapters.kubernetes.test_capacity_routing import _serving
+from tests.adapters.kubernetes.test_pass import Bed, external_token_class
+from tests.support import fakes
+from tests.support.planner_inputs import claim, priority_class
+
+
+def _priority_classes(bed: Bed, high_replicas: int = 1) -> None:
+    """Classes `low` (inference-low, 100) and `high` (inference-high, 1000)."""
+    for name, value in (("inference-low", 100), ("inference-high", 1000)):
+        fakes.put(bed.world, priority_class(name, value))
+    for name, priority, replicas in (
+        ("low", "inference-low", 1),
+        ("high", "inference-high", high_replicas),
+    ):
+        klass = external_token_class(name)
+        klass["spec"]["scalingPolicy"] = {
+            "minReplicas": replicas,
+            "maxReplicas": replicas,
+            "allowedPriorityClassNames": [priority],
+        }
+        fakes.put(bed.world, klass)
+
+
+def _cached(bed: Bed, kind: str, name: str) -> dict[str, Any]:
+    informer = {"ResourceClaim": bed.world.resource_claims, "Pod": bed.world.pods}[kind]
+    obj = informer.get_by_name("support", name)
+    assert obj is not None, (kind, name)
+    return obj
+
+
+def _gone(bed: Bed, *names: str) -> None:
+    """The pods and claims of the orders `names` are gone (their grace periods over)."""
+    for name in names:
+        fakes.delete(bed.world, _cached(bed, "Pod", f"{name}-0"))
+        fakes.delete(bed.world, _cached(bed, "ResourceClaim", f"{name}-gpu"))
+
+
+def _replicas(bed: Bed, name: str) -> int:
+    deployment = bed.child("Deployment", name)
+    assert deployment is not None
+    return int(deployment["spec"]["replicas"])
+
+
+@pytest.mark.parametrize("leader", ["same", "new"])
+def test_a_device_given_back_is_not_promised_to_the_next_plan(tmp_path: Path, leader: str) -> None:
+    """The taker is deleted and its A100 frees; the victim's pass scales it back up. A
+    newcomer planned before the victim's next pass counted the victim's demand from the
+    replicas that pass had seen (zero: it holds no place) and was given the A100 too.
+    A new leader, whose log says zero, counts what the Deployment asks for as well."""
+    bed = Bed(tmp_path, a100s=1)
+    _priority_classes(bed)
+    victim = bed.order("victim", klass="low")
+    bed.settle(victim)
+    _serving(bed, victim, "victim", "gpu-0")
+    bed.settle(victim)
+    taker = bed.order("taker", klass="high")
+    bed.settle(taker, passes=1)
+    assert _replicas(bed, "victim") == 0
+    _gone(bed, "victim")
+    bed.settle(victim)
+    _serving(bed, taker, "taker", "gpu-0")
+    bed.settle(taker)
+    newcomer = bed.order("newcomer", klass="low")
+    bed.settle(newcomer, passes=1)
+    assert [e.reason.value for e in bed.events(newcomer, ev.PlanFailed)] == ["NoCapacity"]
+
+    fakes.delete(bed.world, bed.world.orders.get(taker))
+    _gone(bed, "taker")
+    bed.settle(taker, passes=1)
+    bed.settle(victim, passes=1)
+    assert _replicas(bed, "victim") == 1, "given back"
+    if leader == "new":
+        bed.reconciler = bed.new_reconciler()
+    bed.settle(newcomer, passes=1)
+    assert not bed.events(newcomer, ev.PlanComputed)
+    bed.log.close()
+
+
+def test_one_free_device_is_given_back_to_one_victim(tmp_path: Path) -> None:
+    """Two victims of one taker; the taker is deleted before its pods were placed, and a
+    batch job's claim takes one of the two A100s. Each victim's give-back saw the other's
+    as no demand (its pass had not seen it yet), and both were given the one free A100."""
+    bed = Bed(tmp_path, a100s=2)
+    _priority_classes(bed, high_replicas=2)
+    victims = {name: bed.order(name, klass="low") for name in ("v1", "v2")}
+    for device, (name, uid) in enumerate(victims.items()):
+        bed.settle(uid)
+        _serving(bed, uid, name, f"gpu-{device}")
+        bed.settle(uid)
+    taker = bed.order("taker", klass="high")
+    bed.settle(taker, passes=2)
+    assert [_replicas(bed, name) for name in victims] == [0, 0]
+    _gone(bed, *victims)
+    for uid in victims.values():
+        bed.settle(uid)
+    fakes.delete(bed.world, bed.world.orders.get(taker))
+    bed.settle(taker, passes=1)
+    fakes.put(bed.world, claim("batch-job", "node-a", "gpu-1", namespace="batch"))
+
+    for uid in victims.values():
+        bed.settle(uid, passes=1)
+    assert sorted(_replicas(bed, name) for name in victims) == [0, 1]
+    bed.log.close()
