@@ -248,6 +248,7 @@ class Planning:
                     # None while its class fails, as for its claims: the arbiter judges
                     # none of its passes then, so what was taken would not come back.
                     priority=priorities.get(other),
+                    reclaims=_reclaims(state, plan),
                 )
             )
         return demand.with_demand(base, demands, for_uid=uid, held=holding)
@@ -310,6 +311,15 @@ def _running(state: OrderState) -> tuple[Plan, EffectivePolicy] | None:
     if state.plan_in_force is None or policy is None:
         return None
     return state.plan_in_force, policy
+
+
+def _reclaims(state: OrderState, plan: Plan) -> tuple[str, ...]:
+    """The lower-priority claims `plan`, the order's running plan, frees: what its apply
+    takes (fsm.effects, ApplyWorkload.reclaims); none once a later verdict failed."""
+    attempt = state.attempt
+    if attempt is None or not attempt.ok or not attempt.reclaims or plan != state.plan:
+        return ()
+    return attempt.reclaims
 
 
 def _held_by_holder(snapshot: capacity.Snapshot) -> dict[str, list[capacity.Allocation]]:

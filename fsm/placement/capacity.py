@@ -38,6 +38,7 @@ __all__ = [
     "Place",
     "Snapshot",
     "Version",
+    "claim_freed",
     "claim_taken",
     "find_place",
     "has_room",
@@ -298,6 +299,12 @@ def claim_taken(usage: Usage, by_id: Mapping[str, Device], alloc: Allocation) ->
             else:
                 taken = (*claims, entry)
             usage[device_id] = _Use(use.used, taken)
+
+
+def claim_freed(usage: Usage, alloc: Allocation) -> None:
+    """Take `alloc` (an allocation of the snapshot `usage` counts) out of `usage`: its
+    units and its claim on every device it holds, as a count without it would have."""
+    _release(usage, alloc)
 
 
 def with_counted(snapshot: Snapshot, usage: Usage) -> Snapshot:

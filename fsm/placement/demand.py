@@ -3,10 +3,11 @@
 Between a plan and its allocated claims lies the scheduler, which may give the order any
 device its claim selects — not necessarily the one the planner named. So a plan that no
 allocated claim covers yet is counted as *demand on the devices its class selects*: each
-such order takes, in a stable order, room of its plan's shape from what is still free,
-and the planner sees that room as taken. Two orders planned in the same moment are thus
-never both given the last device; the controller serialises planning so each plan is
-seen by the next (adapters/kubernetes/planning.py).
+such order takes, in a stable order, room of its plan's shape from what is still free
+(and what the lower-priority claims its plan frees hold), and the planner sees that room
+as taken. Two orders planned in the same moment are thus never both given the last
+device, nor two takers the device one victim is giving up; the controller serialises
+planning so each plan is seen by the next (adapters/kubernetes/planning.py).
 
 Pure: the controller passes the snapshot and the demands; this returns a snapshot.
 """
@@ -23,6 +24,7 @@ from fsm.placement.capacity import (
     Device,
     FullNodes,
     Snapshot,
+    claim_freed,
     claim_taken,
     find_place,
     has_room,
@@ -48,6 +50,9 @@ class Demand:
     plan: Plan
     replicas: int
     priority: int | None = None  # the holder's priority value (what may reclaim it)
+    # Claims (namespace/name) of lower priority the plan's place frees (its
+    # `PlanComputed.reclaims`): the devices it is freeing are its own.
+    reclaims: tuple[str, ...] = ()
 
 
 def with_demand(
@@ -75,9 +80,18 @@ def with_demand(
     named devices, it made that leftover look taken, so another order was told there is
     no room, or reclaimed a running replica, beside an idle device.
 
+    A demand whose plan frees lower-priority claims (`reclaims`) holds what they hold:
+    those still allocated (the victim's pod in its grace period) are freed for it, as
+    its take frees them, before it is placed. Placed on free room only, a taker waiting
+    for them held nothing, and the next plan of a priority above the victim's freed the
+    same claims: one device promised to two takers, the second's take taking nothing.
+    Only claims of a lower priority than the demand's are freed, as `find_place` and
+    the take judge them (a victim risen to the taker's priority is not taken from).
+
     The units in use are counted once and each demand's place taken from them in turn:
     counted anew for each demand, a rollout of N orders with D plans not yet allocated
-    cost O(D x N) a plan. Demand never reclaims, so a place needs no claim lists."""
+    cost O(D x N) a plan. A demand searches only free room, so a place needs no claim
+    lists."""
     allocations = list(snapshot.allocations)
     usage = usage_of(snapshot)
     by_id = {device.id: device for device in snapshot.devices}
@@ -91,6 +105,14 @@ def with_demand(
     for demand in sorted(demands, key=lambda d: (d.namespace, d.name, d.holder)):
         if demand.replicas <= 0:
             continue
+        if demand.reclaims:
+            freed = _freed_for(allocations, demand)
+            if freed:
+                for alloc in freed:
+                    claim_freed(usage, alloc)
+                gone = {id(a) for a in freed}
+                allocations = [a for a in allocations if id(a) not in gone]
+                full = FullNodes()  # usage shrank: a node passed as full may have room now
         share = demand.plan.share_percent or FULL_SHARE
         plan = demand.plan
         shape = (plan.device_class, plan.accelerator_product_name, plan.accelerator_memory_gib)
@@ -140,6 +162,22 @@ def with_demand(
     placed = replace(snapshot, allocations=tuple(sorted(allocations, key=lambda a: a.key)))
     # The plan this snapshot is for counts from here, not from every claim again.
     return with_counted(placed, usage)
+
+
+def _freed_for(allocations: Iterable[Allocation], demand: Demand) -> list[Allocation]:
+    """The allocations among `allocations` that `demand`'s plan frees: named in its
+    `reclaims`, another holder's, of a known priority lower than the demand's."""
+    if demand.priority is None:
+        return []  # its class fails: the arbiter takes nothing for it
+    keys = set(demand.reclaims)
+    return [
+        a
+        for a in allocations
+        if a.key in keys
+        and a.holder != demand.holder
+        and a.priority is not None
+        and a.priority < demand.priority
+    ]
 
 
 def _named(demand: Demand) -> tuple[tuple[str, ...], ...]:

@@ -1,7 +1,8 @@
 """Other orders' plans not yet allocated, counted as demand: the same room as counting
 the units in use anew for every demand (tests/support/reference_demand.py), on random
-clusters — whole and shareable devices on several nodes, claims already allocated, and
-plans of one or two devices, whole or shared, for one or more replicas."""
+clusters — whole and shareable devices on several nodes, claims already allocated (of
+holders of several priorities), and plans of one or two devices, whole or shared, for
+one or more replicas, some freeing claims of lower priority."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from fsm.placement import capacity, demand
 from fsm.placement.capacity import Snapshot
 from fsm.placement.planner import PlanRequest, plan
+from fsm.reasons import Reason
 from fsm.values import AcceleratorPolicy, Plan
 from tests.support import reference_demand, strategies
 from tests.support.planner_inputs import (
@@ -29,6 +31,7 @@ from tests.support.planner_inputs import (
 from tests.support.planner_inputs import resource_slice as slice_of
 
 NODES = ("node-a", "node-b", "node-c")
+RECIPES = default_recipes()
 
 
 def _plan(count: int, share: int | None, named: tuple[str, ...]) -> Plan:
@@ -50,7 +53,10 @@ def clusters(draw: st.DrawFn) -> tuple[Snapshot, list[demand.Demand]]:
         claim(f"c-{i}", node, name, holder=f"held-{i}", mps_percent=draw(shares))
         for i, (node, name) in enumerate(taken)
     ]
-    snap = snapshot([device_class("gpus", GPU_CLASS)], slices, claims)
+    levels = st.sampled_from([None, 50, 100, 200])  # None: the holder's priority unknown
+    priorities = {f"held-{i}": p for i in range(len(claims)) if (p := draw(levels)) is not None}
+    snap = snapshot([device_class("gpus", GPU_CLASS)], slices, claims, priorities=priorities)
+    keys = [f"team/c-{i}" for i in range(len(claims))]
     demands = []
     for i in range(draw(st.integers(0, 8))):
         node, name = draw(st.sampled_from(ids))
@@ -67,6 +73,7 @@ def clusters(draw: st.DrawFn) -> tuple[Snapshot, list[demand.Demand]]:
                 plan=plan,
                 replicas=draw(st.integers(0, 2)),
                 priority=draw(st.sampled_from([None, 100])),
+                reclaims=tuple(draw(st.lists(st.sampled_from(keys), max_size=2)) if keys else ()),
             )
         )
     return snap, demands
@@ -228,6 +235,38 @@ def test_a_demand_with_room_for_some_replicas_takes_it_and_names_the_rest() -> N
     held = sorted((a.holder, a.devices) for a in after.allocations if a.holder in ("a", "b"))
     assert held == [("a", ("gpu.nvidia.com/node-a/gpu-0",))]  # nothing left for b
     assert demand.free_units(after, "gpus") == 0
+
+
+def test_a_waiting_taker_holds_the_device_it_frees() -> None:
+    """h1's plan frees low's claim on the one A100; its take is made, but low's pod is in
+    its grace period and the claim still allocated. As demand on free room only, h1 held
+    nothing, and h2, planned next at h1's priority, freed the same claim: two takers
+    promised one device, the second's take taking nothing. h1's demand now frees the
+    claims its plan frees and holds their device; h2 is told there is no room."""
+    base = snapshot(
+        [device_class("gpu.nvidia.com", GPU_CLASS)],
+        [slice_of("node-a", gpu("gpu-0", A100, "80Gi"))],
+        [claim("low-gpu", "node-a", "gpu-0", holder="low")],
+        priorities={"low": 100, "h1": 1000, "h2": 1000},
+    )
+    ask = {"facts": QWEN_7B, "priority_class_name": "inference-high", "namespace": "team"}
+    first = plan(PlanRequest(order_uid="h1", **ask), demand.with_demand(base, []), RECIPES)
+    assert first.plan is not None and first.reclaims == ("team/low-gpu",)
+    h1 = demand.Demand(
+        holder="h1", namespace="team", name="h1", plan=first.plan, replicas=1,
+        priority=1000, reclaims=first.reclaims,
+    )  # fmt: skip
+    seen = demand.with_demand(base, [h1], for_uid="h2")
+    assert seen == reference_demand.with_demand(base, [h1])
+    assert [(a.holder, a.devices, a.planned) for a in seen.allocations] == [
+        ("h1", first.plan.devices, True)
+    ]
+    second = plan(PlanRequest(order_uid="h2", **ask), seen, RECIPES)
+    assert second.reason is Reason.NO_CAPACITY
+    # A claim of no lower priority than the taker's is not its to free (the take would
+    # not be made): its demand holds nothing there.
+    equal = replace(h1, priority=100)
+    assert demand.with_demand(base, [equal]).allocations == base.allocations
 
 
 # Below every priority a claim can have: the weighing then finds nothing to reclaim, and

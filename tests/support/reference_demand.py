@@ -24,6 +24,17 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
     for demand in sorted(demands, key=lambda d: (d.namespace, d.name, d.holder)):
         if demand.replicas <= 0:
             continue
+        if demand.priority is not None:  # the lower-priority claims its plan frees go
+            allocations = [
+                a
+                for a in allocations
+                if not (
+                    a.key in demand.reclaims
+                    and a.holder != demand.holder
+                    and a.priority is not None
+                    and a.priority < demand.priority
+                )
+            ]
         replicas: list[tuple[str, ...]] = []
         share = demand.plan.share_percent or FULL_SHARE
         for devices in _named(demand):  # the named places first

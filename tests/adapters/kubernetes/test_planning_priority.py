@@ -117,3 +117,34 @@ def test_one_free_device_is_given_back_to_one_victim(tmp_path: Path) -> None:
         bed.settle(uid, passes=1)
     assert sorted(_replicas(bed, name) for name in victims) == [0, 1]
     bed.log.close()
+
+
+def test_a_device_being_freed_for_one_taker_is_not_promised_to_another(tmp_path: Path) -> None:
+    """h1 takes the low order's replica: its Deployment is scaled to 0, its pod is in its
+    grace period and its claim still allocated. h2, planned meanwhile at h1's priority,
+    saw h1's plan hold nothing (the device was not free) and was planned onto the same
+    device, freeing the same claim; its take then took nothing."""
+    bed = Bed(tmp_path, a100s=1)
+    _priority_classes(bed)
+    low = bed.order("low", klass="low")
+    bed.settle(low)
+    _serving(bed, low, "low", "gpu-0")
+    bed.settle(low)
+    h1 = bed.order("h1", klass="high")
+    bed.settle(h1, passes=1)
+    assert [e.reclaims for e in bed.events(h1, ev.PlanComputed)] == [("support/low-gpu",)]
+    assert _replicas(bed, "low") == 0
+
+    h2 = bed.order("h2", klass="high")
+    bed.settle(h2)
+    assert not bed.events(h2, ev.PlanComputed)
+    assert [e.reason.value for e in bed.events(h2, ev.PlanFailed)] == ["NoCapacity"]
+    assert len(bed.events(low, ev.CapacityTaken)) == 1
+    # The claim gone, h1's pod is given the device: h2 still waits.
+    _gone(bed, "low")
+    bed.settle(low)
+    _serving(bed, h1, "h1", "gpu-0")
+    bed.settle(h1)
+    bed.settle(h2)
+    assert not bed.events(h2, ev.PlanComputed)
+    bed.log.close()
