@@ -471,6 +471,13 @@ def _flag_value(args: list[str], flags: tuple[str, ...]) -> str | None:
     return None
 
 
+def _plain_env(name: str, value: str) -> dict[str, Any]:
+    """An env entry as the API server stores it: an empty value is no `value` at all
+    (`omitempty`), so one rendered as `""` was never found live and every pass applied
+    the Deployment again."""
+    return {"name": name, "value": value} if value else {"name": name}
+
+
 def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
 
@@ -503,11 +510,11 @@ def _env(
             raise RenderError(f"{recipe.keyless}; the workload runs on as last applied")
         ours.append(_secret_env(recipe.api_key_env, token_secret, AUTH_SECRET_KEY))
     taken = _RESERVED_ENV | {e["name"] for e in ours}
-    theirs = [{"name": e.name, "value": e.value} for e in recipe.env if e.name not in taken]
+    theirs = [_plain_env(e.name, e.value) for e in recipe.env if e.name not in taken]
     # Either case: Python's clients and curl prefer the lowercase one, so a recipe's
     # HTTPS_PROXY beside the controller's https_proxy would lose to it.
     named = {n.upper() for n in taken | {e.name for e in recipe.env}}
-    proxy = [{"name": k, "value": v} for k, v in proxy_env if k.upper() not in named]
+    proxy = [_plain_env(k, v) for k, v in proxy_env if k.upper() not in named]
     return theirs + ours + proxy
 
 

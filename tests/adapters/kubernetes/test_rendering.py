@@ -104,6 +104,21 @@ def test_the_runtime_downloads_through_the_proxy_the_controller_was_given() -> N
     assert "https_proxy" not in names
 
 
+def test_an_env_entry_without_a_value_is_rendered_as_the_server_keeps_it() -> None:
+    """A recipe's `env: [{name: FLAG}]` (the CRD does not require a value): the API
+    server stores an empty value as none at all, so `{name, value: ""}` was never found
+    live, and every pass applied the Deployment again (test_rendering_cluster.py
+    applies one and compares what the server kept)."""
+    flagged = RECIPE.model_copy(update={"env": (*RECIPE.env, EnvVar(name="VLLM_EMPTY_FLAG"))})
+    objects = render_workload(
+        ORDER, PLAN, flagged, policy(), HF_REF, settings=SETTINGS, facts=FACTS
+    )
+    by_kind = {o["kind"]: o for o in objects}
+    (entry,) = [e for e in container(by_kind)["env"] if e["name"] == "VLLM_EMPTY_FLAG"]
+    assert entry == {"name": "VLLM_EMPTY_FLAG"}
+    assert {"name": "VLLM_NO_USAGE_STATS", "value": "1"} in container(by_kind)["env"]
+
+
 @pytest.mark.parametrize(
     ("environ", "given"),
     [

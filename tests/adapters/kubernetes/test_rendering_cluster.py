@@ -18,11 +18,12 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from workload_samples import DOMAIN, FACTS, HF_REF, PLAN, RECIPE, policy
 
-from adapters.kubernetes import oldservers, rendering
+from adapters.kubernetes import converging, oldservers, rendering
 from adapters.kubernetes.manifests import FIELD_MANAGER, Applier
 from adapters.kubernetes.rendering import OrderRef, render_workload
 from adapters.kubernetes.settings import Settings
 from adapters.simulator import podclaims
+from fsm.placement.recipes import EnvVar
 from fsm.values import (
     Authentication,
     ExposureType,
@@ -171,6 +172,37 @@ def test_every_rendered_object_is_accepted_and_kept(
         applier.apply(manifest)
     after = {m["kind"]: our_fields(read_back(dynamic, m)) for m in manifests}
     assert before == after
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_what_the_server_keeps_is_no_drift(
+    api: client.ApiClient, namespace: str, case: str
+) -> None:
+    """The controller's own comparison (converging.drifted) of each rendered object with
+    what the server stored: nothing drifted, or every pass would apply it again. The
+    server drops what it stores as absent (`omitempty`): a recipe's env entry with an
+    empty value was rendered as `value: ""`, never found live, and its Deployment was
+    applied on every pass of every order on the recipe."""
+    pol, plan, settings = CASES[case]
+    order = make_order(api, namespace, f"kept-{case}")
+    flagged = RECIPE.model_copy(update={"env": (*RECIPE.env, EnvVar(name="VLLM_EMPTY_FLAG"))})
+    manifests = render_workload(
+        order,
+        plan,
+        flagged,
+        pol,
+        HF_REF,
+        settings=settings,
+        facts=FACTS,
+        hpa_api_version=rendering.hpa_api_version_for(served_versions(api)),
+    )
+    if not knows_pod_claims(api):
+        manifests = [podclaims.for_old_server(m) for m in manifests]
+    applier, dynamic = Applier(api), DynamicClient(api)
+    for manifest in manifests:
+        applier.apply(manifest)
+    live = {converging.key_of(m): read_back(dynamic, m) for m in manifests}
+    assert [converging.key_of(m) for m in converging.drifted(manifests, live)] == []
 
 
 def test_the_controller_writes_the_hpa_api_the_server_serves(api: client.ApiClient) -> None:
