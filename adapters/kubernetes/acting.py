@@ -345,7 +345,8 @@ class Actor:
         try:
             if live is None:
                 live = self._unclaimed(order, doc)
-            self._read_own_write(self._writer.apply(doc))
+            written = self._writer.apply(doc)
+            self._read_own_write(self._without_surplus(order, doc, written))
         except errors.APIInvalidError:
             if live is None and doc.get("kind") not in _MERGED_INTO:
                 # A Deployment's or a claim template's namesake is refused whole (its
@@ -370,6 +371,24 @@ class Actor:
             meta = live["metadata"]
             self._writer.delete(self._resource(live), order.namespace, meta["name"], meta["uid"])
             self._read_own_write(self._writer.apply(doc))
+
+    def _without_surplus(self, order: OrderRef, doc: Mapping[str, Any], written: Obj) -> Obj:
+        """`written` (the apply's answer) less the keys someone else added to a map that
+        must be exactly ours (a Service's selector: one key more and it selects none of
+        the order's pods). The forced apply leaves them, as they are another manager's
+        fields; a merge patch, conditional on the version just applied, removes them. A
+        write in between (409) is a change that wakes the order: its pass looks again."""
+        extra = converging.surplus(written, doc)
+        if extra is None:
+            return written
+        meta = written["metadata"]
+        body = {**extra, "metadata": {"resourceVersion": meta["resourceVersion"]}}
+        try:
+            patched = self._writer.patch(self._resource(doc), order.namespace, meta["name"], body)
+        except errors.APIConflictError:
+            return written
+        log.info("%s: removed %s from %s %s", order.key, extra, *converging.key_of(doc))
+        return patched
 
     def _unclaimed(self, order: OrderRef, doc: Mapping[str, Any]) -> Obj | None:
         """The live object of `doc`'s name, missing from the cache: None when there is

@@ -11,6 +11,11 @@ match item for item (a live entry without a name, such as a port added by its nu
 someone else's too). Quantities compare by value ("1.5" and "1500m" are one CPU and a
 half), because the server stores them canonically; other strings compare as they are.
 
+A map someone else adds keys to is no drift, with one exception: a Service's selector
+must be exactly ours. One more key there matches none of the order's pods, and the
+endpoint goes dark; server-side apply leaves a key another manager set (1.20 treats the
+selector key by key), so the key is removed by a merge patch (`surplus`).
+
 Comparing what we set now cannot see a field we set before and render no more (the
 token's env entry once a class drops authentication, the Ingress's TLS once https is
 Disabled): server-side apply removes such a field only when an apply leaves it out. So
@@ -31,7 +36,16 @@ import msgpack
 
 from fsm.quantity import QuantityError, parse_quantity
 
-__all__ = ["RENDERED_ANNOTATION", "covers", "drifted", "key_of", "owned_by", "stamped", "strays"]
+__all__ = [
+    "RENDERED_ANNOTATION",
+    "covers",
+    "drifted",
+    "key_of",
+    "owned_by",
+    "stamped",
+    "strays",
+    "surplus",
+]
 
 Obj = Mapping[str, Any]
 Key = tuple[str, str]  # (kind, name): an order's objects all live in its namespace
@@ -124,9 +138,40 @@ def drifted(desired: Iterable[Obj], live: Mapping[Key, Obj]) -> list[Obj]:
     out = []
     for doc in desired:
         current = live.get(key_of(doc))
-        if current is None or not covers(current, _managed(doc)):
+        if current is None or not covers(current, _managed(doc)) or surplus(current, doc):
             out.append(doc)
     return out
+
+
+# The maps that must be exactly as rendered, by kind: keys someone else added there are
+# not harmless. (A Deployment's selector is immutable in apps/v1: the API refuses a key
+# added to it. Extra labels on the pod template select nothing and are left.)
+_EXACT_MAPS: dict[str, tuple[tuple[str, ...], ...]] = {"Service": (("spec", "selector"),)}
+
+
+def _at(obj: Obj, path: tuple[str, ...]) -> Any:
+    value: Any = obj
+    for key in path:
+        value = value.get(key) if _is_mapping(value) else None
+    return value
+
+
+def surplus(live: Obj, desired: Obj) -> dict[str, Any] | None:
+    """A JSON merge patch removing the keys `live` has beyond `desired` in the maps that
+    must be exactly as rendered (`_EXACT_MAPS`); None when there are none."""
+    patch: dict[str, Any] = {}
+    for path in _EXACT_MAPS.get(str(desired.get("kind", "")), ()):
+        have, want = _at(live, path), _at(desired, path)
+        if not _is_mapping(have) or not _is_mapping(want):
+            continue
+        extra = sorted(k for k in have if k not in want)
+        if not extra:
+            continue
+        node = patch
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = dict.fromkeys(extra)
+    return patch or None
 
 
 def _managed(doc: Obj) -> dict[str, Any]:

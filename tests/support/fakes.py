@@ -101,6 +101,19 @@ def _merge(live: Any, desired: Any) -> Any:
     return copy.deepcopy(desired)
 
 
+def _merge_patch(live: Any, patch: Any) -> Any:
+    """A JSON merge patch (RFC 7386): maps merged, a null removes the key."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    out = dict(live) if isinstance(live, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge_patch(out.get(key), value)
+    return out
+
+
 class FakeWriter:
     def __init__(self, cache: ClusterCache) -> None:
         self.cache = cache
@@ -176,7 +189,7 @@ class FakeWriter:
         live = self._find(resource.kind, namespace, name)
         if live is None:
             raise errors.APINotFoundError("not found", status=404)
-        return put(self.cache, _merge(live, body))
+        return put(self.cache, _merge_patch(live, body))
 
     def delete(self, resource: Resource, namespace: str | None, name: str, uid: str) -> bool:
         self._count("delete", resource.kind)

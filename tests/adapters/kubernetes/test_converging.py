@@ -18,6 +18,7 @@ from adapters.kubernetes.converging import (
     drifted,
     stamped,
     strays,
+    surplus,
 )
 
 UID = "uid-1"
@@ -168,6 +169,31 @@ def test_a_claim_capacity_the_server_dropped_is_not_drift() -> None:
     assert drifted([desired], {key: live}) == []
     live["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
     assert drifted([desired], {key: live}) == [desired]
+
+
+def test_a_key_added_to_a_services_selector_is_drift_and_removed_by_a_merge_patch() -> None:
+    """A Service's selector must be exactly ours: one key more selects none of the
+    order's pods. Keys added to other maps (labels, the pod template's labels) are not
+    drift."""
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "llm", "labels": {"app": "llm"}},
+        "spec": {"selector": {"uid": UID}, "ports": [{"name": "http", "port": 80}]},
+    }
+    live = copy.deepcopy(service)
+    live["metadata"]["labels"]["team"] = "support"
+    live["spec"]["clusterIP"] = "10.0.0.1"
+    key = ("Service", "llm")
+    assert drifted([service], {key: live}) == [] and surplus(live, service) is None
+    live["spec"]["selector"].update(tier="nothing", zone="a")
+    assert drifted([service], {key: live}) == [service]
+    assert surplus(live, service) == {"spec": {"selector": {"tier": None, "zone": None}}}
+    template = {"metadata": {"labels": {"uid": UID}}}
+    desired = _deployment(selector={"matchLabels": {"uid": UID}}, template=template)
+    labelled = copy.deepcopy(desired)
+    labelled["spec"]["template"]["metadata"]["labels"]["team"] = "support"
+    assert drifted([desired], {("Deployment", "llm"): labelled}) == []
 
 
 def test_strays_are_ours_unrendered_and_not_being_deleted() -> None:

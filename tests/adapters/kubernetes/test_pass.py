@@ -594,6 +594,35 @@ def test_replicas_outside_the_bounds_are_put_back(bed: Bed) -> None:
     assert bed.writer.calls[("apply", "Deployment")] == 2
 
 
+def test_a_key_added_to_the_services_selector_is_removed(bed: Bed) -> None:
+    """One more key in the Service's selector and it selects none of the order's pods:
+    the endpoint goes dark, and the probe, through the Service, fails the order. Our
+    keys were all there, so it was no drift. Server-side apply leaves a key another
+    manager set (the fake's apply merges as 1.20 does): a merge patch removes it, and
+    the passes after write nothing."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    service = bed.child("Service", "llm")
+    assert service is not None and service["spec"]["selector"] == {UID_LABEL: uid}
+    service["spec"]["selector"]["tier"] = "nothing"
+    fakes.put(bed.world, service)
+    bed.settle(uid)
+    live = bed.child("Service", "llm")
+    assert live is not None and live["spec"]["selector"] == {UID_LABEL: uid}
+    assert bed.writer.calls[("patch", "Service")] == 1
+    assert bed.reconciler.actor.repairs == 1
+    writes = bed.writer.writes
+    bed.settle(uid)
+    assert bed.writer.writes == writes
+    # Keys others add to the pod template's labels select nothing more: left.
+    deployment = bed.child("Deployment", "llm")
+    assert deployment is not None
+    deployment["spec"]["template"]["metadata"]["labels"]["team"] = "support"
+    fakes.put(bed.world, deployment)
+    bed.settle(uid)
+    assert bed.writer.writes == writes
+
+
 def _service_retyped(bed: Bed) -> str:
     """Order `llm` settled, then its Service retyped to ExternalName by someone: an edit
     apply cannot undo (the externalName stays), so the Service is to be made anew."""
