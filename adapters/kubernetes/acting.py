@@ -337,10 +337,13 @@ class Actor:
 
     def _apply(self, order: OrderRef, doc: Mapping[str, Any], live: Obj | None) -> None:
         if live is not None and not converging.owned_by(live, order.uid):
-            # Labelled as the order's, not owned by it: a user's object made from a saved
-            # copy of ours (`kubectl replace --force`, owner references stripped). An
-            # apply would take it over, and it would be deleted with the order.
-            raise _name_taken(order, live)
+            # Labelled as the order's, not owned by it: ours with its owner references
+            # removed (applied again: that puts them back), or a user's object made from
+            # a saved copy of ours (`kubectl replace --force`, owner references stripped).
+            # An apply would take the second over, and it would be deleted with the order.
+            if not self._disowned(order, live):
+                raise _name_taken(order, live)
+            log.info("%s: %s %s had lost its owner reference", order.key, *converging.key_of(live))
         self._hand_replicas_over(order, doc, live)
         try:
             if live is None:
@@ -371,6 +374,25 @@ class Actor:
             meta = live["metadata"]
             self._writer.delete(self._resource(live), order.namespace, meta["name"], meta["uid"])
             self._read_own_write(self._writer.apply(doc))
+
+    def _disowned(self, order: OrderRef, live: Obj) -> bool:
+        """Whether `live`, labelled as the order's child and controlled by nothing, is
+        our own object whose owner references someone removed (`kubectl replace` of a
+        trimmed manifest, a GitOps tool's): the controller's field manager applied this
+        very object (its managedFields say so: one live read, as the cache drops them).
+        Left so, it was never repaired, and outlived its order, GPU pods and all. A
+        user's object made from a saved copy of ours was made by their client: no apply
+        of ours."""
+        if converging.controlled(live):
+            return False  # someone else's controller: not ours to take
+        _, name = converging.key_of(live)
+        fresh = self._writer.get(self._resource(live), order.namespace, name)
+        return (
+            fresh is not None
+            and (fresh.get("metadata") or {}).get("uid") == live["metadata"].get("uid")
+            and not converging.controlled(fresh)
+            and converging.written_by(fresh, self._writer.field_manager, "Apply")
+        )
 
     def _without_surplus(self, order: OrderRef, doc: Mapping[str, Any], written: Obj) -> Obj:
         """`written` (the apply's answer) less the keys someone else added to a map that

@@ -38,6 +38,7 @@ from fsm.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "RENDERED_ANNOTATION",
+    "controlled",
     "covers",
     "drifted",
     "key_of",
@@ -45,6 +46,7 @@ __all__ = [
     "stamped",
     "strays",
     "surplus",
+    "written_by",
 ]
 
 Obj = Mapping[str, Any]
@@ -208,6 +210,28 @@ def _without_capacity_requests(template: dict[str, Any]) -> dict[str, Any]:
 def owned_by(obj: Obj, uid: str) -> bool:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return any(r.get("uid") == uid and r.get("controller") for r in refs)
+
+
+def written_by(obj: Obj, manager: str, operation: str) -> bool:
+    """Whether `manager` wrote this very object with `operation` ("Apply": a server-side
+    apply; "Update": a create, an update or a patch): an entry of its in the object's
+    managedFields (a live read: the cache drops them), dated no earlier than the object.
+    A create given the managedFields of the object it was copied from keeps, on a server
+    that takes them, entries dated before the copy was made: not this object's writes."""
+    meta = obj.get("metadata") or {}
+    made = str(meta.get("creationTimestamp") or "")  # RFC 3339 in UTC: ordered as text
+    return any(
+        entry.get("manager") == manager
+        and entry.get("operation") == operation
+        and str(entry.get("time") or "") >= made
+        for entry in meta.get("managedFields") or []
+    )
+
+
+def controlled(obj: Obj) -> bool:
+    """Whether anything is the object's controller (an owner reference with `controller`)."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("controller") for r in refs)
 
 
 def strays(desired: Iterable[Obj], children: Iterable[Obj], uid: str) -> list[Obj]:

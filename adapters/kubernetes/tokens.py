@@ -14,6 +14,11 @@ that the Actor can wait for its cache to hold that version (uid and resourceVers
 
 Its labels are how the controller finds it (it watches its Secrets by label): one whose
 labels were removed is found by the create's conflict and made again with the same token.
+So is one whose owner reference was removed (`kubectl replace` of a trimmed manifest, a
+GitOps tool's), which the garbage collector would leave behind its order: the Secret is
+the order's own when it carries the order's UID label, nothing controls it, and the
+controller's field manager created it (`disowned`; Secrets made before the controller
+named its field manager on creates are not recognised so, and stay a conflict).
 
 When the class stops requiring a token, the Secret is pruned like every owned object the
 plan no longer calls for (`Actor._workload`, SPEC §3), not here.
@@ -30,9 +35,10 @@ import base64
 import secrets
 from typing import Any
 
-from adapters.kubernetes import errors, kinds
+from adapters.kubernetes import converging, errors, kinds
 from adapters.kubernetes.rendering import (
     AUTH_SECRET_KEY,
+    UID_LABEL,
     OrderRef,
     auth_secret_name,
     labels,
@@ -45,6 +51,7 @@ __all__ = [
     "TOKEN_BYTES",
     "AuthSecretConflict",
     "TokenError",
+    "disowned",
     "ensure_auth_secret",
     "new_token",
     "owned_by",
@@ -76,6 +83,20 @@ def new_token() -> str:
 def owned_by(secret: dict[str, Any] | None, order: OrderRef) -> bool:
     refs = ((secret or {}).get("metadata") or {}).get("ownerReferences") or []
     return any(ref.get("uid") == order.uid and ref.get("controller") for ref in refs)
+
+
+def disowned(secret: dict[str, Any], order: OrderRef, field_manager: str) -> bool:
+    """Whether `secret` (a live read: the cache drops managedFields) is the order's own
+    whose owner reference someone removed: it carries the order's UID label, nothing
+    controls it, and `field_manager` created this very object. A Secret of the name that
+    a user made, from a saved copy of ours too, was created by their client; a previous
+    order's of the same name carries that order's UID."""
+    meta = secret.get("metadata") or {}
+    return (
+        (meta.get("labels") or {}).get(UID_LABEL) == order.uid
+        and not converging.controlled(secret)
+        and converging.written_by(secret, field_manager, "Update")
+    )
 
 
 def _api_error(action: str, name: str, err: errors.APIError) -> TokenError:
@@ -118,28 +139,31 @@ def ensure_auth_secret(writer: Writer, order: OrderRef) -> Obj:
         raise _api_error("reading", name, err) from None
     if existing is None:
         raise TokenError(f"Secret {order.namespace}/{name} vanished while it was ensured", 404)
-    if not owned_by(existing, order):
+    if not owned_by(existing, order) and not disowned(existing, order, writer.field_manager):
         raise AuthSecretConflict(
             f"Secret {order.namespace}/{name} exists and is not owned by this order "
             f"(uid {order.uid}); it is left alone"
         )
     if AUTH_SECRET_KEY not in (existing.get("data") or {}):
         raise TokenError(f"Secret {order.namespace}/{name} has no key {AUTH_SECRET_KEY!r}")
-    return _relabelled(writer, order, existing)
+    return _restored(writer, order, existing)
 
 
-def _relabelled(writer: Writer, order: OrderRef, secret: Obj) -> Obj:
-    """The order's own Secret with its labels back, if someone removed or changed them.
+def _restored(writer: Writer, order: OrderRef, secret: Obj) -> Obj:
+    """The order's own Secret with its labels and owner reference back, if someone
+    removed or changed them.
 
     The controller watches its Secrets by the order's UID label: without it the Secret
     is invisible, so every pass would try to make it again (a create answered 409), and
-    the probe, which reads the token from the cache, would never run again. The
-    controller may not patch Secrets (RBAC: create and delete only), so the Secret is
-    made again with the same token — callers hold it — and the pods roll to it, as for
-    a rotation (the Secret's uid changed)."""
+    the probe, which reads the token from the cache, would never run again. Without its
+    owner reference it is not the order's to the pass (`AuthSecretConflict`), and the
+    garbage collector leaves it behind the order. The controller may not patch Secrets
+    (RBAC: create and delete only), so the Secret is made again with the same token —
+    callers hold it — and the pods roll to it, as for a rotation (the Secret's uid
+    changed)."""
     wanted = labels(order)
     have = (secret.get("metadata") or {}).get("labels") or {}
-    if all(have.get(k) == v for k, v in wanted.items()):
+    if owned_by(secret, order) and all(have.get(k) == v for k, v in wanted.items()):
         return secret
     meta = secret["metadata"]
     try:
@@ -147,4 +171,4 @@ def _relabelled(writer: Writer, order: OrderRef, secret: Obj) -> Obj:
         return writer.create(_body(order, secret["data"][AUTH_SECRET_KEY]))
     except errors.APIError as err:
         # A namesake made in between (409) is found by the next pass's create.
-        raise _api_error("labelling", str(meta["name"]), err) from None
+        raise _api_error("restoring", str(meta["name"]), err) from None

@@ -224,7 +224,15 @@ class Writer:
         resource = self.resource_for(obj["apiVersion"], obj["kind"])
         namespace = obj["metadata"].get("namespace") if resource.namespaced else None
         self._count_write()
-        created = call(self._api, "POST", resource.collection_path(namespace), body=dict(obj))
+        # Under our field manager, as applies are: a Secret of ours whose owner reference
+        # was removed is told by it from a user's copy (tokens.disowned).
+        created = call(
+            self._api,
+            "POST",
+            resource.collection_path(namespace),
+            query=[("fieldManager", self.field_manager)],
+            body=dict(obj),
+        )
         self._wrote(f"create-{resource.kind}")
         return created
 

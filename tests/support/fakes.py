@@ -6,6 +6,10 @@
 - `FakeWriter`: the one Writer's interface over that cache, as an API server would answer
   (a UID and a resourceVersion on every write, 409 on create of an existing name, a
   failed UID precondition on a recreated object), counting every write by verb and kind.
+  Its live reads show which of its field managers applied or created each object
+  (managedFields, without field sets), and the data of the Secrets it created: the
+  cache, as the real one, never holds the first, nor the second of a Secret that no
+  order controls (world.trim_secret).
 - `FakeHub`: a model source answering from a table.
 """
 
@@ -115,9 +119,14 @@ def _merge_patch(live: Any, patch: Any) -> Any:
 
 
 class FakeWriter:
+    field_manager = FIELD_MANAGER  # as the Writer's
+
     def __init__(self, cache: ClusterCache) -> None:
         self.cache = cache
-        self.field_manager = FIELD_MANAGER  # as the Writer's; the fake keeps no managedFields
+        # By object UID: the managedFields entries of this writer's own writes, and the
+        # data of the Secrets it created.
+        self.managed: dict[str, list[dict[str, str]]] = {}
+        self.secret_data: dict[str, dict[str, Any]] = {}
         self.calls: Counter[tuple[str, str]] = Counter()  # (verb, kind)
         self.events: list[tuple[str, str]] = []  # (reason, message)
         self.event_types: list[tuple[str, str]] = []  # (reason, Normal or Warning)
@@ -164,7 +173,15 @@ class FakeWriter:
         stored = _merge(live or {}, obj)
         if live is not None:
             stored["metadata"]["uid"] = live["metadata"]["uid"]
-        return put(self.cache, stored)
+        written = put(self.cache, stored)
+        self._managed_by(written, field_manager or self.field_manager, "Apply")
+        return written
+
+    def _managed_by(self, obj: Obj, manager: str, operation: str) -> None:
+        entries = self.managed.setdefault(str(obj["metadata"]["uid"]), [])
+        entry = {"manager": manager, "operation": operation}
+        if entry not in entries:
+            entries.append(entry)
 
     def refused(self, obj: Mapping[str, Any]) -> errors.APIInvalidError | None:
         refusal = self.refusing.get(str(obj["kind"]))
@@ -176,11 +193,22 @@ class FakeWriter:
         if self._find(str(obj["kind"]), meta.get("namespace"), meta["name"]) is not None:
             raise errors.APIConflictError("already exists", status=409)
         self._count("create", str(obj["kind"]))
-        return put(self.cache, obj)
+        created = put(self.cache, obj)
+        self._managed_by(created, self.field_manager, "Update")
+        if obj["kind"] == "Secret":
+            self.secret_data[str(created["metadata"]["uid"])] = copy.deepcopy(obj.get("data"))
+        return created
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
         self.reads[resource.kind] += 1
-        return self._find(resource.kind, namespace, name)
+        found = self._find(resource.kind, namespace, name)
+        if found is not None:
+            uid = str(found["metadata"]["uid"])
+            if self.managed.get(uid):
+                found["metadata"]["managedFields"] = copy.deepcopy(self.managed[uid])
+            if uid in self.secret_data and "data" not in found:
+                found["data"] = copy.deepcopy(self.secret_data[uid])
+        return found
 
     def patch(
         self, resource: Resource, namespace: str | None, name: str, body: Mapping[str, Any]

@@ -19,6 +19,7 @@ from adapters.kubernetes.converging import (
     stamped,
     strays,
     surplus,
+    written_by,
 )
 
 UID = "uid-1"
@@ -194,6 +195,27 @@ def test_a_key_added_to_a_services_selector_is_drift_and_removed_by_a_merge_patc
     labelled = copy.deepcopy(desired)
     labelled["spec"]["template"]["metadata"]["labels"]["team"] = "support"
     assert drifted([desired], {("Deployment", "llm"): labelled}) == []
+
+
+MADE = "2026-12-03T10:00:00Z"
+WRITTEN_BY = [
+    # (case, managedFields entries, by "ours" with "Apply")
+    ("our apply", [("ours", "Apply", "2026-12-03T10:05:00Z")], True),
+    ("our apply that made it", [("ours", "Apply", MADE)], True),
+    ("our update only", [("ours", "Update", "2026-12-03T10:05:00Z")], False),
+    ("someone else's apply", [("kubectl", "Apply", "2026-12-03T10:05:00Z")], False),
+    ("copied from an older object", [("ours", "Apply", "2026-12-03T09:00:00Z")], False),
+    ("no entries", [], False),
+]
+
+
+@pytest.mark.parametrize(
+    ("entries", "ours"), [c[1:] for c in WRITTEN_BY], ids=[c[0] for c in WRITTEN_BY]
+)
+def test_written_by(entries: list[tuple[str, str, str]], ours: bool) -> None:
+    managed = [{"manager": m, "operation": op, "time": t} for m, op, t in entries]
+    obj = {"metadata": {"creationTimestamp": MADE, "managedFields": managed}}
+    assert written_by(obj, "ours", "Apply") is ours
 
 
 def test_strays_are_ours_unrendered_and_not_being_deleted() -> None:

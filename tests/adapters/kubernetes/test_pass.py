@@ -715,6 +715,87 @@ def test_a_users_copy_of_a_child_with_the_orders_label_is_never_taken_over(bed: 
     assert made is not None and converging.owned_by(made, uid)
 
 
+@pytest.mark.parametrize("kind", CHILDREN)
+def test_a_child_whose_owner_references_were_removed_is_owned_again(bed: Bed, kind: str) -> None:
+    """`kubectl replace` of a trimmed manifest, or a GitOps tool, removes the owner
+    references of the order's own child: the same object, which our field manager
+    applied (its managedFields say so). It is applied again, which puts the owner
+    reference back; it was taken for a user's copy, the order went Pending while it
+    served, and after the order's deletion the child (a Deployment and its GPU pods)
+    lived on."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    child = bed.child(kind, "llm")
+    assert child is not None
+    child["metadata"].pop("ownerReferences")
+    fakes.put(bed.world, child)
+    applies = bed.writer.calls[("apply", kind)]
+    bed.settle(uid)
+    live = bed.child(kind, "llm")
+    assert live is not None and live["metadata"]["uid"] == child["metadata"]["uid"]
+    assert converging.owned_by(live, uid)
+    assert bed.writer.calls[("apply", kind)] == applies + 1
+    assert bed.reconciler.actor.repairs == 1
+    assert bed.conditions(uid)["WorkloadReady"]["reason"] != "WorkloadApplyFailed"
+    writes = bed.writer.writes
+    bed.settle(uid)
+    assert bed.writer.writes == writes
+
+
+def test_a_child_controlled_by_something_else_is_never_taken(bed: Bed) -> None:
+    """Our label, our apply in its history, and another controller now (someone moved
+    it under their own object): not the order's to take back."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    service = bed.child("Service", "llm")
+    assert service is not None
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "u", "controller": True}
+    service["metadata"]["ownerReferences"] = [other]
+    fakes.put(bed.world, service)
+    applies = bed.writer.calls[("apply", "Service")]
+    bed.settle(uid, passes=1)
+    assert bed.writer.calls[("apply", "Service")] == applies
+    assert "is not this order's" in bed.conditions(uid)["WorkloadReady"]["message"]
+
+
+def test_a_token_secret_whose_owner_reference_was_removed_is_made_again(bed: Bed) -> None:
+    """The order's token Secret, its owner reference removed: the controller made it (a
+    create under its field manager), so it is the order's, made again with the same
+    token (Secrets are never patched: RBAC gives create and delete) and its owner
+    reference; the pods roll to it. It was an AuthSecretConflict for ever, and outlived
+    the order. A user's copy of it (`kubectl replace --force`: made by their client)
+    stays a conflict."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    ours = bed.child("Secret", "llm-auth")
+    assert ours is not None
+    ours["metadata"].pop("ownerReferences")
+    fakes.put(bed.world, ours)
+    bed.settle(uid)
+    made = bed.child("Secret", "llm-auth")
+    assert made is not None and converging.owned_by(made, uid)
+    assert made["metadata"]["uid"] != ours["metadata"]["uid"]
+    assert made["data"] == ours["data"]  # callers keep their token
+    deployment = bed.child("Deployment", "llm")
+    assert deployment is not None
+    marked = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert marked[AUTH_SECRET_UID_ANNOTATION] == made["metadata"]["uid"]
+    assert bed.conditions(uid)["WorkloadReady"]["reason"] != "AuthSecretConflict"
+    writes = bed.writer.writes
+    bed.settle(uid)
+    assert bed.writer.writes == writes
+
+    fakes.drop(bed.world, made)
+    copied = copy.deepcopy(made)
+    copied["metadata"].pop("ownerReferences")
+    copied["metadata"]["uid"] = "users-own-secret"
+    fakes.put(bed.world, copied)
+    bed.settle(uid, passes=1)
+    assert bed.conditions(uid)["WorkloadReady"]["reason"] == "AuthSecretConflict"
+    kept = bed.child("Secret", "llm-auth")
+    assert kept is not None and kept["metadata"]["uid"] == "users-own-secret"
+
+
 def test_a_manifest_the_api_refuses_on_its_own_leaves_what_runs(bed: Bed) -> None:
     """A 422 from the manifest itself (a recipe's env name the API refuses): making the
     object anew would fail the same, so the live one is not deleted; the order says why."""

@@ -158,6 +158,39 @@ def test_a_secret_the_order_does_not_own_is_neither_adopted_nor_changed(
     assert after.metadata.resource_version == before.metadata.resource_version
 
 
+def test_the_orders_secret_stripped_of_its_owner_is_made_again_and_a_copy_is_not(
+    writer: writing.Writer, core: client.CoreV1Api, order: OrderRef
+) -> None:
+    """Its owner reference removed (`kubectl replace` of a trimmed manifest), the order's
+    own Secret is told by our create in its managedFields, and made again with the same
+    token and its owner reference: the garbage collector would have left it behind the
+    order. A user's Secret made from a saved copy of it (labels, token and all) was
+    created by their client: a conflict, left as it is."""
+    name = f"{order.name}-auth"
+    made = tokens.ensure_auth_secret(writer, order)
+    token = token_of(core, order)
+    core.patch_namespaced_secret(
+        name, order.namespace, [{"op": "remove", "path": "/metadata/ownerReferences"}]
+    )
+    again = tokens.ensure_auth_secret(writer, order)
+    assert again["metadata"]["uid"] != made["metadata"]["uid"]
+    assert tokens.owned_by(again, order) and token_of(core, order) == token
+
+    core.delete_namespaced_secret(name, order.namespace)
+    copied = core.create_namespaced_secret(
+        order.namespace,
+        {
+            "metadata": {"name": name, "labels": labels(order)},
+            "type": "Opaque",
+            "data": {"token": base64.b64encode(token.encode()).decode()},
+        },
+    )
+    with pytest.raises(tokens.AuthSecretConflict):
+        tokens.ensure_auth_secret(writer, order)
+    after = core.read_namespaced_secret(name, order.namespace)
+    assert after.metadata.resource_version == copied.metadata.resource_version
+
+
 def test_rotation_is_deliberate_deleting_makes_a_new_token(
     writer: writing.Writer, core: client.CoreV1Api, order: OrderRef
 ) -> None:

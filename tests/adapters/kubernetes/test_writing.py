@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -9,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from adapters.kubernetes import errors, writing
+from adapters.kubernetes import converging, errors, writing
 from adapters.kubernetes.rest import CONFIG_MAPS, EVENTS, Resource, call
 from tests.support import polling
 
@@ -163,6 +165,55 @@ def test_refused_tells_a_manifest_the_api_refuses_on_its_own_and_stores_nothing(
     assert writer.writes == writes
     names = [s.metadata.name for s in core.list_namespaced_service(namespace).items]
     assert names == ["kept"]
+
+
+@pytest.mark.cluster
+def test_our_writes_in_managed_fields_tell_ours_without_owner_from_a_users_copy(
+    admin, writer, namespace
+) -> None:
+    """What the pass reads of a labelled child no order controls (acting `_disowned`,
+    tokens.disowned): our owner references removed by someone else's patch leave our
+    apply in the object's managedFields, and our apply puts them back; a copy made of it
+    by someone else's create (`kubectl replace --force` from a saved manifest, its
+    managedFields and all) shows no write of ours to it. Creates are ours by name too."""
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    owner = writer.apply(config_map(namespace, "owner"))
+    reference = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "owner",
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+    }
+    child = config_map(namespace, "child", a="1")
+    child["metadata"]["ownerReferences"] = [reference]
+    writer.apply(child)
+    stripped = call(
+        admin,
+        "PATCH",
+        f"{path}/child",
+        body=[{"op": "remove", "path": "/metadata/ownerReferences"}],
+        content_type="application/json-patch+json",
+    )
+    assert not converging.controlled(stripped)
+    assert converging.written_by(stripped, writing.FIELD_MANAGER, "Apply")
+    assert converging.controlled(writer.apply(child))  # applied again: owned again
+
+    saved = copy.deepcopy(stripped)  # with its managedFields, as an old kubectl saved them
+    for key in ("uid", "resourceVersion", "creationTimestamp"):
+        saved["metadata"].pop(key)
+    call(admin, "DELETE", f"{path}/child")
+    time.sleep(1.1)  # our entries' times are to the second
+    made = call(admin, "POST", path, body=saved)
+    assert not converging.written_by(made, writing.FIELD_MANAGER, "Apply")
+
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "created", "namespace": namespace},
+        "data": {"token": "eA=="},
+    }
+    assert converging.written_by(writer.create(secret), writing.FIELD_MANAGER, "Update")
 
 
 @pytest.mark.cluster
