@@ -150,7 +150,9 @@ class Actor:
     def _token(self, order: OrderRef, state: OrderState, now: datetime) -> Acted:
         name = auth_secret_name(order.name)
         cached = self._world.token_secrets.get_by_name(order.namespace, name, copy_=False)
-        if cached is None or not tokens.owned_by(cached, order):
+        # Another order's UID on it (relabelled): made again with its labels, as when
+        # they are removed (tokens.py).
+        if cached is None or not tokens.in_place(cached, order):
             if state.auth_secret_name is not None:
                 # Made before and gone now: perhaps by the garbage collector, for an order
                 # the API server has deleted and the cache still holds (its watch

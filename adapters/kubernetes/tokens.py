@@ -13,7 +13,8 @@ never put in an event or an error message. `ensure_auth_secret` returns the Secr
 that the Actor can wait for its cache to hold that version (uid and resourceVersion).
 
 Its labels are how the controller finds it (it watches its Secrets by label): one whose
-labels were removed is found by the create's conflict and made again with the same token.
+labels were removed is found by the create's conflict and made again with the same token;
+one relabelled to another order's UID, still in the cache, is sent there by the Actor.
 So is one whose owner reference was removed (`kubectl replace` of a trimmed manifest, a
 GitOps tool's), which the garbage collector would leave behind its order: the Secret is
 the order's own when it carries the order's UID label, nothing controls it, and the
@@ -53,6 +54,8 @@ __all__ = [
     "TokenError",
     "disowned",
     "ensure_auth_secret",
+    "in_place",
+    "labelled",
     "new_token",
     "owned_by",
 ]
@@ -83,6 +86,20 @@ def new_token() -> str:
 def owned_by(secret: dict[str, Any] | None, order: OrderRef) -> bool:
     refs = ((secret or {}).get("metadata") or {}).get("ownerReferences") or []
     return any(ref.get("uid") == order.uid and ref.get("controller") for ref in refs)
+
+
+def labelled(secret: dict[str, Any], order: OrderRef) -> bool:
+    """Whether `secret` carries the order's labels, as it was made with them."""
+    have = (secret.get("metadata") or {}).get("labels") or {}
+    return all(have.get(k) == v for k, v in labels(order).items())
+
+
+def in_place(secret: dict[str, Any], order: OrderRef) -> bool:
+    """Whether the cached `secret` is the order's as a pass needs it: owned by the order
+    and carrying its UID label, by which it is routed and found among the order's
+    children. Its other labels, edited, are left: making it again rolls the pods."""
+    meta = secret.get("metadata") or {}
+    return owned_by(secret, order) and (meta.get("labels") or {}).get(UID_LABEL) == order.uid
 
 
 def disowned(secret: dict[str, Any], order: OrderRef, field_manager: str) -> bool:
@@ -161,9 +178,7 @@ def _restored(writer: Writer, order: OrderRef, secret: Obj) -> Obj:
     (RBAC: create and delete only), so the Secret is made again with the same token —
     callers hold it — and the pods roll to it, as for a rotation (the Secret's uid
     changed)."""
-    wanted = labels(order)
-    have = (secret.get("metadata") or {}).get("labels") or {}
-    if owned_by(secret, order) and all(have.get(k) == v for k, v in wanted.items()):
+    if owned_by(secret, order) and labelled(secret, order):
         return secret
     meta = secret["metadata"]
     try:

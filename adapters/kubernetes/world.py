@@ -79,6 +79,29 @@ def _owner(obj: Obj) -> list[str]:
     return [str(uid)] if uid else []
 
 
+_ORDER_GROUP = "ai.deckhouse.io/"
+
+
+def _orders_of(obj: Obj) -> list[str]:
+    """The orders a change of one of their children is news to: the order its UID label
+    names, and the order that controls it. They differ when someone relabels the child
+    (to another order's UID, say): routed by the label alone, the event woke only the
+    order named now, and the owner repaired its child at the next resync, minutes later
+    (the informers select on the label's presence, so the edited child is still seen)."""
+    found = _owner(obj)
+    for ref in _meta(obj).get("ownerReferences") or ():
+        if (
+            isinstance(ref, dict)
+            and ref.get("controller")
+            and ref.get("kind") == "InferenceService"
+            and str(ref.get("apiVersion") or "").startswith(_ORDER_GROUP)
+            and ref.get("uid")
+            and str(ref["uid"]) not in found
+        ):
+            found.append(str(ref["uid"]))
+    return found
+
+
 def _unbound_pod(obj: Obj) -> list[str]:
     """A live pod the scheduler has not placed: it may wait for devices (arbiter.py)."""
     if _meta(obj).get("deletionTimestamp") or _spec(obj).get("nodeName"):
@@ -512,7 +535,7 @@ class ClusterCache:
             route(lambda o: orders_where(BY_CATALOG, f"ClusterModel//{_meta(o).get('name')}"))
         )
         for child in (self.pods, *self.owned_kinds):
-            child.add_handler(route(_owner))
+            child.add_handler(route(_orders_of))
         # The module's settings and the platform's global ones can change any order's
         # decisions; another module's ModuleConfig is no news.
         self.module_configs.add_handler(

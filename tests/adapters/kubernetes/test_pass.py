@@ -796,6 +796,33 @@ def test_a_token_secret_whose_owner_reference_was_removed_is_made_again(bed: Bed
     assert kept is not None and kept["metadata"]["uid"] == "users-own-secret"
 
 
+def test_children_relabelled_to_another_order_are_labelled_back(bed: Bed) -> None:
+    """The order's Service and token Secret given another order's UID label: both still
+    in the cache (it selects on the label's presence), their event wakes their owner too
+    (test_world_routing.py), and its pass puts the labels back: the Service by an apply,
+    the Secret made again with the same token (Secrets are never patched). The Secret
+    kept the other order's label for ever: it was found by name and owned."""
+    uid = bed.order("llm")
+    other = bed.order("other")
+    bed.settle(uid)
+    for kind, name in (("Service", "llm"), ("Secret", "llm-auth")):
+        child = bed.child(kind, name)
+        assert child is not None
+        child["metadata"]["labels"][UID_LABEL] = other
+        fakes.put(bed.world, child)
+    token = bed.child("Secret", "llm-auth")
+    bed.settle(uid)
+    for kind, name in (("Service", "llm"), ("Secret", "llm-auth")):
+        child = bed.child(kind, name)
+        assert child is not None and child["metadata"]["labels"][UID_LABEL] == uid, kind
+        assert converging.owned_by(child, uid)
+    made = bed.child("Secret", "llm-auth")
+    assert token is not None and made is not None and made["data"] == token["data"]
+    writes = bed.writer.writes
+    bed.settle(uid)
+    assert bed.writer.writes == writes
+
+
 def test_a_manifest_the_api_refuses_on_its_own_leaves_what_runs(bed: Bed) -> None:
     """A 422 from the manifest itself (a recipe's env name the API refuses): making the
     object anew would fail the same, so the live one is not deleted; the order says why."""

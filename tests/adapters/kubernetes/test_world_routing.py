@@ -1,4 +1,5 @@
-"""Which orders a change wakes: settings and certificate sources (ClusterCache.watch_changes)."""
+"""Which orders a change wakes: settings, certificate sources, children
+(ClusterCache.watch_changes)."""
 
 from __future__ import annotations
 
@@ -124,3 +125,42 @@ def test_a_change_to_what_the_cache_does_not_keep_wakes_nothing() -> None:
     event("3", availableReplicas=1)  # what the pass reads
     assert woken == [uids[0]]
     assert cache.deployments.get("d-1", copy_=False)["metadata"]["resourceVersion"] == "3"
+
+
+def test_a_child_wakes_the_order_its_label_names_and_the_order_that_controls_it() -> None:
+    """A child relabelled to another order's UID: the informers still see it (they
+    select on the label's presence), and its owner is woken to put the label back, not
+    left for the resync minutes later. A child's other owners (a pod's ReplicaSet) are
+    no orders."""
+    cache, woken, (ours, theirs) = _cache()
+
+    def service(label: str, *owners: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": "a",
+                "namespace": "support",
+                "labels": {UID_LABEL: label},
+                "ownerReferences": list(owners),
+            },
+        }
+
+    def owner(uid: str, kind: str = "InferenceService", controller: bool = True) -> dict[str, Any]:
+        group = "ai.deckhouse.io/v1alpha1" if kind == "InferenceService" else "apps/v1"
+        return {
+            "apiVersion": group,
+            "kind": kind,
+            "name": "a",
+            "uid": uid,
+            "controller": controller,
+        }
+
+    fakes.put(cache, service(ours, owner(ours)))
+    assert woken == [ours]  # once, though named twice
+    woken.clear()
+    fakes.put(cache, service(theirs, owner(ours)))
+    assert sorted(woken) == sorted([ours, theirs])
+    woken.clear()
+    fakes.put(cache, service(ours, owner(theirs, controller=False), owner("rs-1", "ReplicaSet")))
+    assert woken == [ours]
