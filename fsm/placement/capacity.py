@@ -11,7 +11,10 @@ Shared claim takes its share percent, but only on a device that allows multiple
 allocations (Kubernetes' consumable-capacity model) — anywhere else any claim takes the
 whole device. A Dedicated claim asks no capacity, which takes a shareable device whole
 only where no requestPolicy default says otherwise (`Device.shared_by_default`): the
-planner plans no Dedicated order where its claim could be given such a device.
+planner plans no Dedicated order where its claim could be given such a device. A Shared
+claim asks only memory, and takes every other capacity at its default, else whole: a
+device publishing one holds at most `Device.sharers_at_most` claims, whatever their
+units leave free, so claims are counted too.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ __all__ = [
     "claim_freed",
     "claim_taken",
     "find_place",
+    "free_on",
     "has_room",
     "priority_lookup",
     "uncovered_held",
@@ -91,6 +95,13 @@ class Device:
     # without a default is taken whole). A Dedicated claim asks none, so it would not hold
     # such a device alone: inventory.py reads it, the planner keeps Dedicated plans off it.
     shared_by_default: bool = False
+    # How many claims asking only memory (every Shared one) it holds at once, whatever
+    # memory is left: each such claim consumes every other capacity at its requestPolicy
+    # `default`, else whole (KEP-5075), so a second capacity without a policy keeps the
+    # device to one claim. A claim asking nothing (Dedicated) takes as much of them and
+    # counts too. None: memory alone bounds them. inventory.py reads it; the accounting
+    # counts claims against it (`_Use.count`).
+    sharers_at_most: int | None = None
     id: str = field(init=False, compare=False, repr=False)
     product_name: str = field(init=False, compare=False, repr=False)
     device_type: str = field(init=False, compare=False, repr=False)
@@ -235,7 +246,8 @@ def with_holder_priorities(
 
 @dataclass(frozen=True, slots=True)
 class _Use:
-    """Share units in use on one device, and the claims (with their units) using them.
+    """Share units in use on one device, the claims (with their units) using them, and
+    how many claims and places those units are (`Device.sharers_at_most` bounds it).
 
     Never changed in place: a usage map is copied with `dict(usage)` and its entries
     replaced, so maps share their entries, and every free device shares `_FREE` (one
@@ -244,6 +256,7 @@ class _Use:
 
     used: int = 0
     claims: tuple[tuple[Allocation, int], ...] = ()
+    count: int = 0
 
 
 _FREE = _Use()
@@ -282,7 +295,7 @@ def take_units(
         use = usage.get(device_id)
         if use is not None:
             units = _units(by_id[device_id], share_percent)
-            usage[device_id] = _Use(use.used + sign * units, use.claims)
+            usage[device_id] = _Use(use.used + sign * units, use.claims, use.count + sign)
 
 
 def claim_taken(usage: Usage, by_id: Mapping[str, Device], alloc: Allocation) -> None:
@@ -298,7 +311,7 @@ def claim_taken(usage: Usage, by_id: Mapping[str, Device], alloc: Allocation) ->
                 taken = tuple(sorted((*claims, entry), key=lambda claim: claim[0].key))
             else:
                 taken = (*claims, entry)
-            usage[device_id] = _Use(use.used, taken)
+            usage[device_id] = _Use(use.used, taken, use.count)
 
 
 def claim_freed(usage: Usage, alloc: Allocation) -> None:
@@ -367,7 +380,9 @@ def _count(snapshot: Snapshot, by_id: Mapping[str, Device]) -> dict[str, _Use]:
                 (alloc, _units(by_id[device_id], alloc.share_percent))
             )
     for device_id, on_device in claims.items():
-        usage[device_id] = _Use(sum(units for _, units in on_device), tuple(on_device))
+        usage[device_id] = _Use(
+            sum(units for _, units in on_device), tuple(on_device), len(on_device)
+        )
     return usage
 
 
@@ -379,7 +394,7 @@ def _release(usage: dict[str, _Use], victim: Allocation) -> None:
             continue
         kept = tuple(entry for entry in use.claims if entry[0] is not victim)
         freed = sum(units for alloc, units in use.claims if alloc is victim)
-        usage[device_id] = _Use(use.used - freed, kept)
+        usage[device_id] = _Use(use.used - freed, kept, use.count - (len(use.claims) - len(kept)))
 
 
 def find_place(
@@ -516,8 +531,8 @@ def _take_free(
     for device in node_devices:
         units = _units(device, share_percent)
         use = usage[device.id]
-        if FULL_SHARE - use.used >= units:
-            trial[device.id] = _Use(use.used + units, use.claims)
+        if _fits(device, FULL_SHARE - use.used, use.count, units):
+            trial[device.id] = _Use(use.used + units, use.claims, use.count + 1)
             if len(trial) == count:
                 return trial, list(trial), []
     return None
@@ -546,7 +561,23 @@ class FullNodes:
 
 
 def _room(usage: Mapping[str, _Use], device: Device, share_percent: int) -> bool:
-    return FULL_SHARE - usage[device.id].used >= _units(device, share_percent)
+    use = usage[device.id]
+    return _fits(device, FULL_SHARE - use.used, use.count, _units(device, share_percent))
+
+
+def _fits(device: Device, free: int, count: int, units: int) -> bool:
+    """Whether one more claim of `units` fits beside `count` claims leaving `free` units."""
+    most = device.sharers_at_most
+    return free >= units and (most is None or count < most)
+
+
+def free_on(usage: Mapping[str, _Use], device: Device) -> int:
+    """Free share units on `device` (published: in `usage`): none once it holds as many
+    claims as it can (`Device.sharers_at_most`), whatever their units leave."""
+    use = usage[device.id]
+    if device.sharers_at_most is not None and use.count >= device.sharers_at_most:
+        return 0
+    return max(FULL_SHARE - use.used, 0)
 
 
 def has_room(usage: Usage, device: Device, share_percent: int) -> bool:
@@ -597,8 +628,8 @@ def _take(
                 continue
             need = _units(device, share_percent)
             use = trial[device.id] if device.id in trial else usage[device.id]
-            free = FULL_SHARE - use.used
-            if free >= need:
+            free, held = FULL_SHARE - use.used, use.count
+            if _fits(device, free, held, need):
                 options.append((_cost([]), device.id, []))
                 continue
             if priority is None:
@@ -616,11 +647,12 @@ def _take(
             )
             picked: list[Allocation] = []
             for alloc, units in victims:
-                if free >= need:
+                if _fits(device, free, held, need):
                     break
                 picked.append(alloc)
                 free += units
-            if free >= need:
+                held -= 1
+            if _fits(device, free, held, need):
                 options.append((_cost(picked), device.id, picked))
         if not options:
             return None
@@ -633,7 +665,7 @@ def _take(
             freed.append(victim)
         device = next(d for d in node_devices if d.id == device_id)
         use = trial[device_id] if device_id in trial else usage[device_id]
-        trial[device_id] = _Use(use.used + _units(device, share_percent), use.claims)
+        trial[device_id] = _Use(use.used + _units(device, share_percent), use.claims, use.count + 1)
         chosen.append(device_id)
     if len(freed) > 1:
         return _reprieved(usage, node_devices, count, share_percent, freed) or (

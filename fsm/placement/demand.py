@@ -27,10 +27,10 @@ from fsm.placement.capacity import (
     claim_freed,
     claim_taken,
     find_place,
+    free_on,
     has_room,
     take_units,
     uncovered_held,
-    usage_by_device,
     usage_of,
     with_counted,
 )
@@ -203,11 +203,9 @@ def free_units(snapshot: Snapshot, device_class: str, *, besides: str | None = N
         devices = cel.selected_devices(info, snapshot.devices)
     except cel.SelectorError:
         return 0
-    used = usage_by_device(snapshot)
+    usage = usage_of(snapshot)
     if besides is not None:
-        used = dict(used)
         for alloc in snapshot.allocations:
             if alloc.holder == besides:
-                for device_id in alloc.devices:
-                    used[device_id] = used.get(device_id, 0) - alloc.share_percent
-    return sum(max(FULL_SHARE - used.get(d.id, 0), 0) for d in devices)
+                claim_freed(usage, alloc)
+    return sum(free_on(usage, d) for d in devices)

@@ -263,6 +263,7 @@ def _device(driver: str, pool: str, spec: Mapping[str, Any], dev: Mapping[str, A
         capacity.append((qualified, amount))
     node = spec.get("nodeName") or f"{driver}/{pool}"
     shareable = bool(body.get("allowMultipleAllocations", False))
+    unasked = _unasked(body.get("capacity") or {}) if shareable else ()
     return Device(
         driver=driver,
         pool=pool,
@@ -271,35 +272,57 @@ def _device(driver: str, pool: str, spec: Mapping[str, Any], dev: Mapping[str, A
         attributes=tuple(sorted(attributes)),
         capacity=tuple(sorted(capacity)),
         allow_multiple_allocations=shareable,
-        shared_by_default=shareable and _shared_by_default(body.get("capacity") or {}),
+        shared_by_default=shareable and _shared_by_default(unasked),
+        sharers_at_most=_sharers_at_most(driver, unasked) if shareable else None,
     )
 
 
-def _shared_by_default(capacity: Mapping[str, Any]) -> bool:
-    """Whether a claim that asks no capacity of a shareable device leaves room on it.
+def _unasked(capacity: Mapping[str, Any]) -> tuple[tuple[str, Fraction, Fraction], ...]:
+    """Each capacity of a shareable device as (name, value, what a claim that does not
+    name it in `capacity.requests` consumes of it): its requestPolicy `default`, else all
+    of it (KEP-5075, as the 1.34 allocator and the simulator's do).
 
-    Such a claim consumes each capacity's requestPolicy `default`, else all of it
-    (KEP-5075, as the 1.34 allocator and the simulator's do). A capacity taken whole keeps
-    every other claim off the device; with none taken whole, two Dedicated claims (which
-    ask no capacity) were given one GPU, each runtime set to use 90% of its memory. A
-    default that cannot be read counts as taking less than all (the simulator drops such
-    a capacity, and the planner promises no device it cannot tell is whole)."""
-    for cap in capacity.values():
+    A capacity that cannot be read, of nothing, or of more than any device has is left
+    out: unpublished, as above, nothing of it is taken. So is one whose default cannot be
+    read (the simulator drops such a capacity; the planner promises no device it cannot
+    tell is whole)."""
+    unasked = []
+    for key, cap in capacity.items():
         try:
             value = parse_quantity(cap.get("value", 0))
-        except QuantityError:
-            continue  # unpublished, as above: nothing of it is taken
-        if value <= 0 or value > _MOST_CAPACITY:
-            continue
-        default = (cap.get("requestPolicy") or {}).get("default")
-        if default is None:
-            return False
-        try:
-            if parse_quantity(default) >= value:
-                return False
+            default = (cap.get("requestPolicy") or {}).get("default")
+            taken = value if default is None else parse_quantity(default)
         except QuantityError:
             continue
-    return True
+        if 0 < value <= _MOST_CAPACITY:
+            unasked.append((str(key), value, taken))
+    return tuple(unasked)
+
+
+def _shared_by_default(unasked: Iterable[tuple[str, Fraction, Fraction]]) -> bool:
+    """Whether a claim that asks no capacity of a shareable device leaves room on it.
+
+    A capacity taken whole keeps every other claim off the device; with none taken
+    whole, two Dedicated claims (which ask no capacity) were given one GPU, each runtime
+    set to use 90% of its memory."""
+    return all(taken < value for _, value, taken in unasked)
+
+
+def _sharers_at_most(driver: str, unasked: Iterable[tuple[str, Fraction, Fraction]]) -> int | None:
+    """How many claims that ask only memory (every Shared one: `capacity.requests.memory`)
+    a shareable device holds at once by its other capacities; None: as many as its memory
+    holds (no other capacity, or each taken so little that 100 claims of 1% fit).
+
+    Each such claim consumes every capacity it does not name (`_unasked`): a second
+    capacity without a policy is taken whole by the first claim, and two 50% orders the
+    planner counted on one GPU got one, the second's pod never allocated."""
+    most: int | None = None
+    for key, value, taken in unasked:
+        if key in ("memory", f"{driver}/memory") or taken <= 0:
+            continue  # the one the claim names, or one consumed not at all
+        fit = int(value // taken)
+        most = fit if most is None else min(most, fit)
+    return most if most is not None and most < FULL_SHARE else None
 
 
 def _allocation(obj: Mapping[str, Any], priorities: Mapping[str, int]) -> Allocation | None:

@@ -131,6 +131,52 @@ def test_a_device_a_claim_asking_no_capacity_would_share(
     assert parsed.shared_by_default is shared
 
 
+_CORES_40 = {"memory": {"value": "16Gi"}, "cores": {"value": "40"}}
+
+
+def _cores(value: str, **policy: Any) -> dict[str, Any]:
+    return {"memory": {"value": "16Gi"}, "cores": {"value": value, "requestPolicy": policy}}
+
+
+@pytest.mark.parametrize(
+    ("shareable", "capacity_", "most"),
+    [
+        pytest.param(False, _CORES_40, None, id="exclusive-device"),
+        pytest.param(True, {"memory": {"value": "16Gi"}}, None, id="memory-only"),
+        pytest.param(
+            True,
+            {"memory": {"value": "16Gi", "requestPolicy": {"default": "1Gi"}}},
+            None,
+            id="memory-is-the-capacity-the-claim-names",
+        ),
+        pytest.param(True, _CORES_40, 1, id="another-capacity-taken-whole"),
+        pytest.param(True, _cores("40", validValues=["10", "40"]), 1, id="no-default-whole"),
+        pytest.param(True, _cores("40", default="30"), 1, id="default-3/4"),
+        pytest.param(True, _cores("40", default="20"), 2, id="default-half"),
+        pytest.param(True, _cores("30", default="10"), 3, id="default-third"),
+        pytest.param(True, _cores("40", default="50"), 0, id="default-above-the-capacity"),
+        pytest.param(True, _cores("40", default="0"), None, id="default-nothing"),
+        pytest.param(True, _cores("400", default="4"), None, id="room-for-100-claims-of-1%"),
+        pytest.param(True, _cores("40", default="many"), None, id="unreadable-default"),
+        pytest.param(
+            True,
+            {**_cores("30", default="10"), "sm": {"value": "80"}},
+            1,
+            id="the-tightest-capacity",
+        ),
+    ],
+)
+def test_how_many_claims_asking_only_memory_a_device_holds(
+    shareable: bool, capacity_: dict[str, Any], most: int | None
+) -> None:
+    """A Shared claim asks only memory: every other capacity is consumed at its
+    requestPolicy default, else whole (KEP-5075), whatever memory is left."""
+    device = gpu("gpu-0", T4, "16Gi", shareable=shareable)
+    device["capacity"] = capacity_
+    (parsed,) = snapshot(slices=[resource_slice("node1", device)]).devices
+    assert parsed.sharers_at_most == most
+
+
 @pytest.mark.parametrize(
     ("slices", "devices", "problem"),
     [
@@ -382,6 +428,78 @@ def test_shares_count_per_device(shareable: bool, consumers: int) -> None:
     snap = snapshot(slices=[resource_slice("node1", gpu("gpu-0", T4, "16Gi", shareable=shareable))])
     assert find_place(snap, snap.devices, count=1, share_percent=50, replicas=consumers)
     assert find_place(snap, snap.devices, count=1, share_percent=50, replicas=consumers + 1) is None
+
+
+def _t4_with_cores(name: str, cores: dict[str, Any]) -> dict[str, Any]:
+    device = gpu(name, T4, "16Gi", shareable=True)
+    device["capacity"]["cores"] = cores
+    return device
+
+
+@pytest.mark.parametrize(
+    ("cores", "shares", "fits"),
+    [
+        pytest.param({"value": "40"}, [50, 50], False, id="whole-cores-one-half"),
+        pytest.param({"value": "40"}, [25, 25], False, id="whole-cores-one-quarter"),
+        pytest.param({"value": "40"}, [50], True, id="whole-cores-a-free-device"),
+        pytest.param(
+            {"value": "40", "requestPolicy": {"default": "20"}}, [50, 50], True, id="half-cores"
+        ),
+        pytest.param(
+            {"value": "30", "requestPolicy": {"default": "10"}}, [50, 25, 25], True, id="thirds"
+        ),
+        pytest.param(
+            {"value": "40", "requestPolicy": {"default": "20"}}, [25, 25, 25], False, id="halves"
+        ),
+    ],
+)
+def test_a_device_holds_no_more_claims_than_its_other_capacities_allow(
+    cores: dict[str, Any], shares: list[int], fits: bool
+) -> None:
+    """Claims of `shares` percent hold the device; one more (`shares[-1]`) fits only
+    where units and the claims' count both leave room."""
+    *held, last = shares
+    claims = [
+        claim(f"c{i}", "node1", "gpu-0", holder=f"h{i}", mps_percent=share)
+        for i, share in enumerate(held)
+    ]
+    snap = snapshot(slices=[resource_slice("node1", _t4_with_cores("gpu-0", cores))], claims=claims)
+    assert (find_place(snap, snap.devices, count=1, share_percent=last) is not None) is fits
+    usage = capacity.usage_of(snap)
+    (device,) = snap.devices
+    assert capacity.has_room(usage, device, last) is fits
+
+
+def test_the_claims_count_is_freed_with_them_and_held_places_count_too() -> None:
+    """A higher order frees a lower claim for the count alone (the units had room), and
+    an order's own held place, not allocated yet, counts as a claim there."""
+    slices = [resource_slice("node1", _t4_with_cores("gpu-0", {"value": "40"}))]
+    low = snapshot(
+        slices=slices,
+        claims=[claim("low", "node1", "gpu-0", holder="l", mps_percent=25)],
+        priorities={"l": 100},
+    )
+    assert find_place(low, low.devices, count=1, share_percent=25) is None
+    place = find_place(low, low.devices, count=1, share_percent=25, priority=1000)
+    assert place is not None and place.reclaims == ("team/low",)
+    # A claim freed on one device is freed on the others: its count too.
+    whole = {"value": "40"}
+    tp2 = snapshot(
+        slices=[
+            resource_slice("node1", _t4_with_cores("gpu-0", whole), _t4_with_cores("gpu-1", whole))
+        ],
+        claims=[claim("tp2", "node1", "gpu-0", "gpu-1", holder="l", mps_percent=25)],
+        priorities={"l": 100},
+    )
+    both = find_place(tp2, tp2.devices, count=1, share_percent=25, replicas=2, priority=1000)
+    assert both is not None and both.reclaims == ("team/tp2",)
+    assert sorted(both.devices) == sorted(_ids("gpu-0", "gpu-1"))
+    empty = snapshot(slices=slices)
+    held = _ids("gpu-0")
+    assert (
+        find_place(empty, empty.devices, count=1, share_percent=25, held=held, held_share=25)
+        is None
+    )
 
 
 def test_reclaim_takes_the_lowest_priority_first() -> None:

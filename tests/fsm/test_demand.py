@@ -1,13 +1,15 @@
 """Other orders' plans not yet allocated, counted as demand: the same room as counting
 the units in use anew for every demand (tests/support/reference_demand.py), on random
-clusters — whole and shareable devices on several nodes, claims already allocated (of
-holders of several priorities), and plans of one or two devices, whole or shared, for
-one or more replicas, some freeing claims of lower priority."""
+clusters — whole and shareable devices on several nodes (some holding one or two claims
+at most: a second capacity), claims already allocated (of holders of several
+priorities), and plans of one or two devices, whole or shared, for one or more
+replicas, some freeing claims of lower priority."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,10 +44,17 @@ def _plan(count: int, share: int | None, named: tuple[str, ...]) -> Plan:
 def clusters(draw: st.DrawFn) -> tuple[Snapshot, list[demand.Demand]]:
     per_node = draw(st.lists(st.integers(1, 4), min_size=1, max_size=len(NODES)))
     shareable = draw(st.booleans())
+    # A second capacity bounds how many claims a shared device holds (one, two, any).
+    cores = draw(
+        st.sampled_from([None, {"value": "8"}, {"value": "8", "requestPolicy": {"default": "4"}}])
+    )
     slices, ids = [], []
     for node, count in zip(NODES, per_node, strict=False):
         names = [f"{node}-gpu-{i}" for i in range(count)]
-        slices.append(slice_of(node, *(gpu(n, A100, "80Gi", shareable=shareable) for n in names)))
+        devices = [gpu(n, A100, "80Gi", shareable=shareable) for n in names]
+        for device in devices if cores is not None else ():
+            device["capacity"]["cores"] = cores
+        slices.append(slice_of(node, *devices))
         ids += [(node, n) for n in names]
     taken = draw(st.lists(st.sampled_from(ids), max_size=len(ids), unique=True))
     shares = st.sampled_from([None, 50])
@@ -147,6 +156,23 @@ def test_two_plans_for_the_last_device_are_not_both_given_it() -> None:
     # The first takes the free device; the second, with no room left, takes nothing.
     assert held["first"] == named and "second" not in held
     assert demand.free_units(after, "gpus") == 0
+
+
+@pytest.mark.parametrize(("cores", "free"), [(None, 50), ({"value": "8"}, 0)])
+def test_a_device_holding_as_many_claims_as_it_can_has_no_free_units(
+    cores: dict[str, str] | None, free: int
+) -> None:
+    """Half its units are free, but a second capacity taken whole by the first claim
+    keeps every other off: a tried class is tried again when free units grow."""
+    device = gpu("gpu-0", A100, "80Gi", shareable=True)
+    if cores is not None:
+        device["capacity"]["cores"] = cores
+    snap = snapshot(
+        [device_class("gpus", GPU_CLASS)],
+        [slice_of("node-a", device)],
+        [claim("c", "node-a", "gpu-0", holder="x", mps_percent=50)],
+    )
+    assert demand.free_units(snap, "gpus") == free
 
 
 def test_a_replica_that_fits_nowhere_does_not_hold_room_its_pod_cannot_use() -> None:

@@ -502,6 +502,29 @@ def test_a_dedicated_order_does_not_grow_onto_a_device_it_would_share() -> None:
     assert room_for(later, current, order_uid="me") is None
 
 
+def _t4_with_cores(name: str) -> dict[str, Any]:
+    device = _t4(name)
+    device["capacity"]["cores"] = {"value": "40"}  # no policy: a claim not asking takes all
+    return device
+
+
+def test_a_shared_order_is_not_planned_beside_a_claim_that_took_a_capacity_whole() -> None:
+    """A Shared claim asks only memory, so it takes all of a T4's cores: a second 50%
+    order planned beside it was never allocated (its class then marked tried). It goes
+    to the other T4, and past that there is no room, nor any to grow into."""
+    half = [device_class("t4", T4_ONLY, sharing="Shared", share_percent="50")]
+    slices = [resource_slice("node-t4", _t4_with_cores("gpu-0"), _t4_with_cores("gpu-1"))]
+    shared = request(QWEN_05B, accelerator=accel(allowedSharingModes=["Shared"]))
+    first = claim("first-0", "node-t4", "gpu-0", holder="first", mps_percent=50)
+    outcome = plan(shared, snapshot(half, slices, [first]), RECIPES)
+    assert outcome.plan is not None and outcome.plan.sharing_mode is SHR
+    assert outcome.plan.devices == ("gpu.nvidia.com/node-t4/gpu-1",)
+    second = claim("second-0", "node-t4", "gpu-1", holder="second", mps_percent=50)
+    full = snapshot(half, slices, [first, second])
+    assert plan(shared, full, RECIPES).reason is Reason.NO_CAPACITY
+    assert room_for(full, outcome.plan, order_uid="second") is None
+
+
 def test_a_device_publishing_an_absurd_memory_is_no_place_and_the_order_says_so() -> None:
     snap = snapshot(classes()[:1], [resource_slice("n", gpu("gpu-0", T4, "1e30"))])
     outcome = plan(request(QWEN_05B), snap, RECIPES)

@@ -11,9 +11,9 @@ from fsm.placement.capacity import (
     FULL_SHARE,
     Allocation,
     Snapshot,
-    _units,
     find_place,
-    usage_by_device,
+    has_room,
+    usage_of,
 )
 from fsm.placement.demand import Demand, _named
 from fsm.placement.planner import plan_devices
@@ -41,10 +41,10 @@ def with_demand(snapshot: Snapshot, demands: Iterable[Demand]) -> Snapshot:
             current = replace(
                 snapshot, allocations=(*allocations, *_placeholders(demand, replicas))
             )
-            used = usage_by_device(current)
+            usage = usage_of(current)
             by_id = {d.id: d for d in current.devices}
             fits = len(replicas) < demand.replicas and all(
-                d in by_id and FULL_SHARE - used[d] >= _units(by_id[d], share) for d in devices
+                d in by_id and has_room(usage, by_id[d], share) for d in devices
             )
             if fits:
                 replicas.append(devices)
