@@ -319,6 +319,41 @@ def test_the_planner_knows_which_devices_a_claim_asking_no_capacity_would_share(
 
 
 @pytest.mark.parametrize(
+    "cores",
+    [
+        pytest.param(None, id="memory-only"),
+        pytest.param({"value": "40"}, id="no-policy"),
+        pytest.param(
+            {"value": "40", "requestPolicy": {"validValues": ["8", "40"]}}, id="no-default"
+        ),
+        pytest.param({"value": "40", "requestPolicy": {"default": "30"}}, id="default-3/4"),
+        pytest.param({"value": "40", "requestPolicy": {"default": "20"}}, id="default-half"),
+        pytest.param({"value": "30", "requestPolicy": {"default": "10"}}, id="default-third"),
+        pytest.param({"value": "40", "requestPolicy": {"default": "50"}}, id="default-above"),
+        pytest.param({"value": "40", "requestPolicy": {"default": "0"}}, id="default-zero"),
+    ],
+)
+def test_the_planner_knows_how_many_claims_asking_only_memory_a_device_holds(
+    cores: dict[str, Any] | None,
+) -> None:
+    """`Device.sharers_at_most`, which bounds the Shared claims the planner counts on a
+    device, is how many claims asking only memory (as Shared ones do) this allocator
+    gives it, where memory would take 16."""
+    slices = [capacity.render_slice(node("n", T4_SHARED), "gpu.nvidia.com", name="n", generation=1)]
+    if cores is not None:
+        slices[0]["spec"]["devices"][0]["capacity"]["cores"] = cores
+    (device,) = parse_snapshot((), slices, ()).devices
+    t4 = capacity.render_device_class(capacity.DeviceClassSpec(name="t4", selectors=(GPU, T4)))
+    inv, usage = allocation.Inventory.from_objects(slices, [t4]), allocation.Usage()
+    sharer = claim(exactly("gpu", "t4", capacity={"requests": {"memory": "1Gi"}}))
+    fitted = 0
+    while allocation.allocate_claim(f"ns/c{fitted}", sharer, "n", inv, usage) is not None:
+        fitted += 1
+    most = device.sharers_at_most
+    assert fitted == (16 if most is None else min(most, 16))
+
+
+@pytest.mark.parametrize(
     ("spec", "message"),
     [
         pytest.param(
