@@ -46,6 +46,24 @@ def _serving(bed: Bed, uid: str, name: str, device: str, node: str = "node-a") -
     fakes.put(bed.world, claim(f"{name}-gpu", node, device, holder=uid, namespace="support"))
 
 
+def priority_classes(bed: Bed, *, low_replicas: int = 1, high_replicas: int = 1) -> None:
+    """Classes `low` (PriorityClass inference-low, 100) and `high` (inference-high, 1000),
+    each with a fixed number of replicas."""
+    for name, value in (("inference-low", 100), ("inference-high", 1000)):
+        fakes.put(bed.world, priority_class(name, value))
+    for name, priority, replicas in (
+        ("low", "inference-low", low_replicas),
+        ("high", "inference-high", high_replicas),
+    ):
+        klass = external_token_class(name)
+        klass["spec"]["scalingPolicy"] = {
+            "minReplicas": replicas,
+            "maxReplicas": replicas,
+            "allowedPriorityClassNames": [priority],
+        }
+        fakes.put(bed.world, klass)
+
+
 def _pod(uid: str, name: str, node: str | None) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -338,16 +356,7 @@ def test_a_take_counts_only_the_replicas_that_hold_devices(tmp_path: Path) -> No
     replica as demand, it was scaled to 1, the waiting pod went, gpu-0 stayed held, and
     every later take found the order "at" what it held: nothing was ever freed."""
     bed = Bed(tmp_path, a100s=2)
-    for name, value in (("inference-low", 100), ("inference-high", 1000)):
-        fakes.put(bed.world, priority_class(name, value))
-    for name, priority, replicas in (("low", "inference-low", 2), ("high", "inference-high", 1)):
-        klass = external_token_class(name)
-        klass["spec"]["scalingPolicy"] = {
-            "minReplicas": replicas,
-            "maxReplicas": replicas,
-            "allowedPriorityClassNames": [priority],
-        }
-        fakes.put(bed.world, klass)
+    priority_classes(bed, low_replicas=2)
     victim = bed.order("victim", klass="low")
     bed.settle(victim)
     _serving(bed, victim, "victim", "gpu-0")
@@ -369,16 +378,7 @@ def test_a_take_is_judged_again_when_it_is_made(tmp_path: Path) -> None:
     priority rises to the taker's. When the apply goes through, nothing is taken: equal
     priority never preempts, however long ago the plan said otherwise."""
     bed = Bed(tmp_path, a100s=1)
-    for name, value in (("inference-low", 100), ("inference-high", 1000)):
-        fakes.put(bed.world, priority_class(name, value))
-    for name, priority in (("low", "inference-low"), ("high", "inference-high")):
-        klass = external_token_class(name)
-        klass["spec"]["scalingPolicy"] = {
-            "minReplicas": 1,
-            "maxReplicas": 1,
-            "allowedPriorityClassNames": [priority],
-        }
-        fakes.put(bed.world, klass)
+    priority_classes(bed)
     victim = bed.order("victim", klass="low")
     bed.settle(victim)
     _serving(bed, victim, "victim", "gpu-0")

@@ -14,27 +14,10 @@ from typing import Any
 import pytest
 
 from fsm import events as ev
-from tests.adapters.kubernetes.test_capacity_routing import _serving
-from tests.adapters.kubernetes.test_pass import Bed, external_token_class
+from tests.adapters.kubernetes.test_capacity_routing import _serving, priority_classes
+from tests.adapters.kubernetes.test_pass import Bed
 from tests.support import fakes
-from tests.support.planner_inputs import claim, priority_class
-
-
-def _priority_classes(bed: Bed, high_replicas: int = 1) -> None:
-    """Classes `low` (inference-low, 100) and `high` (inference-high, 1000)."""
-    for name, value in (("inference-low", 100), ("inference-high", 1000)):
-        fakes.put(bed.world, priority_class(name, value))
-    for name, priority, replicas in (
-        ("low", "inference-low", 1),
-        ("high", "inference-high", high_replicas),
-    ):
-        klass = external_token_class(name)
-        klass["spec"]["scalingPolicy"] = {
-            "minReplicas": replicas,
-            "maxReplicas": replicas,
-            "allowedPriorityClassNames": [priority],
-        }
-        fakes.put(bed.world, klass)
+from tests.support.planner_inputs import claim
 
 
 def _cached(bed: Bed, kind: str, name: str) -> dict[str, Any]:
@@ -64,7 +47,7 @@ def test_a_device_given_back_is_not_promised_to_the_next_plan(tmp_path: Path, le
     replicas that pass had seen (zero: it holds no place) and was given the A100 too.
     A new leader, whose log says zero, counts what the Deployment asks for as well."""
     bed = Bed(tmp_path, a100s=1)
-    _priority_classes(bed)
+    priority_classes(bed)
     victim = bed.order("victim", klass="low")
     bed.settle(victim)
     _serving(bed, victim, "victim", "gpu-0")
@@ -97,7 +80,7 @@ def test_one_free_device_is_given_back_to_one_victim(tmp_path: Path) -> None:
     batch job's claim takes one of the two A100s. Each victim's give-back saw the other's
     as no demand (its pass had not seen it yet), and both were given the one free A100."""
     bed = Bed(tmp_path, a100s=2)
-    _priority_classes(bed, high_replicas=2)
+    priority_classes(bed, high_replicas=2)
     victims = {name: bed.order(name, klass="low") for name in ("v1", "v2")}
     for device, (name, uid) in enumerate(victims.items()):
         bed.settle(uid)
@@ -125,7 +108,7 @@ def test_a_device_being_freed_for_one_taker_is_not_promised_to_another(tmp_path:
     saw h1's plan hold nothing (the device was not free) and was planned onto the same
     device, freeing the same claim; its take then took nothing."""
     bed = Bed(tmp_path, a100s=1)
-    _priority_classes(bed)
+    priority_classes(bed)
     low = bed.order("low", klass="low")
     bed.settle(low)
     _serving(bed, low, "low", "gpu-0")

@@ -23,7 +23,7 @@ from adapters.kubernetes.manifests import FIELD_MANAGER, Applier
 from adapters.kubernetes.rendering import OrderRef, render_workload
 from adapters.kubernetes.settings import Settings
 from adapters.simulator import podclaims
-from fsm.placement.recipes import EnvVar
+from fsm.placement.recipes import EnvVar, Recipe
 from fsm.values import (
     Authentication,
     ExposureType,
@@ -136,16 +136,17 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_every_rendered_object_is_accepted_and_kept(
-    api: client.ApiClient, namespace: str, case: str
-) -> None:
+def _rendered(
+    api: client.ApiClient, namespace: str, case: str, name: str, recipe: Recipe
+) -> tuple[OrderRef, list[dict[str, Any]]]:
+    """An order named `name` made on the server, and its workload for `case` on `recipe`,
+    as the server it goes to takes it."""
     pol, plan, settings = CASES[case]
-    order = make_order(api, namespace, case)
+    order = make_order(api, namespace, name)
     manifests = render_workload(
         order,
         plan,
-        RECIPE,
+        recipe,
         pol,
         HF_REF,
         settings=settings,
@@ -154,6 +155,14 @@ def test_every_rendered_object_is_accepted_and_kept(
     )
     if not knows_pod_claims(api):
         manifests = [podclaims.for_old_server(m) for m in manifests]
+    return order, manifests
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_rendered_object_is_accepted_and_kept(
+    api: client.ApiClient, namespace: str, case: str
+) -> None:
+    order, manifests = _rendered(api, namespace, case, case, RECIPE)
     applier, dynamic = Applier(api), DynamicClient(api)
     for manifest in manifests:
         applier.apply(manifest)
@@ -183,21 +192,8 @@ def test_what_the_server_keeps_is_no_drift(
     server drops what it stores as absent (`omitempty`): a recipe's env entry with an
     empty value was rendered as `value: ""`, never found live, and its Deployment was
     applied on every pass of every order on the recipe."""
-    pol, plan, settings = CASES[case]
-    order = make_order(api, namespace, f"kept-{case}")
     flagged = RECIPE.model_copy(update={"env": (*RECIPE.env, EnvVar(name="VLLM_EMPTY_FLAG"))})
-    manifests = render_workload(
-        order,
-        plan,
-        flagged,
-        pol,
-        HF_REF,
-        settings=settings,
-        facts=FACTS,
-        hpa_api_version=rendering.hpa_api_version_for(served_versions(api)),
-    )
-    if not knows_pod_claims(api):
-        manifests = [podclaims.for_old_server(m) for m in manifests]
+    _, manifests = _rendered(api, namespace, case, f"kept-{case}", flagged)
     applier, dynamic = Applier(api), DynamicClient(api)
     for manifest in manifests:
         applier.apply(manifest)
