@@ -288,6 +288,10 @@ class Actor:
             if command.auth_secret_name:
                 wanted.append({"kind": "Secret", "metadata": {"name": command.auth_secret_name}})
             strays = converging.strays(wanted, live.values(), order.uid)
+            # Its own, disowned (owner references removed), and no longer rendered: an
+            # Ingress after a switch to ClusterLocal stayed public, and outlived the order.
+            disowned = converging.uncontrolled_strays(wanted, live.values())
+            strays += [obj for obj in disowned if self._disowned(order, obj)]
             for stray in strays:
                 self._prune(order, stray)
         except errors.APIError as exc:
@@ -377,7 +381,7 @@ class Actor:
             self._writer.delete(self._resource(live), order.namespace, meta["name"], meta["uid"])
             self._read_own_write(self._writer.apply(doc))
 
-    def _disowned(self, order: OrderRef, live: Obj) -> bool:
+    def _disowned(self, order: OrderRef, live: Mapping[str, Any]) -> bool:
         """Whether `live`, labelled as the order's child and controlled by nothing, is
         our own object whose owner references someone removed (`kubectl replace` of a
         trimmed manifest, a GitOps tool's): the controller's field manager applied this

@@ -46,6 +46,7 @@ __all__ = [
     "stamped",
     "strays",
     "surplus",
+    "uncontrolled_strays",
     "written_by",
 ]
 
@@ -232,6 +233,20 @@ def controlled(obj: Obj) -> bool:
     """Whether anything is the object's controller (an owner reference with `controller`)."""
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return any(r.get("controller") for r in refs)
+
+
+def uncontrolled_strays(desired: Iterable[Obj], children: Iterable[Obj]) -> list[Obj]:
+    """Objects carrying the order's label that nothing renders any more and nothing
+    controls: perhaps its own, their owner references removed (acting: `_disowned` reads
+    whether it applied them), perhaps a user's copy, never touched."""
+    wanted = {key_of(doc) for doc in desired}
+    return [
+        obj
+        for obj in children
+        if key_of(obj) not in wanted
+        and not controlled(obj)
+        and not (obj.get("metadata") or {}).get("deletionTimestamp")
+    ]
 
 
 def strays(desired: Iterable[Obj], children: Iterable[Obj], uid: str) -> list[Obj]:

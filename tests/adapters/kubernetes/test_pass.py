@@ -1701,3 +1701,41 @@ def test_a_recipe_edited_to_a_runtime_without_a_key_never_serves_a_token_order_o
     assert runtime is not None
     env = {e["name"] for e in runtime["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert "VLLM_API_KEY" in env
+
+
+def test_a_disowned_child_no_longer_rendered_is_pruned(bed: Bed) -> None:
+    """The order's Ingress, its owner references removed (a trimmed `kubectl replace`),
+    then the class switched to ClusterLocal: nothing renders it, and nothing owned it, so
+    it was never pruned and the endpoint stayed public (and outlived the order)."""
+    _exposure(bed, TOKEN_EXTERNAL, 1)
+    uid = bed.order("llm")
+    bed.settle(uid)
+    ingress = bed.child("Ingress", "llm")
+    assert ingress is not None
+    ingress["metadata"].pop("ownerReferences")
+    fakes.put(bed.world, ingress)
+    _exposure(bed, NONE_LOCAL, 2)
+    bed.settle(uid)
+    assert bed.child("Ingress", "llm") is None
+    writes = bed.writer.writes
+    bed.settle(uid)
+    assert bed.writer.writes == writes
+
+
+def test_a_users_copy_no_longer_rendered_is_left(bed: Bed) -> None:
+    """The same Ingress made by the user's client (no apply of ours in its history): not
+    the order's to prune."""
+    _exposure(bed, TOKEN_EXTERNAL, 1)
+    uid = bed.order("llm")
+    bed.settle(uid)
+    ingress = bed.child("Ingress", "llm")
+    assert ingress is not None
+    copied = copy.deepcopy(ingress)
+    copied["metadata"].pop("ownerReferences")
+    copied["metadata"]["uid"] = "users-copy"
+    fakes.drop(bed.world, ingress)
+    fakes.put(bed.world, copied)
+    _exposure(bed, NONE_LOCAL, 2)
+    bed.settle(uid)
+    assert bed.child("Ingress", "llm") is not None
+    assert bed.writer.calls[("delete", "Ingress")] == 0
