@@ -514,7 +514,7 @@ class Actor:
 
     def scale(
         self, order: OrderRef, replicas: int, record: Taking | None, resource_version: str
-    ) -> None:
+    ) -> Obj:
         """Scale an order's Deployment for priority, with the record of what is taken, in
         one patch conditional on the version the decision read (409: decide again)."""
         body: dict[str, Any] = {
@@ -529,11 +529,9 @@ class Actor:
             },
             "spec": {"replicas": replicas},
         }
-        # Read back: other orders' plans count the order's demand from the cached replicas.
-        self._read_own_write(
-            self._writer.patch(kinds.DEPLOYMENTS, order.namespace, order.name, body)
-        )
+        written = self._writer.patch(kinds.DEPLOYMENTS, order.namespace, order.name, body)
         log.info("%s: scaled to %d for priority (%s)", order.key, replicas, record and record.by)
+        return written
 
     # -- probing -----------------------------------------------------------------------
 

@@ -57,6 +57,9 @@ class Planning:
             {},
         )
         self._claims = inventory.ClaimReader()
+        # Give-backs written and not back through the watch yet: order UID -> (replicas,
+        # the Deployment's UID, the version the scale returned). `_desired` counts these.
+        self._scales: dict[str, tuple[int, str, str]] = {}
         # Read by plans (under the lock) and the arbiter (not): an entry is used only for
         # its very claim at the same priority, so a race costs a copy, never a wrong one.
         self._judged: capacity.JudgedClaims = {}
@@ -253,16 +256,30 @@ class Planning:
             )
         return demand.with_demand(base, demands, for_uid=uid, held=holding)
 
+    def scaled(self, uid: str, replicas: int, written: Obj) -> None:
+        """Order `uid`'s Deployment was scaled to `replicas` (a give-back, under `lock`):
+        counted so by every plan from now on, not from when the watch brings it back."""
+        meta = written.get("metadata") or {}
+        self._scales[uid] = (replicas, str(meta.get("uid")), str(meta.get("resourceVersion")))
+
     def _desired(self, uid: str, state: OrderState) -> int | None:
-        """The replicas order `uid`'s Deployment asks for now, as cached; else as its last
-        pass saw them; None: it has no workload yet.
+        """The replicas order `uid`'s Deployment asks for now: as scaled by a give-back
+        the cache does not show yet; else as cached; else as its last pass saw them;
+        None: it has no workload yet.
 
         The cache's, not the pass's: a give-back (or an HPA) scales a Deployment between
         its order's passes. Counted from its last pass, a victim given back a device held
         no place there until its next pass, and the next plan, or another victim's
         give-back, was handed the same device; nor did a new leader, its log saying zero,
-        count it until then. The give-back reads its own write before the planning lock
-        is released (reconciling.py, `_arbitrate`)."""
+        count it until then. And the give-back's own, until the cache has it: waited for
+        under the planning lock, a lagging watch held every plan up to the wait's bound,
+        then gave the device away again anyway."""
+        noted = self._scales.get(uid)
+        if noted is not None:
+            replicas, deployment_uid, version = noted
+            if not self._world.deployments.has_seen(deployment_uid, version):
+                return replicas
+            self._scales.pop(uid, None)
         deployment = self._world.deployments.get_by_name(state.namespace, state.name, copy_=False)
         labels = ((deployment or {}).get("metadata") or {}).get("labels") or {}
         if deployment is not None and labels.get(UID_LABEL) == uid:

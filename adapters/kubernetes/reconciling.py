@@ -233,9 +233,10 @@ class Reconciler:
         ruling = self._arbiter.ruling(p.order, p.state, p.now)
         if ruling is not None and ruling.give_back is not None:
             # A give-back hands out free room, as a plan does: ruled again and carried out
-            # under the planning lock, its scale in the cache before the lock is released
-            # (the demand counts from there: Planning._desired). Ruled outside it, a plan
-            # made meanwhile, or another victim's give-back, was handed the same device.
+            # under the planning lock, its scale noted before the lock is released (the
+            # demand counts from there until the cache has it: Planning._desired). Ruled
+            # outside it, a plan made meanwhile, or another victim's give-back, was handed
+            # the same device.
             with self.planning.lock:
                 self._carry_out_ruling(p, self._arbiter.ruling(p.order, p.state, p.now))
             return
@@ -250,7 +251,8 @@ class Reconciler:
         back = ruling.give_back
         if back is not None:
             self._commit(p)
-            self.actor.scale(p.order, back.replicas, back.record, back.resource_version)
+            written = self.actor.scale(p.order, back.replicas, back.record, back.resource_version)
+            self.planning.scaled(p.order.uid, back.replicas, written)
 
     def _take(self, p: _Pass, reclaims: tuple[str, ...]) -> None:
         """Free `reclaims` for this order: each take is in the taker's and the victim's

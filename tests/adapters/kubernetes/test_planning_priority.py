@@ -8,6 +8,8 @@ other victim's give-back, is handed it too.
 
 from __future__ import annotations
 
+import copy
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,4 +132,50 @@ def test_a_device_being_freed_for_one_taker_is_not_promised_to_another(tmp_path:
     bed.settle(h1)
     bed.settle(h2)
     assert not bed.events(h2, ev.PlanComputed)
+    bed.log.close()
+
+
+def test_a_device_given_back_is_counted_before_the_watch_brings_the_scale(
+    tmp_path: Path,
+) -> None:
+    """The API server takes the give-back's scale and its watch event is late (a busy
+    server, a watch reconnecting). Waiting for it under the planning lock held every plan
+    up to the wait's bound and then handed the device out again all the same: the scale
+    is counted as written, whatever the cache says yet."""
+    bed = Bed(tmp_path, a100s=1)
+    priority_classes(bed)
+    victim = bed.order("victim", klass="low")
+    bed.settle(victim)
+    _serving(bed, victim, "victim", "gpu-0")
+    bed.settle(victim)
+    taker = bed.order("taker", klass="high")
+    bed.settle(taker, passes=1)
+    _gone(bed, "victim")
+    bed.settle(victim)
+    _serving(bed, taker, "taker", "gpu-0")
+    bed.settle(taker)
+    fakes.delete(bed.world, bed.world.orders.get(taker))
+    _gone(bed, "taker")
+    bed.settle(taker, passes=1)
+    written: dict[str, Any] = {}
+
+    def unwatched_patch(resource: Any, namespace: str, name: str, body: Any) -> Any:
+        live = copy.deepcopy(bed.child(resource.kind, name))
+        merged = fakes._merge_patch(live, body)
+        merged["metadata"]["resourceVersion"] = str(next(fakes._RV))
+        written[name] = merged
+        return copy.deepcopy(merged)
+
+    bed.writer.patch = unwatched_patch  # type: ignore[method-assign]
+    started = time.monotonic()
+    bed.settle(victim, passes=1)
+    assert time.monotonic() - started < 1.0  # nothing waits for the watch
+    assert written["victim"]["spec"]["replicas"] == 1 and _replicas(bed, "victim") == 0
+    newcomer = bed.order("newcomer", klass="low")
+    bed.settle(newcomer, passes=1)
+    assert not bed.events(newcomer, ev.PlanComputed)
+    # Once the watch brings it, the cache says the same.
+    fakes.put(bed.world, written["victim"])
+    bed.settle(newcomer, passes=1)
+    assert not bed.events(newcomer, ev.PlanComputed)
     bed.log.close()
