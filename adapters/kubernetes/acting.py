@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -269,7 +269,11 @@ class Actor:
         # Only what differs from the live objects is sent, a new plan's workload too: after
         # a crash between the applies and their record in the log, the restart applies
         # what is missing and rewrites nothing that is already as the plan renders it.
-        changed = converging.drifted(docs, live)
+        pod_labels = [
+            (pod.get("metadata") or {}).get("labels") or {}
+            for pod in self._world.pods_of(order.uid, order.namespace)
+        ]
+        changed = converging.drifted(docs, live, pod_labels)
         wanted = list(docs)
         copied = False
         try:
@@ -282,7 +286,7 @@ class Actor:
                 wanted.append(certificate)
                 copied = self._keep_certificate(order, certificate, live)
             for doc in changed:
-                self._apply(order, doc, live.get(converging.key_of(doc)))
+                self._apply(order, doc, live.get(converging.key_of(doc)), pod_labels)
                 if command.repair:
                     self.repairs += 1  # counted once done: a refused repair repairs nothing
             if command.auth_secret_name:
@@ -341,7 +345,13 @@ class Actor:
             self._writer, order, certificate, current, read_back=self._read_own_write
         )
 
-    def _apply(self, order: OrderRef, doc: Mapping[str, Any], live: Obj | None) -> None:
+    def _apply(
+        self,
+        order: OrderRef,
+        doc: Mapping[str, Any],
+        live: Obj | None,
+        pod_labels: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
         if live is not None and not converging.owned_by(live, order.uid):
             # Labelled as the order's, not owned by it: ours with its owner references
             # removed (applied again: that puts them back), or a user's object made from
@@ -355,7 +365,7 @@ class Actor:
             if live is None:
                 live = self._unclaimed(order, doc)
             written = self._writer.apply(doc)
-            self._read_own_write(self._without_surplus(order, doc, written))
+            self._read_own_write(self._without_surplus(order, doc, written, pod_labels))
         except errors.APIInvalidError:
             if live is None and doc.get("kind") not in _MERGED_INTO:
                 # A Deployment's or a claim template's namesake is refused whole (its
@@ -400,13 +410,21 @@ class Actor:
             and converging.written_by(fresh, self._writer.field_manager, "Apply")
         )
 
-    def _without_surplus(self, order: OrderRef, doc: Mapping[str, Any], written: Obj) -> Obj:
+    def _without_surplus(
+        self,
+        order: OrderRef,
+        doc: Mapping[str, Any],
+        written: Obj,
+        pod_labels: Sequence[Mapping[str, Any]],
+    ) -> Obj:
         """`written` (the apply's answer) less the keys someone else added to a map that
         must be exactly ours (a Service's selector: one key more and it selects none of
         the order's pods). The forced apply leaves them, as they are another manager's
         fields; a merge patch, conditional on the version just applied, removes them. A
-        write in between (409) is a change that wakes the order: its pass looks again."""
-        extra = converging.surplus(written, doc)
+        write in between (409) is a change that wakes the order: its pass looks again. A
+        key put back as it is removed (a mutating webhook) is said on the order and tried
+        again on the apply's backoff, not patched away in every pass."""
+        extra = converging.surplus(written, doc, pod_labels)
         if extra is None:
             return written
         meta = written["metadata"]
@@ -415,7 +433,15 @@ class Actor:
             patched = self._writer.patch(self._resource(doc), order.namespace, meta["name"], body)
         except errors.APIConflictError:
             return written
-        log.info("%s: removed %s from %s %s", order.key, extra, *converging.key_of(doc))
+        kind, name = converging.key_of(doc)
+        kept = converging.surplus(patched, doc, pod_labels)
+        if kept is not None:
+            raise errors.APIError(
+                f"{kind} {order.namespace}/{name}: {kept} is put back as soon as it is "
+                "removed (a mutating admission webhook?), and the order's pods do not carry "
+                "it: the Service selects none of them"
+            )
+        log.info("%s: removed %s from %s %s", order.key, extra, kind, name)
         return patched
 
     def _unclaimed(self, order: OrderRef, doc: Mapping[str, Any]) -> Obj | None:

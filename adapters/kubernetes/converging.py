@@ -14,7 +14,8 @@ half), because the server stores them canonically; other strings compare as they
 A map someone else adds keys to is no drift, with one exception: a Service's selector
 must be exactly ours. One more key there matches none of the order's pods, and the
 endpoint goes dark; server-side apply leaves a key another manager set (1.20 treats the
-selector key by key), so the key is removed by a merge patch (`surplus`).
+selector key by key), so the key is removed by a merge patch (`surplus`), unless the
+order's pods all carry it (a webhook adding it to both still selects them).
 
 Comparing what we set now cannot see a field we set before and render no more (the
 token's env entry once a class drops authentication, the Ingress's TLS once https is
@@ -136,12 +137,21 @@ def stamped(doc: Obj) -> dict[str, Any]:
     return {**doc, "metadata": meta}
 
 
-def drifted(desired: Iterable[Obj], live: Mapping[Key, Obj]) -> list[Obj]:
-    """The desired objects that are missing or whose managed fields differ live."""
+def drifted(
+    desired: Iterable[Obj],
+    live: Mapping[Key, Obj],
+    pod_labels: Sequence[Mapping[str, Any]] | None = None,
+) -> list[Obj]:
+    """The desired objects that are missing or whose managed fields differ live (for
+    `pod_labels`, see `surplus`)."""
     out = []
     for doc in desired:
         current = live.get(key_of(doc))
-        if current is None or not covers(current, _managed(doc)) or surplus(current, doc):
+        if (
+            current is None
+            or not covers(current, _managed(doc))
+            or surplus(current, doc, pod_labels)
+        ):
             out.append(doc)
     return out
 
@@ -159,15 +169,27 @@ def _at(obj: Obj, path: tuple[str, ...]) -> Any:
     return value
 
 
-def surplus(live: Obj, desired: Obj) -> dict[str, Any] | None:
+def surplus(
+    live: Obj, desired: Obj, pod_labels: Sequence[Mapping[str, Any]] | None = None
+) -> dict[str, Any] | None:
     """A JSON merge patch removing the keys `live` has beyond `desired` in the maps that
-    must be exactly as rendered (`_EXACT_MAPS`); None when there are none."""
+    must be exactly as rendered (`_EXACT_MAPS`); None when there are none.
+
+    `pod_labels`, the labels of the order's pods: a key they all carry, at the
+    selector's value, still selects them (a mutating webhook that adds it to both), and
+    with no pod there is none to miss yet. Removed anyway, the webhook put it back, and
+    each pass applied and patched the Service again, for ever."""
     patch: dict[str, Any] = {}
     for path in _EXACT_MAPS.get(str(desired.get("kind", "")), ()):
         have, want = _at(live, path), _at(desired, path)
         if not _is_mapping(have) or not _is_mapping(want):
             continue
-        extra = sorted(k for k in have if k not in want)
+        extra = sorted(
+            k
+            for k in have
+            if k not in want
+            and (pod_labels is None or not all(p.get(k) == have[k] for p in pod_labels))
+        )
         if not extra:
             continue
         node = patch

@@ -602,6 +602,7 @@ def test_a_key_added_to_the_services_selector_is_removed(bed: Bed) -> None:
     the passes after write nothing."""
     uid = bed.order("llm")
     bed.settle(uid)
+    fakes.put(bed.world, _order_pod(uid))
     service = bed.child("Service", "llm")
     assert service is not None and service["spec"]["selector"] == {UID_LABEL: uid}
     service["spec"]["selector"]["tier"] = "nothing"
@@ -621,6 +622,60 @@ def test_a_key_added_to_the_services_selector_is_removed(bed: Bed) -> None:
     fakes.put(bed.world, deployment)
     bed.settle(uid)
     assert bed.writer.writes == writes
+
+
+def _order_pod(uid: str, **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "llm-0", "namespace": "support", "labels": {UID_LABEL: uid, **labels}},
+        "spec": {"nodeName": "node-a"},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def _webhook_adds_a_selector_key(bed: Bed) -> None:
+    """A mutating admission webhook that adds its key to every Service it admits."""
+    apply, patch = bed.writer.apply, bed.writer.patch
+
+    def admitted(written: dict[str, Any]) -> dict[str, Any]:
+        if written.get("kind") != "Service":
+            return written
+        written["spec"]["selector"]["mesh.example.com/zone"] = "a"
+        return fakes.put(bed.world, written)
+
+    bed.writer.apply = lambda obj, **kw: admitted(apply(obj, **kw))  # type: ignore[method-assign]
+    bed.writer.patch = lambda *args: admitted(patch(*args))  # type: ignore[method-assign]
+    service = bed.child("Service", "llm")
+    assert service is not None
+    admitted(service)
+
+
+def test_a_selector_key_a_webhook_adds_to_the_pods_too_is_left(bed: Bed) -> None:
+    """It still selects the order's pods: not drift. Removed, the webhook put it back, and
+    every pass applied and patched the Service again, for ever."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    fakes.put(bed.world, _order_pod(uid, **{"mesh.example.com/zone": "a"}))
+    _webhook_adds_a_selector_key(bed)
+    writes = bed.writer.writes
+    bed.settle(uid, passes=5)
+    assert bed.writer.writes == writes
+
+
+def test_a_selector_key_a_webhook_keeps_adding_is_said_and_backed_off(bed: Bed) -> None:
+    """The pods do not carry it, so the Service selects none of them; the webhook puts it
+    back as soon as it is removed. Said on the order, tried again on the backoff."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    fakes.put(bed.world, _order_pod(uid))
+    _webhook_adds_a_selector_key(bed)
+    outcome = bed.reconciler.reconcile(uid)
+    ready = bed.conditions(uid)["WorkloadReady"]
+    assert ready["reason"] == "WorkloadApplyFailed"
+    assert "put back as soon as it is removed" in ready["message"]
+    assert isinstance(outcome, queueing.RequeueAfter) and outcome.seconds >= 1.0
+    assert bed.writer.calls[("patch", "Service")] == 1
 
 
 def _service_retyped(bed: Bed) -> str:
