@@ -58,8 +58,10 @@ class Planning:
         )
         self._claims = inventory.ClaimReader()
         # Give-backs written and not back through the watch yet: order UID -> (replicas,
-        # the Deployment's UID, the version the scale returned). `_desired` counts these.
+        # the Deployment's UID, the version the give-back was decided from and made
+        # conditional on). `_desired` counts these while the cache still shows that version.
         self._scales: dict[str, tuple[int, str, str]] = {}
+        self._scales_lock = threading.Lock()
         # Read by plans (under the lock) and the arbiter (not): an entry is used only for
         # its very claim at the same priority, so a race costs a copy, never a wrong one.
         self._judged: capacity.JudgedClaims = {}
@@ -256,11 +258,12 @@ class Planning:
             )
         return demand.with_demand(base, demands, for_uid=uid, held=holding)
 
-    def scaled(self, uid: str, replicas: int, written: Obj) -> None:
-        """Order `uid`'s Deployment was scaled to `replicas` (a give-back, under `lock`):
-        counted so by every plan from now on, not from when the watch brings it back."""
-        meta = written.get("metadata") or {}
-        self._scales[uid] = (replicas, str(meta.get("uid")), str(meta.get("resourceVersion")))
+    def scaled(self, uid: str, replicas: int, deployment_uid: str, decided_from: str) -> None:
+        """Order `uid`'s Deployment was scaled to `replicas` by a give-back (under `lock`),
+        in a patch conditional on version `decided_from`: counted so by every plan from
+        now on, not from when the watch brings it back."""
+        with self._scales_lock:
+            self._scales[uid] = (replicas, deployment_uid, decided_from)
 
     def _desired(self, uid: str, state: OrderState) -> int | None:
         """The replicas order `uid`'s Deployment asks for now: as scaled by a give-back
@@ -273,16 +276,20 @@ class Planning:
         give-back, was handed the same device; nor did a new leader, its log saying zero,
         count it until then. And the give-back's own, until the cache has it: waited for
         under the planning lock, a lagging watch held every plan up to the wait's bound,
-        then gave the device away again anyway."""
+        then gave the device away again anyway. The note holds while the cache shows the
+        very version the give-back was made on: any other means its write, or a later
+        one, is there (no memory of versions seen to outlive)."""
+        deployment = self._world.deployments.get_by_name(state.namespace, state.name, copy_=False)
+        meta = (deployment or {}).get("metadata") or {}
         noted = self._scales.get(uid)
         if noted is not None:
-            replicas, deployment_uid, version = noted
-            if not self._world.deployments.has_seen(deployment_uid, version):
+            replicas, deployment_uid, decided_from = noted
+            if meta.get("uid") == deployment_uid and meta.get("resourceVersion") == decided_from:
                 return replicas
-            self._scales.pop(uid, None)
-        deployment = self._world.deployments.get_by_name(state.namespace, state.name, copy_=False)
-        labels = ((deployment or {}).get("metadata") or {}).get("labels") or {}
-        if deployment is not None and labels.get(UID_LABEL) == uid:
+            with self._scales_lock:
+                if self._scales.get(uid) == noted:  # not a newer give-back's
+                    del self._scales[uid]
+        if deployment is not None and (meta.get("labels") or {}).get(UID_LABEL) == uid:
             return int((deployment.get("spec") or {}).get("replicas", 1))
         return state.workload.desired_replicas if state.workload is not None else None
 

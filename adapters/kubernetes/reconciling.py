@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from adapters.kubernetes import arbiter, queueing, sharing
+from adapters.kubernetes import arbiter, errors, queueing, sharing
 from adapters.kubernetes.acting import Actor
 from adapters.kubernetes.background import Background
 from adapters.kubernetes.observing import Observer, model_ref_of, order_of
@@ -251,8 +251,21 @@ class Reconciler:
         back = ruling.give_back
         if back is not None:
             self._commit(p)
-            written = self.actor.scale(p.order, back.replicas, back.record, back.resource_version)
-            self.planning.scaled(p.order.uid, back.replicas, written)
+            try:
+                written = self.actor.scale(
+                    p.order, back.replicas, back.record, back.resource_version
+                )
+            except errors.APIConflictError:
+                # Decided from an older copy of the Deployment than the server's (this
+                # give-back's own write, not back through the watch yet): the watch event
+                # wakes the order, which decides again from the newer copy.
+                log.info("%s: give-back decided from an older Deployment; again", p.order.key)
+                return
+            if back.resource_version:
+                deployment_uid = str((written.get("metadata") or {}).get("uid"))
+                self.planning.scaled(
+                    p.order.uid, back.replicas, deployment_uid, back.resource_version
+                )
 
     def _take(self, p: _Pass, reclaims: tuple[str, ...]) -> None:
         """Free `reclaims` for this order: each take is in the taker's and the victim's

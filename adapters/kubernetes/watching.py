@@ -338,16 +338,6 @@ class Informer:
         with self._cond:
             return list(self._indexes[index].values)
 
-    def has_seen(self, uid: str, resource_version: str) -> bool:
-        """Does the cache reflect the write that returned `resource_version` (or a delete
-        of the object)? `wait_for_rv` without the wait."""
-        with self._cond:
-            return (
-                uid in self._gone
-                or self._rv_of_locked(uid) == resource_version
-                or resource_version in self._seen.get(uid, (0.0, ()))[1]
-            )
-
     def wait_for_rv(self, uid: str, resource_version: str, timeout: float) -> bool:
         """Wait until the cache reflects the write that returned `resource_version`."""
         with self._cond:

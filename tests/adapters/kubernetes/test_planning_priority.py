@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from adapters.kubernetes import errors
 from fsm import events as ev
 from tests.adapters.kubernetes.test_capacity_routing import _serving, priority_classes
 from tests.adapters.kubernetes.test_pass import Bed
@@ -141,7 +142,9 @@ def test_a_device_given_back_is_counted_before_the_watch_brings_the_scale(
     """The API server takes the give-back's scale and its watch event is late (a busy
     server, a watch reconnecting). Waiting for it under the planning lock held every plan
     up to the wait's bound and then handed the device out again all the same: the scale
-    is counted as written, whatever the cache says yet."""
+    is counted as written, whatever the cache says yet; the victim's next pass, decided
+    from the older copy, is refused (409) and waits for the watch; and once the cache
+    moves on, the note gives way to it."""
     bed = Bed(tmp_path, a100s=1)
     priority_classes(bed)
     victim = bed.order("victim", klass="low")
@@ -157,25 +160,34 @@ def test_a_device_given_back_is_counted_before_the_watch_brings_the_scale(
     fakes.delete(bed.world, bed.world.orders.get(taker))
     _gone(bed, "taker")
     bed.settle(taker, passes=1)
-    written: dict[str, Any] = {}
+    server: dict[str, Any] = {}
 
     def unwatched_patch(resource: Any, namespace: str, name: str, body: Any) -> Any:
-        live = copy.deepcopy(bed.child(resource.kind, name))
+        live = copy.deepcopy(server.get(name) or bed.child(resource.kind, name))
+        asked = body["metadata"].get("resourceVersion")
+        if asked and asked != live["metadata"]["resourceVersion"]:
+            raise errors.APIConflictError("the object has been modified", status=409)
         merged = fakes._merge_patch(live, body)
         merged["metadata"]["resourceVersion"] = str(next(fakes._RV))
-        written[name] = merged
+        server[name] = merged
         return copy.deepcopy(merged)
 
     bed.writer.patch = unwatched_patch  # type: ignore[method-assign]
     started = time.monotonic()
     bed.settle(victim, passes=1)
     assert time.monotonic() - started < 1.0  # nothing waits for the watch
-    assert written["victim"]["spec"]["replicas"] == 1 and _replicas(bed, "victim") == 0
+    assert server["victim"]["spec"]["replicas"] == 1 and _replicas(bed, "victim") == 0
+    bed.reconciler.reconcile(victim)  # decided again from the older copy: 409, no raise
     newcomer = bed.order("newcomer", klass="low")
     bed.settle(newcomer, passes=1)
     assert not bed.events(newcomer, ev.PlanComputed)
-    # Once the watch brings it, the cache says the same.
-    fakes.put(bed.world, written["victim"])
+    # The cache moves past the give-back (here an HPA's later scale to 0 arrives first):
+    # counted as the cache says, the note forgotten.
+    later = copy.deepcopy(server["victim"])
+    later["spec"]["replicas"] = 0
+    later["metadata"]["resourceVersion"] = str(next(fakes._RV))
+    fakes.put(bed.world, later)
     bed.settle(newcomer, passes=1)
-    assert not bed.events(newcomer, ev.PlanComputed)
+    (planned,) = bed.events(newcomer, ev.PlanComputed)
+    assert planned.plan.devices
     bed.log.close()
