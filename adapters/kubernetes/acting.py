@@ -88,6 +88,14 @@ class Acted:
     requeue: list[float] = field(default_factory=list)
 
 
+# How the controller writes a child: applied, or (Secrets) created.
+_MADE_BY = {False: "Apply", True: "Update"}
+
+
+class _SurplusKept(errors.APIError):
+    """A key removed from a map that must be exactly ours is put back at once."""
+
+
 class Actor:
     def __init__(
         self,
@@ -285,22 +293,22 @@ class Actor:
             if certificate is not None:  # the copy before the Ingress that names it
                 wanted.append(certificate)
                 copied = self._keep_certificate(order, certificate, live)
-            for doc in changed:
-                self._apply(order, doc, live.get(converging.key_of(doc)), pod_labels)
-                if command.repair:
-                    self.repairs += 1  # counted once done: a refused repair repairs nothing
+            kept_back = self._apply_changed(order, changed, live, pod_labels, command.repair)
             if command.auth_secret_name:
                 wanted.append({"kind": "Secret", "metadata": {"name": command.auth_secret_name}})
-            strays = converging.strays(wanted, live.values(), order.uid)
-            # Its own, disowned (owner references removed), and no longer rendered: an
-            # Ingress after a switch to ClusterLocal stayed public, and outlived the order.
-            disowned = converging.uncontrolled_strays(wanted, live.values())
-            strays += [obj for obj in disowned if self._disowned(order, obj)]
-            for stray in strays:
-                self._prune(order, stray)
+            strays = self._prune_strays(order, wanted, live)
+            if kept_back is not None:
+                raise kept_back
         except errors.APIError as exc:
             return ob.ApplyFailed(at=now, message=str(exc)[:500])
-        if command.repair and noted and not changed and not strays:
+        # Not noted as converged while a selector holds a key we let be for the pods that
+        # carry it: the note does not see pods, and new ones may not carry it.
+        let_be = any(
+            converging.surplus(current, doc)
+            for doc in docs
+            if (current := live.get(converging.key_of(doc))) is not None
+        )
+        if command.repair and noted and not changed and not strays and not let_be:
             self.converged.found(order.uid, inputs, docs, live)
         if command.repair:
             repaired = [converging.key_of(d) for d in changed]
@@ -327,6 +335,40 @@ class Actor:
             return Acted(requeue=[RELEASE_RETRY])
         log.info("%s: released the workload of a plan whose device class was tried", order.key)
         return Acted()
+
+    def _apply_changed(
+        self,
+        order: OrderRef,
+        changed: Sequence[Mapping[str, Any]],
+        live: dict[converging.Key, Obj],
+        pod_labels: Sequence[Mapping[str, Any]],
+        repair: bool,
+    ) -> _SurplusKept | None:
+        """Apply each drifted object; a selector key put back at once is said after the
+        rest is applied (a Deployment after the Service may bring pods that carry it)."""
+        kept_back = None
+        for doc in changed:
+            try:
+                self._apply(order, doc, live.get(converging.key_of(doc)), pod_labels)
+            except _SurplusKept as exc:
+                kept_back = exc
+                continue
+            if repair:
+                self.repairs += 1  # counted once done: a refused repair repairs nothing
+        return kept_back
+
+    def _prune_strays(
+        self, order: OrderRef, wanted: list[Any], live: dict[converging.Key, Obj]
+    ) -> list[Mapping[str, Any]]:
+        """Delete what the order owns and nothing renders any more; also its own children
+        whose owner references were removed (an Ingress after a switch to ClusterLocal
+        stayed public, and outlived the order)."""
+        strays = converging.strays(wanted, live.values(), order.uid)
+        disowned = converging.uncontrolled_strays(wanted, live.values())
+        strays += [obj for obj in disowned if self._disowned(order, obj)]
+        for stray in strays:
+            self._prune(order, stray)
+        return strays
 
     def _order_gone(self, order: OrderRef) -> bool:
         """A live read of the order before a child is created for it. The cache can be
@@ -401,13 +443,14 @@ class Actor:
         of ours."""
         if converging.controlled(live):
             return False  # someone else's controller: not ours to take
-        _, name = converging.key_of(live)
+        kind, name = converging.key_of(live)
         fresh = self._writer.get(self._resource(live), order.namespace, name)
         return (
             fresh is not None
             and (fresh.get("metadata") or {}).get("uid") == live["metadata"].get("uid")
             and not converging.controlled(fresh)
-            and converging.written_by(fresh, self._writer.field_manager, "Apply")
+            # Secrets (the token, a certificate's copy) are created, never applied.
+            and converging.written_by(fresh, self._writer.field_manager, _MADE_BY[kind == "Secret"])
         )
 
     def _without_surplus(
@@ -436,7 +479,7 @@ class Actor:
         kind, name = converging.key_of(doc)
         kept = converging.surplus(patched, doc, pod_labels)
         if kept is not None:
-            raise errors.APIError(
+            raise _SurplusKept(
                 f"{kind} {order.namespace}/{name}: {kept} is put back as soon as it is "
                 "removed (a mutating admission webhook?), and the order's pods do not carry "
                 "it: the Service selects none of them"

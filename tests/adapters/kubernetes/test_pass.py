@@ -1794,3 +1794,46 @@ def test_a_users_copy_no_longer_rendered_is_left(bed: Bed) -> None:
     bed.settle(uid)
     assert bed.child("Ingress", "llm") is not None
     assert bed.writer.calls[("delete", "Ingress")] == 0
+
+
+@pytest.mark.parametrize("pass_before_pods", [False, True])
+def test_a_selector_key_let_be_while_no_pod_is_removed_when_pods_come(
+    bed: Bed, pass_before_pods: bool
+) -> None:
+    """With no pod, a key added to the selector misses nothing and is let be; a pass then
+    found the workload converged, and its note (which does not see pods) held when the
+    pods came without the key: the Service stayed dark for good."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    service = bed.child("Service", "llm")
+    assert service is not None
+    service["spec"]["selector"]["tier"] = "nothing"
+    fakes.put(bed.world, service)
+    if pass_before_pods:
+        bed.settle(uid)
+    fakes.put(bed.world, _order_pod(uid))
+    bed.settle(uid)
+    live = bed.child("Service", "llm")
+    assert live is not None and live["spec"]["selector"] == {UID_LABEL: uid}
+
+
+def test_a_selector_key_kept_back_does_not_hold_the_rest_of_an_edit(bed: Bed) -> None:
+    """A mesh webhook installed under a serving order, then the order edited: the Service
+    (rendered first) gets the webhook's key, which its old pod lacks. Refused there, the
+    Deployment, whose new pods would carry it, was never applied: the edit never rolled
+    out. Now the rest is applied, and the refusal said after."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    fakes.put(bed.world, _order_pod(uid))
+    bed.settle(uid)
+    _webhook_adds_a_selector_key(bed)
+    fakes.put(bed.world, external_token_class("conv2"))
+    edited = copy.deepcopy(bed.world.orders.get(uid))
+    edited["spec"]["inferenceServiceClassName"] = "conv2"
+    edited["metadata"]["generation"] = 2
+    fakes.put(bed.world, edited)
+    bed.settle(uid, passes=1)
+    deployment = bed.child("Deployment", "llm")
+    assert deployment is not None
+    assert deployment["metadata"]["annotations"]["ai.deckhouse.io/order-generation"] == "2"
+    assert bed.conditions(uid)["WorkloadReady"]["reason"] == "WorkloadApplyFailed"

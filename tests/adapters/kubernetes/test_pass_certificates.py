@@ -206,3 +206,26 @@ def test_a_copy_under_the_older_name_is_replaced_and_pruned(bed: Bed) -> None:
     quiet = bed.writer.writes
     bed.settle(uid, passes=3)
     assert bed.writer.writes == quiet
+
+
+def test_a_disowned_copy_no_longer_rendered_is_pruned(bed: Bed) -> None:
+    """The copy (the certificate's private key) and its Ingress lose their owner
+    references (a trimmed `kubectl replace`), then the class goes ClusterLocal. The copy
+    is created, never applied: taken for someone else's, it outlived the switch and the
+    order, the key with it."""
+    fakes.put(bed.world, source({"tls.crt": "Yw==", "tls.key": "aw=="}))
+    uid = bed.order("llm")
+    bed.settle(uid)
+    for kind, name in (("Ingress", "llm"), ("Secret", COPY)):
+        child = bed.child(kind, name)
+        assert child is not None
+        child["metadata"].pop("ownerReferences")
+        fakes.put(bed.world, child)
+    klass = bed.world.classes.get_by_name(None, "conv")
+    assert klass is not None
+    klass["spec"]["exposurePolicy"] = {"type": "ClusterLocal", "authentication": "None"}
+    klass["metadata"]["generation"] = 2
+    fakes.put(bed.world, klass)
+    bed.settle(uid)
+    assert bed.child("Ingress", "llm") is None
+    assert bed.child("Secret", COPY) is None
