@@ -229,3 +229,22 @@ def test_a_disowned_copy_no_longer_rendered_is_pruned(bed: Bed) -> None:
     bed.settle(uid)
     assert bed.child("Ingress", "llm") is None
     assert bed.child("Secret", COPY) is None
+
+
+def test_a_disowned_copy_still_rendered_is_made_again(bed: Bed) -> None:
+    """The copy's owner reference removed while its Ingress still names it: taken for
+    someone else's, each pass's create was refused (409), WorkloadApplyFailed for good."""
+    fakes.put(bed.world, source({"tls.crt": "Yw==", "tls.key": "aw=="}))
+    uid = bed.order("llm")
+    bed.settle(uid)
+    copied = bed.child("Secret", COPY)
+    assert copied is not None
+    copied["metadata"].pop("ownerReferences")
+    fakes.put(bed.world, copied)
+    bed.settle(uid)
+    again = bed.child("Secret", COPY)
+    assert again is not None and again["metadata"].get("ownerReferences")
+    assert bed.conditions(uid)["WorkloadReady"]["reason"] != "WorkloadApplyFailed"
+    writes = bed.writer.writes
+    bed.settle(uid)
+    assert bed.writer.writes == writes
