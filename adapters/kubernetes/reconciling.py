@@ -250,6 +250,17 @@ class Reconciler:
             self._record(p, _scaling_seen(ruling.verdict, p.now))
         back = ruling.give_back
         if back is not None:
+            cached = self._world.deployments.get_by_name(
+                p.order.namespace, p.order.name, copy_=False
+            )
+            if ((cached or {}).get("metadata") or {}).get("resourceVersion") != (
+                back.resource_version
+            ):
+                # Decided from a live read the cache does not show yet: carried out, its
+                # note (Planning.scaled) would be dropped by the first snapshot, which
+                # counts from the older copy, and the device handed out again. The
+                # Deployment's watch event wakes the order to decide again.
+                return
             self._commit(p)
             try:
                 written = self.actor.scale(

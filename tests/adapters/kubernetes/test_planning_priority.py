@@ -17,8 +17,8 @@ import pytest
 
 from adapters.kubernetes import errors
 from fsm import events as ev
-from tests.adapters.kubernetes.test_capacity_routing import _serving, priority_classes
-from tests.adapters.kubernetes.test_pass import Bed
+from tests.adapters.kubernetes.test_capacity_routing import _pod, _serving, priority_classes
+from tests.adapters.kubernetes.test_pass import Bed, external_token_class
 from tests.support import fakes
 from tests.support.planner_inputs import claim
 
@@ -190,4 +190,114 @@ def test_a_device_given_back_is_counted_before_the_watch_brings_the_scale(
     bed.settle(newcomer, passes=1)
     (planned,) = bed.events(newcomer, ev.PlanComputed)
     assert planned.plan.devices
+    bed.log.close()
+
+
+def _pod_named(uid: str, pod: str, node: str) -> dict[str, Any]:
+    p = _pod(uid, "x", node)
+    p["metadata"]["name"] = pod
+    return p
+
+
+def test_a_give_back_decided_from_a_read_ahead_of_the_cache_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    """Two give-backs to one victim within one watch lag: the second is decided from a
+    live read of the Deployment (the first give-back's write, and a status after it) that
+    the cache does not show yet. Carried out, its note (kept while the cache shows the
+    version decided from) was dropped by the next snapshot, which counted the victim from
+    the older copy: both A100s given back were promised to a newcomer too."""
+    bed = Bed(tmp_path, a100s=2)
+    priority_classes(bed, low_replicas=2)
+    victim = bed.order("victim", klass="low")
+    bed.settle(victim)
+    dep = bed.child("Deployment", "victim")
+    assert dep is not None and dep["spec"]["replicas"] == 2
+    dep["status"] = {
+        "replicas": 2,
+        "readyReplicas": 2,
+        "availableReplicas": 2,
+        "updatedReplicas": 2,
+        "observedGeneration": dep["metadata"]["generation"],
+    }
+    fakes.put(bed.world, dep)
+    for i in range(2):
+        fakes.put(bed.world, _pod_named(victim, f"victim-{i}", "node-a"))
+        fakes.put(
+            bed.world,
+            claim(f"victim-gpu-{i}", "node-a", f"gpu-{i}", holder=victim, namespace="support"),
+        )
+    bed.settle(victim)
+    takers = {}
+    for t in ("t1", "t2"):
+        uid = bed.order(t, klass="high")
+        takers[t] = uid
+        bed.settle(uid, passes=1)
+        (planned,) = bed.events(uid, ev.PlanComputed)
+        dev = planned.plan.devices[0].rsplit("/", 1)[1]
+        i = int(dev[-1])
+        fakes.delete(bed.world, _cached(bed, "Pod", f"victim-{i}"))
+        fakes.delete(bed.world, _cached(bed, "ResourceClaim", f"victim-gpu-{i}"))
+        bed.settle(victim)
+        fakes.put(bed.world, _pod_named(uid, f"{t}-0", "node-a"))
+        fakes.put(bed.world, claim(f"{t}-gpu", "node-a", dev, holder=uid, namespace="support"))
+        bed.settle(uid)
+    assert _replicas(bed, "victim") == 0
+
+    server: dict[str, Any] = {}
+    read = bed.writer.get
+
+    def live_get(resource: Any, namespace: str, name: str) -> Any:
+        if resource.kind == "Deployment" and name in server:
+            return copy.deepcopy(server[name])
+        return read(resource, namespace, name)
+
+    def unwatched_patch(resource: Any, namespace: str, name: str, body: Any) -> Any:
+        live = copy.deepcopy(server.get(name) or bed.child(resource.kind, name))
+        asked = body["metadata"].get("resourceVersion")
+        if asked and asked != live["metadata"]["resourceVersion"]:
+            raise errors.APIConflictError("the object has been modified", status=409)
+        merged = fakes._merge_patch(live, body)
+        merged["metadata"]["resourceVersion"] = str(next(fakes._RV))
+        server[name] = merged
+        return copy.deepcopy(merged)
+
+    bed.writer.get = live_get  # type: ignore[method-assign]
+    bed.writer.patch = unwatched_patch  # type: ignore[method-assign]
+    for t, uid in takers.items():
+        fakes.delete(bed.world, bed.world.orders.get(uid))
+        fakes.delete(bed.world, _cached(bed, "Pod", f"{t}-0"))
+        fakes.delete(bed.world, _cached(bed, "ResourceClaim", f"{t}-gpu"))
+        bed.settle(uid, passes=1)
+        bed.settle(victim, passes=1)
+        if t == "t1":
+            # The first give-back's replica placed: its pod bound, its claim allocated (the
+            # claim watch is current); the deployment controller wrote the Deployment's
+            # status on the server, its watch event late like the give-back's.
+            (planned,) = bed.events(uid, ev.PlanComputed)
+            dev = planned.plan.devices[0].rsplit("/", 1)[1]
+            fakes.put(bed.world, _pod_named(victim, "victim-new", "node-a"))
+            fakes.put(
+                bed.world,
+                claim("victim-gpu-new", "node-a", dev, holder=victim, namespace="support"),
+            )
+            status = copy.deepcopy(server["victim"])
+            status["status"] = {
+                "replicas": 1,
+                "readyReplicas": 1,
+                "availableReplicas": 1,
+                "updatedReplicas": 1,
+            }
+            status["metadata"]["resourceVersion"] = str(next(fakes._RV))
+            server["victim"] = status
+    klass = external_token_class("one")
+    klass["spec"]["scalingPolicy"] = {
+        "minReplicas": 1,
+        "maxReplicas": 1,
+        "allowedPriorityClassNames": ["inference-low"],
+    }
+    fakes.put(bed.world, klass)
+    newcomer = bed.order("newcomer", klass="one")
+    bed.settle(newcomer, passes=1)
+    assert not bed.events(newcomer, ev.PlanComputed)
     bed.log.close()
