@@ -277,9 +277,12 @@ class Actor:
         # Only what differs from the live objects is sent, a new plan's workload too: after
         # a crash between the applies and their record in the log, the restart applies
         # what is missing and rewrites nothing that is already as the plan renders it.
+        # The pods a Service must select: not those that ended (an evicted pod kept from
+        # before a mesh webhook would make its key look like one that selects nothing).
         pod_labels = [
             (pod.get("metadata") or {}).get("labels") or {}
             for pod in self._world.pods_of(order.uid, order.namespace)
+            if (pod.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
         ]
         changed = converging.drifted(docs, live, pod_labels)
         wanted = list(docs)

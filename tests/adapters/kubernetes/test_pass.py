@@ -1837,3 +1837,21 @@ def test_a_selector_key_kept_back_does_not_hold_the_rest_of_an_edit(bed: Bed) ->
     assert deployment is not None
     assert deployment["metadata"]["annotations"]["ai.deckhouse.io/order-generation"] == "2"
     assert bed.conditions(uid)["WorkloadReady"]["reason"] == "WorkloadApplyFailed"
+
+
+def test_an_ended_pod_without_a_webhooks_selector_key_is_not_one_to_select(bed: Bed) -> None:
+    """A mesh webhook's key on the Service and the running pod; an evicted pod kept from
+    before the webhook lacks it. Counted, it made the key look like one that selects
+    nothing: the order read WorkloadApplyFailed, the Service rewritten on every backoff."""
+    uid = bed.order("llm")
+    bed.settle(uid)
+    fakes.put(bed.world, _order_pod(uid, **{"mesh.example.com/zone": "a"}))
+    evicted = _order_pod(uid)
+    evicted["metadata"]["name"] = "llm-old"
+    evicted["status"] = {"phase": "Failed", "reason": "Evicted"}
+    fakes.put(bed.world, evicted)
+    _webhook_adds_a_selector_key(bed)
+    writes = bed.writer.writes
+    bed.settle(uid)
+    assert bed.conditions(uid)["WorkloadReady"]["reason"] != "WorkloadApplyFailed"
+    assert bed.writer.writes == writes
