@@ -245,9 +245,6 @@ class Reconciler:
     def _carry_out_ruling(self, p: _Pass, ruling: arbitration.Ruling | None) -> None:
         if ruling is None:
             return
-        self._take(p, ruling.reclaims)
-        if ruling.verdict is not None:
-            self._record(p, _scaling_seen(ruling.verdict, p.now))
         back = ruling.give_back
         if back is not None:
             cached = self._world.deployments.get_by_name(
@@ -258,9 +255,14 @@ class Reconciler:
             ):
                 # Decided from a live read the cache does not show yet: carried out, its
                 # note (Planning.scaled) would be dropped by the first snapshot, which
-                # counts from the older copy, and the device handed out again. The
-                # Deployment's watch event wakes the order to decide again.
+                # counts from the older copy, and the device handed out again. Nothing is
+                # recorded of it either: the Deployment's watch event wakes the order to
+                # decide again.
                 return
+        self._take(p, ruling.reclaims)
+        if ruling.verdict is not None:
+            self._record(p, _scaling_seen(ruling.verdict, p.now))
+        if back is not None:
             self._commit(p)
             try:
                 written = self.actor.scale(
