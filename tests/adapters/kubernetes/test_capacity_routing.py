@@ -30,18 +30,23 @@ HIGH_PRIORITY = {
 }
 
 
+def rolled_out(deployment: dict[str, Any], replicas: int) -> dict[str, Any]:
+    """`deployment` with the status of a rollout complete at `replicas` available."""
+    deployment["status"] = {
+        "replicas": replicas,
+        "readyReplicas": replicas,
+        "availableReplicas": replicas,
+        "updatedReplicas": replicas,
+        "observedGeneration": deployment["metadata"]["generation"],
+    }
+    return deployment
+
+
 def _serving(bed: Bed, uid: str, name: str, device: str, node: str = "node-a") -> None:
     """The order's Deployment rolled out, its one pod on `node`, its claim allocated."""
     deployment = bed.child("Deployment", name)
     assert deployment is not None
-    deployment["status"] = {
-        "replicas": 1,
-        "readyReplicas": 1,
-        "availableReplicas": 1,
-        "updatedReplicas": 1,
-        "observedGeneration": deployment["metadata"]["generation"],
-    }
-    fakes.put(bed.world, deployment)
+    fakes.put(bed.world, rolled_out(deployment, 1))
     fakes.put(bed.world, _pod(uid, name, node=node))
     fakes.put(bed.world, claim(f"{name}-gpu", node, device, holder=uid, namespace="support"))
 

@@ -17,10 +17,42 @@ import pytest
 
 from adapters.kubernetes import errors
 from fsm import events as ev
-from tests.adapters.kubernetes.test_capacity_routing import _pod, _serving, priority_classes
+from tests.adapters.kubernetes.test_capacity_routing import (
+    _pod,
+    _serving,
+    priority_classes,
+    rolled_out,
+)
 from tests.adapters.kubernetes.test_pass import Bed, external_token_class
 from tests.support import fakes
 from tests.support.planner_inputs import claim
+
+
+def _unwatched_deployments(bed: Bed) -> dict[str, Any]:
+    """The API server's Deployments, as the bed's patches write them (conditional on the
+    version asked: 409 otherwise) and live reads see them, their watch events late:
+    the cache keeps the older copies. The returned map is the server's, by name."""
+    server: dict[str, Any] = {}
+    read = bed.writer.get
+
+    def live_get(resource: Any, namespace: str, name: str) -> Any:
+        if resource.kind == "Deployment" and name in server:
+            return copy.deepcopy(server[name])
+        return read(resource, namespace, name)
+
+    def unwatched_patch(resource: Any, namespace: str, name: str, body: Any) -> Any:
+        live = copy.deepcopy(server.get(name) or bed.child(resource.kind, name))
+        asked = body["metadata"].get("resourceVersion")
+        if asked and asked != live["metadata"]["resourceVersion"]:
+            raise errors.APIConflictError("the object has been modified", status=409)
+        merged = fakes._merge_patch(live, body)
+        merged["metadata"]["resourceVersion"] = str(next(fakes._RV))
+        server[name] = merged
+        return copy.deepcopy(merged)
+
+    bed.writer.get = live_get  # type: ignore[method-assign]
+    bed.writer.patch = unwatched_patch  # type: ignore[method-assign]
+    return server
 
 
 def _cached(bed: Bed, kind: str, name: str) -> dict[str, Any]:
@@ -160,19 +192,7 @@ def test_a_device_given_back_is_counted_before_the_watch_brings_the_scale(
     fakes.delete(bed.world, bed.world.orders.get(taker))
     _gone(bed, "taker")
     bed.settle(taker, passes=1)
-    server: dict[str, Any] = {}
-
-    def unwatched_patch(resource: Any, namespace: str, name: str, body: Any) -> Any:
-        live = copy.deepcopy(server.get(name) or bed.child(resource.kind, name))
-        asked = body["metadata"].get("resourceVersion")
-        if asked and asked != live["metadata"]["resourceVersion"]:
-            raise errors.APIConflictError("the object has been modified", status=409)
-        merged = fakes._merge_patch(live, body)
-        merged["metadata"]["resourceVersion"] = str(next(fakes._RV))
-        server[name] = merged
-        return copy.deepcopy(merged)
-
-    bed.writer.patch = unwatched_patch  # type: ignore[method-assign]
+    server = _unwatched_deployments(bed)
     started = time.monotonic()
     bed.settle(victim, passes=1)
     assert time.monotonic() - started < 1.0  # nothing waits for the watch
@@ -213,14 +233,7 @@ def test_a_give_back_decided_from_a_read_ahead_of_the_cache_waits_for_it(
     bed.settle(victim)
     dep = bed.child("Deployment", "victim")
     assert dep is not None and dep["spec"]["replicas"] == 2
-    dep["status"] = {
-        "replicas": 2,
-        "readyReplicas": 2,
-        "availableReplicas": 2,
-        "updatedReplicas": 2,
-        "observedGeneration": dep["metadata"]["generation"],
-    }
-    fakes.put(bed.world, dep)
+    fakes.put(bed.world, rolled_out(dep, 2))
     for i in range(2):
         fakes.put(bed.world, _pod_named(victim, f"victim-{i}", "node-a"))
         fakes.put(
@@ -244,26 +257,7 @@ def test_a_give_back_decided_from_a_read_ahead_of_the_cache_waits_for_it(
         bed.settle(uid)
     assert _replicas(bed, "victim") == 0
 
-    server: dict[str, Any] = {}
-    read = bed.writer.get
-
-    def live_get(resource: Any, namespace: str, name: str) -> Any:
-        if resource.kind == "Deployment" and name in server:
-            return copy.deepcopy(server[name])
-        return read(resource, namespace, name)
-
-    def unwatched_patch(resource: Any, namespace: str, name: str, body: Any) -> Any:
-        live = copy.deepcopy(server.get(name) or bed.child(resource.kind, name))
-        asked = body["metadata"].get("resourceVersion")
-        if asked and asked != live["metadata"]["resourceVersion"]:
-            raise errors.APIConflictError("the object has been modified", status=409)
-        merged = fakes._merge_patch(live, body)
-        merged["metadata"]["resourceVersion"] = str(next(fakes._RV))
-        server[name] = merged
-        return copy.deepcopy(merged)
-
-    bed.writer.get = live_get  # type: ignore[method-assign]
-    bed.writer.patch = unwatched_patch  # type: ignore[method-assign]
+    server = _unwatched_deployments(bed)
     for t, uid in takers.items():
         fakes.delete(bed.world, bed.world.orders.get(uid))
         fakes.delete(bed.world, _cached(bed, "Pod", f"{t}-0"))
