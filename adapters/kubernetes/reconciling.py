@@ -58,6 +58,8 @@ _TRANSIENT_RETRY = queueing.Backoff(initial=2.0, cap=60.0)
 APPLY_RETRY = queueing.Backoff(initial=5.0, cap=300.0)
 # Look again this soon at an order whose model is being asked for, should no answer come.
 _MODEL_PENDING_RECHECK = 2.0
+# Seconds until a give-back put off for the cache to catch up is decided again.
+_GIVE_BACK_RECHECK = 1.0
 
 
 @dataclass
@@ -256,8 +258,9 @@ class Reconciler:
                 # Decided from a live read the cache does not show yet: carried out, its
                 # note (Planning.scaled) would be dropped by the first snapshot, which
                 # counts from the older copy, and the device handed out again. Nothing is
-                # recorded of it either: the Deployment's watch event wakes the order to
-                # decide again.
+                # recorded of it either; decided again shortly. Not left to the watch
+                # event: one that changes only what the cache trims wakes no one.
+                p.requeue.append(_GIVE_BACK_RECHECK)
                 return
         self._take(p, ruling.reclaims)
         if ruling.verdict is not None:
@@ -270,9 +273,10 @@ class Reconciler:
                 )
             except errors.APIConflictError:
                 # Decided from an older copy of the Deployment than the server's (this
-                # give-back's own write, not back through the watch yet): the watch event
-                # wakes the order, which decides again from the newer copy.
+                # give-back's own write, not back through the watch yet): decided again
+                # from the newer copy shortly.
                 log.info("%s: give-back decided from an older Deployment; again", p.order.key)
+                p.requeue.append(_GIVE_BACK_RECHECK)
                 return
             if back.resource_version:
                 deployment_uid = str((written.get("metadata") or {}).get("uid"))

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from adapters.kubernetes import errors
+from adapters.kubernetes import errors, queueing
 from fsm import events as ev
 from tests.adapters.kubernetes.test_capacity_routing import (
     _pod,
@@ -294,4 +294,52 @@ def test_a_give_back_decided_from_a_read_ahead_of_the_cache_waits_for_it(
     newcomer = bed.order("newcomer", klass="one")
     bed.settle(newcomer, passes=1)
     assert not bed.events(newcomer, ev.PlanComputed)
+    bed.log.close()
+
+
+def test_a_give_back_put_off_for_the_cache_is_decided_again_without_a_wake(
+    tmp_path: Path,
+) -> None:
+    """The live copy of the victim's Deployment is one write ahead of the cache (a status
+    condition's time): the give-back waits for the cache. That write's watch event
+    changes only what the cache trims and wakes no one: left to it, the victim stayed at
+    0, its A100 free, until the resync five minutes on. The pass asks to be run again."""
+    bed = Bed(tmp_path, a100s=1)
+    priority_classes(bed)
+    victim = bed.order("victim", klass="low")
+    bed.settle(victim)
+    _serving(bed, victim, "victim", "gpu-0")
+    bed.settle(victim)
+    taker = bed.order("taker", klass="high")
+    bed.settle(taker, passes=1)
+    _gone(bed, "victim")
+    bed.settle(victim)
+    _serving(bed, taker, "taker", "gpu-0")
+    bed.settle(taker)
+    deployment = bed.child("Deployment", "victim")
+    assert deployment is not None
+    cached = fakes.put(bed.world, rolled_out(deployment, 0))
+    bed.settle(victim, passes=2)
+    ahead = copy.deepcopy(cached)
+    ahead["status"]["conditions"] = [
+        {"type": "Progressing", "status": "True", "lastUpdateTime": "2026-01-01T00:00:01Z"}
+    ]
+    ahead["metadata"]["resourceVersion"] = str(next(fakes._RV))
+    read = bed.writer.get
+
+    def live_get(resource: Any, namespace: str, name: str) -> Any:
+        if resource.kind == "Deployment" and name == "victim":
+            return copy.deepcopy(ahead)
+        return read(resource, namespace, name)
+
+    bed.writer.get = live_get  # type: ignore[method-assign]
+    fakes.delete(bed.world, bed.world.orders.get(taker))
+    _gone(bed, "taker")
+    bed.settle(taker, passes=1)
+    outcome = bed.reconciler.reconcile(victim)
+    assert _replicas(bed, "victim") == 0  # put off: the cache is behind the live read
+    assert isinstance(outcome, queueing.RequeueAfter) and outcome.seconds <= 2.0
+    bed.world.deployments._apply("MODIFIED", copy.deepcopy(ahead))  # late, wakes no one
+    bed.reconciler.reconcile(victim)  # the requeue's pass
+    assert _replicas(bed, "victim") == 1
     bed.log.close()
