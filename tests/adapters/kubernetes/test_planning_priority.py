@@ -55,6 +55,25 @@ def _unwatched_deployments(bed: Bed) -> dict[str, Any]:
     return server
 
 
+def _taken(tmp_path: Path) -> tuple[Bed, str, str]:
+    """One A100: `victim` (low) served on it, `taker` (high) took it, the victim's pod
+    and claim went, and the taker serves there."""
+    bed = Bed(tmp_path, a100s=1)
+    priority_classes(bed)
+    victim = bed.order("victim", klass="low")
+    bed.settle(victim)
+    _serving(bed, victim, "victim", "gpu-0")
+    bed.settle(victim)
+    taker = bed.order("taker", klass="high")
+    bed.settle(taker, passes=1)
+    assert _replicas(bed, "victim") == 0
+    _gone(bed, "victim")
+    bed.settle(victim)
+    _serving(bed, taker, "taker", "gpu-0")
+    bed.settle(taker)
+    return bed, victim, taker
+
+
 def _cached(bed: Bed, kind: str, name: str) -> dict[str, Any]:
     informer = {"ResourceClaim": bed.world.resource_claims, "Pod": bed.world.pods}[kind]
     obj = informer.get_by_name("support", name)
@@ -81,19 +100,7 @@ def test_a_device_given_back_is_not_promised_to_the_next_plan(tmp_path: Path, le
     newcomer planned before the victim's next pass counted the victim's demand from the
     replicas that pass had seen (zero: it holds no place) and was given the A100 too.
     A new leader, whose log says zero, counts what the Deployment asks for as well."""
-    bed = Bed(tmp_path, a100s=1)
-    priority_classes(bed)
-    victim = bed.order("victim", klass="low")
-    bed.settle(victim)
-    _serving(bed, victim, "victim", "gpu-0")
-    bed.settle(victim)
-    taker = bed.order("taker", klass="high")
-    bed.settle(taker, passes=1)
-    assert _replicas(bed, "victim") == 0
-    _gone(bed, "victim")
-    bed.settle(victim)
-    _serving(bed, taker, "taker", "gpu-0")
-    bed.settle(taker)
+    bed, victim, taker = _taken(tmp_path)
     newcomer = bed.order("newcomer", klass="low")
     bed.settle(newcomer, passes=1)
     assert [e.reason.value for e in bed.events(newcomer, ev.PlanFailed)] == ["NoCapacity"]
@@ -177,18 +184,7 @@ def test_a_device_given_back_is_counted_before_the_watch_brings_the_scale(
     is counted as written, whatever the cache says yet; the victim's next pass, decided
     from the older copy, is refused (409) and waits for the watch; and once the cache
     moves on, the note gives way to it."""
-    bed = Bed(tmp_path, a100s=1)
-    priority_classes(bed)
-    victim = bed.order("victim", klass="low")
-    bed.settle(victim)
-    _serving(bed, victim, "victim", "gpu-0")
-    bed.settle(victim)
-    taker = bed.order("taker", klass="high")
-    bed.settle(taker, passes=1)
-    _gone(bed, "victim")
-    bed.settle(victim)
-    _serving(bed, taker, "taker", "gpu-0")
-    bed.settle(taker)
+    bed, victim, taker = _taken(tmp_path)
     fakes.delete(bed.world, bed.world.orders.get(taker))
     _gone(bed, "taker")
     bed.settle(taker, passes=1)
@@ -304,18 +300,7 @@ def test_a_give_back_put_off_for_the_cache_is_decided_again_without_a_wake(
     condition's time): the give-back waits for the cache. That write's watch event
     changes only what the cache trims and wakes no one: left to it, the victim stayed at
     0, its A100 free, until the resync five minutes on. The pass asks to be run again."""
-    bed = Bed(tmp_path, a100s=1)
-    priority_classes(bed)
-    victim = bed.order("victim", klass="low")
-    bed.settle(victim)
-    _serving(bed, victim, "victim", "gpu-0")
-    bed.settle(victim)
-    taker = bed.order("taker", klass="high")
-    bed.settle(taker, passes=1)
-    _gone(bed, "victim")
-    bed.settle(victim)
-    _serving(bed, taker, "taker", "gpu-0")
-    bed.settle(taker)
+    bed, victim, taker = _taken(tmp_path)
     deployment = bed.child("Deployment", "victim")
     assert deployment is not None
     cached = fakes.put(bed.world, rolled_out(deployment, 0))
