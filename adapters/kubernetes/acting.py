@@ -88,10 +88,6 @@ class Acted:
     requeue: list[float] = field(default_factory=list)
 
 
-# How the controller writes a child: applied, or (Secrets) created.
-_MADE_BY = {False: "Apply", True: "Update"}
-
-
 class _SurplusKept(errors.APIError):
     """A key removed from a map that must be exactly ours is put back at once."""
 
@@ -387,7 +383,12 @@ class Actor:
     ) -> bool:
         current = live.get(converging.key_of(certificate))
         return certificates.keep_equal(
-            self._writer, order, certificate, current, read_back=self._read_own_write
+            self._writer,
+            order,
+            certificate,
+            current,
+            read_back=self._read_own_write,
+            disowned=lambda obj: self._disowned(order, obj),
         )
 
     def _apply(
@@ -438,22 +439,17 @@ class Actor:
 
     def _disowned(self, order: OrderRef, live: Mapping[str, Any]) -> bool:
         """Whether `live`, labelled as the order's child and controlled by nothing, is
-        our own object whose owner references someone removed (`kubectl replace` of a
-        trimmed manifest, a GitOps tool's): the controller's field manager applied this
-        very object (its managedFields say so: one live read, as the cache drops them).
-        Left so, it was never repaired, and outlived its order, GPU pods and all. A
-        user's object made from a saved copy of ours was made by their client: no apply
-        of ours."""
+        our own object whose owner references someone removed (converging.disowned, on
+        one live read: the cache drops managedFields). Left so, it was never repaired,
+        and outlived its order, GPU pods and all."""
         if converging.controlled(live):
             return False  # someone else's controller: not ours to take
-        kind, name = converging.key_of(live)
+        _, name = converging.key_of(live)
         fresh = self._writer.get(self._resource(live), order.namespace, name)
         return (
             fresh is not None
             and (fresh.get("metadata") or {}).get("uid") == live["metadata"].get("uid")
-            and not converging.controlled(fresh)
-            # Secrets (the token, a certificate's copy) are created, never applied.
-            and converging.written_by(fresh, self._writer.field_manager, _MADE_BY[kind == "Secret"])
+            and converging.disowned(fresh, order.uid, self._writer.field_manager)
         )
 
     def _without_surplus(

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from adapters.kubernetes import converging, errors, kinds
-from adapters.kubernetes.rendering import UID_LABEL, RenderError, labels, owner_reference
+from adapters.kubernetes.rendering import RenderError, labels, owner_reference
 from adapters.kubernetes.writing import Writer
 from fsm.identity import OrderRef, custom_tls_secret_name
 
@@ -134,13 +134,14 @@ def keep_equal(
     live: Obj | None,
     *,
     read_back: Callable[[dict[str, Any]], None] = lambda _obj: None,
+    disowned: Callable[[Obj], bool] = lambda _obj: False,
 ) -> bool:
     """Make the order's copy equal `desired`; True when something was written.
 
     `live` is the cached copy (None: none cached). One the order does not own is never
     touched: creating over it fails with 409, which is reported; unless it is the
-    order's own copy whose owner reference someone removed (`_disowned`), made again.
-    Raises APIError."""
+    order's own copy whose owner reference someone removed (`disowned`: the Actor's
+    live check), made again. Raises APIError."""
     name = str(desired["metadata"]["name"])
     if live is None:
         try:
@@ -150,7 +151,7 @@ def keep_equal(
     owned = live is not None and converging.owned_by(live, order.uid)
     if owned and live is not None and same(live, desired):
         return False
-    if live is not None and (owned or _disowned(writer, order, live)):
+    if live is not None and (owned or disowned(live)):
         try:
             writer.delete(kinds.SECRETS, order.namespace, name, str(live["metadata"]["uid"]))
         except errors.APIError as err:
@@ -160,26 +161,6 @@ def keep_equal(
     except errors.APIError as err:
         raise _failed("creating", desired, err) from None
     return True
-
-
-def _disowned(writer: Writer, order: OrderRef, live: Obj) -> bool:
-    """The order's own copy, its owner reference removed (a trimmed `kubectl replace`):
-    its UID label, nothing controlling it, and created by the controller (a live read:
-    the cache drops managedFields). Taken for someone else's, each pass's create was
-    refused (409) and the order read WorkloadApplyFailed for good. A user's Secret of the
-    name was created by their client."""
-    meta = live.get("metadata") or {}
-    if converging.controlled(live) or (meta.get("labels") or {}).get(UID_LABEL) != order.uid:
-        return False
-    try:
-        fresh = writer.get(kinds.SECRETS, order.namespace, str(meta.get("name")))
-    except errors.APIError:
-        return False  # not known to be ours: left, and the create says why
-    return (
-        fresh is not None
-        and (fresh.get("metadata") or {}).get("uid") == meta.get("uid")
-        and converging.written_by(fresh, writer.field_manager, "Update")
-    )
 
 
 def sources(

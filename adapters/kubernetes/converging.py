@@ -35,12 +35,14 @@ from typing import Any
 
 import msgpack
 
+from adapters.kubernetes.rendering import UID_LABEL
 from fsm.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "RENDERED_ANNOTATION",
     "controlled",
     "covers",
+    "disowned",
     "drifted",
     "key_of",
     "owned_by",
@@ -257,10 +259,26 @@ def controlled(obj: Obj) -> bool:
     return any(r.get("controller") for r in refs)
 
 
+def disowned(obj: Obj, uid: str, manager: str) -> bool:
+    """Whether `obj` (a live read: the cache drops managedFields) is order `uid`'s own
+    child whose owner references someone removed (a trimmed `kubectl replace`, a GitOps
+    tool): it carries the order's UID label, nothing controls it, and `manager` wrote
+    this very object as the controller writes its kind (a Secret is created, the rest
+    applied). A user's copy, of a saved manifest of ours too, was written by their
+    client; a previous order's namesake carries that order's UID."""
+    meta = obj.get("metadata") or {}
+    operation = "Update" if obj.get("kind") == "Secret" else "Apply"
+    return (
+        (meta.get("labels") or {}).get(UID_LABEL) == uid
+        and not controlled(obj)
+        and written_by(obj, manager, operation)
+    )
+
+
 def uncontrolled_strays(desired: Iterable[Obj], children: Iterable[Obj]) -> list[Obj]:
     """Objects carrying the order's label that nothing renders any more and nothing
-    controls: perhaps its own, their owner references removed (acting: `_disowned` reads
-    whether it applied them), perhaps a user's copy, never touched."""
+    controls: perhaps its own, their owner references removed (`disowned`, on a live
+    read), perhaps a user's copy, never touched."""
     wanted = {key_of(doc) for doc in desired}
     return [
         obj

@@ -18,8 +18,9 @@ one relabelled to another order's UID, still in the cache, is sent there by the 
 So is one whose owner reference was removed (`kubectl replace` of a trimmed manifest, a
 GitOps tool's), which the garbage collector would leave behind its order: the Secret is
 the order's own when it carries the order's UID label, nothing controls it, and the
-controller's field manager created it (`disowned`; Secrets made before the controller
-named its field manager on creates are not recognised so, and stay a conflict).
+controller's field manager created it (`converging.disowned`; Secrets made before the
+controller named its field manager on creates are not recognised so, and stay a
+conflict).
 
 When the class stops requiring a token, the Secret is pruned like every owned object the
 plan no longer calls for (`Actor._workload`, SPEC §3), not here.
@@ -52,7 +53,6 @@ __all__ = [
     "TOKEN_BYTES",
     "AuthSecretConflict",
     "TokenError",
-    "disowned",
     "ensure_auth_secret",
     "in_place",
     "labelled",
@@ -102,20 +102,6 @@ def in_place(secret: dict[str, Any], order: OrderRef) -> bool:
     return owned_by(secret, order) and (meta.get("labels") or {}).get(UID_LABEL) == order.uid
 
 
-def disowned(secret: dict[str, Any], order: OrderRef, field_manager: str) -> bool:
-    """Whether `secret` (a live read: the cache drops managedFields) is the order's own
-    whose owner reference someone removed: it carries the order's UID label, nothing
-    controls it, and `field_manager` created this very object. A Secret of the name that
-    a user made, from a saved copy of ours too, was created by their client; a previous
-    order's of the same name carries that order's UID."""
-    meta = secret.get("metadata") or {}
-    return (
-        (meta.get("labels") or {}).get(UID_LABEL) == order.uid
-        and not converging.controlled(secret)
-        and converging.written_by(secret, field_manager, "Update")
-    )
-
-
 def _api_error(action: str, name: str, err: errors.APIError) -> TokenError:
     # Status and kind only: the message stays one line whatever the server answered.
     return TokenError(f"{action} Secret {name}: HTTP {err.status} {type(err).__name__}", err.status)
@@ -156,7 +142,9 @@ def ensure_auth_secret(writer: Writer, order: OrderRef) -> Obj:
         raise _api_error("reading", name, err) from None
     if existing is None:
         raise TokenError(f"Secret {order.namespace}/{name} vanished while it was ensured", 404)
-    if not owned_by(existing, order) and not disowned(existing, order, writer.field_manager):
+    if not owned_by(existing, order) and not converging.disowned(
+        existing, order.uid, writer.field_manager
+    ):
         raise AuthSecretConflict(
             f"Secret {order.namespace}/{name} exists and is not owned by this order "
             f"(uid {order.uid}); it is left alone"

@@ -225,7 +225,7 @@ class Writer:
         namespace = obj["metadata"].get("namespace") if resource.namespaced else None
         self._count_write()
         # Under our field manager, as applies are: a Secret of ours whose owner reference
-        # was removed is told by it from a user's copy (tokens.disowned).
+        # was removed is told by it from a user's copy (converging.disowned).
         created = call(
             self._api,
             "POST",

@@ -171,9 +171,9 @@ def test_refused_tells_a_manifest_the_api_refuses_on_its_own_and_stores_nothing(
 def test_our_writes_in_managed_fields_tell_ours_without_owner_from_a_users_copy(
     admin, writer, namespace
 ) -> None:
-    """What the pass reads of a labelled child no order controls (acting `_disowned`,
-    tokens.disowned): our owner references removed by someone else's patch leave our
-    apply in the object's managedFields, and our apply puts them back; a copy made of it
+    """What the pass reads of a labelled child no order controls (converging.disowned):
+    our owner references removed by someone else's patch leave our apply in the object's
+    managedFields, and our apply puts them back; a copy made of it
     by someone else's create (`kubectl replace --force` from a saved manifest, its
     managedFields and all) shows no write of ours to it. Creates are ours by name too."""
     path = f"/api/v1/namespaces/{namespace}/configmaps"
